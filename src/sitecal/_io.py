@@ -1,0 +1,53 @@
+"""Atomic file writes for the run folder: a temp file in the same folder, then ``os.replace``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sitecal.errors import OutputError
+
+__all__ = ["write_bytes_atomic", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc}). Check free space and permissions.") from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write UTF-8 text atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, document: Any) -> None:
+    """Write JSON (sorted keys, 2-space indent, NaN refused) atomically; same content → same bytes."""
+    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_csv_atomic(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Write a CSV with a header row atomically."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())

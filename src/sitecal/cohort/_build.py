@@ -1,0 +1,111 @@
+"""Scan + labels → Cohort."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sitecal._pseudonym import Pseudonymizer
+from sitecal.cohort._records import Cohort, Exclusion, Study
+from sitecal.cohort.attributes import attribute_value
+from sitecal.cohort.labels import LabelTable
+from sitecal.cohort.scan import InstanceHeader, ScanResult
+from sitecal.cohort.series import group_by_study
+from sitecal.protocol import SubgroupSettings
+
+__all__ = ["build_cohort"]
+
+_IDENTIFYING = ("PatientID", "AccessionNumber", "StudyInstanceUID", "SeriesInstanceUID", "SOPInstanceUID")
+
+
+def build_cohort(
+    scan: ScanResult,
+    labels: LabelTable,
+    *,
+    subgroups: Mapping[str, SubgroupSettings],
+    key: str,
+    pseudonymize: Pseudonymizer,
+) -> Cohort:
+    """Assemble studies from scanned instances, attach subgroup attributes and labels.
+
+    Parameters
+    ----------
+    scan : ScanResult
+        Headers of the instances found.
+    labels : LabelTable
+        Ground truth by ``key``.
+    subgroups : mapping
+        Subgroup name → settings (tag, optional bands).
+    key : str
+        The header field that joins labels (StudyInstanceUID or AccessionNumber).
+    pseudonymize : Pseudonymizer
+        Keyed hash for every identifier that is kept.
+
+    Returns
+    -------
+    Cohort
+        Labelled studies, and exclusions for extra instances, studies without label and labels without
+        study. Patients without PatientID count as one patient per study.
+    """
+    exclusions = list(scan.exclusions)
+    studies: list[Study] = []
+    matched: set[str] = set()
+    grouped = group_by_study(scan.instances)
+    for chosen, others in grouped:
+        study_key = pseudonymize("study", chosen.study_instance_uid)
+        for other in others:
+            exclusions.append(
+                Exclusion(
+                    stage="studies",
+                    reason="additional image in study (one image per study is analysed)",
+                    path=other.path.relative_to(scan.root),
+                    key=study_key,
+                )
+            )
+        join_value = chosen.values.get(key)
+        label = labels.labels.get(join_value) if join_value else None
+        if label is None:
+            reason = "study has no label" if join_value else f"study has no {key} to join labels"
+            exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key))
+            continue
+        matched.add(join_value)  # type: ignore[arg-type]
+        studies.append(_study(chosen, label, study_key, subgroups, scan, pseudonymize))
+    for line, reason in labels.bad_rows:
+        exclusions.append(Exclusion(stage="labels", reason=f"unusable label row: {reason}", key=f"line {line}"))
+    for unmatched in sorted(set(labels.labels) - matched):
+        exclusions.append(
+            Exclusion(stage="labels", reason="label matches no study", key=pseudonymize("study", unmatched))
+        )
+    return Cohort(
+        studies=tuple(studies),
+        exclusions=tuple(exclusions),
+        files_found=scan.files_found,
+        dicom_instances=len(scan.instances),
+        n_studies_found=len(grouped),
+        n_labelled=len(studies),
+        attributes=tuple(subgroups),
+    )
+
+
+def _study(
+    instance: InstanceHeader,
+    label: int,
+    study_key: str,
+    subgroups: Mapping[str, SubgroupSettings],
+    scan: ScanResult,
+    pseudonymize: Pseudonymizer,
+) -> Study:
+    values = instance.values
+    patient_id = values.get("PatientID")
+    patient_key = pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
+    attributes = {name: attribute_value(s.tag, values, s.bands) for name, s in subgroups.items()}
+    relative = instance.path.relative_to(scan.root)
+    identifiers = [values[k] for k in _IDENTIFYING if k in values]
+    return Study(
+        study_key=study_key,
+        patient_key=patient_key,
+        path=instance.path,
+        relative_path=pseudonymize.path(relative, identifiers),
+        instance_uid=instance.sop_instance_uid,
+        attributes=attributes,
+        label=label,
+    )

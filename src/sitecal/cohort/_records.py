@@ -1,0 +1,58 @@
+"""The Cohort artifact: one row per study, and the exclusions met on the way."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Cohort", "Exclusion", "Study"]
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Something that did not enter the analysis, the stage that dropped it and why.
+
+    ``path`` is relative to the DICOM folder (pseudonymised where it carries an identifier when written);
+    ``key`` is a pseudonymised study key where there is one.
+    """
+
+    stage: str
+    reason: str
+    path: Path | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study entering the analysis.
+
+    ``study_key`` and ``patient_key`` are pseudonyms; ``instance_uid`` (the image used) stays in memory for
+    caching and provenance hashing and is never written in clear.
+    """
+
+    study_key: str
+    patient_key: str
+    path: Path
+    relative_path: str
+    instance_uid: str
+    attributes: dict[str, str]
+    label: int
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """Studies to analyse, exclusions, and the counts of the flow from files to studies."""
+
+    studies: tuple[Study, ...]
+    exclusions: tuple[Exclusion, ...]
+    files_found: int
+    dicom_instances: int
+    n_studies_found: int
+    n_labelled: int
+    attributes: tuple[str, ...] = field(default=())
+
+    def exclusion_counts(self) -> list[dict[str, object]]:
+        """Exclusions counted by (stage, reason), in order of first appearance."""
+        counts = Counter((e.stage, e.reason) for e in self.exclusions)
+        return [{"stage": s, "reason": r, "count": n} for (s, r), n in counts.items()]

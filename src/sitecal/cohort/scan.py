@@ -1,0 +1,172 @@
+"""Walk a folder and read DICOM headers (never pixel data), in parallel, turning bad files into exclusions."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pydicom
+from pydicom.errors import InvalidDicomError
+from tqdm import tqdm
+
+from sitecal.cohort._records import Exclusion
+from sitecal.errors import DataError
+
+__all__ = ["REQUIRED_KEYWORDS", "InstanceHeader", "ScanResult", "scan_folder"]
+
+logger = logging.getLogger(__name__)
+
+#: Header fields every instance must have to enter the cohort.
+REQUIRED_KEYWORDS = ("SOPInstanceUID", "StudyInstanceUID")
+#: Header fields always read (besides the protocol's subgroup tags).
+BASE_KEYWORDS = (
+    "SOPInstanceUID",
+    "SOPClassUID",
+    "StudyInstanceUID",
+    "SeriesInstanceUID",
+    "PatientID",
+    "AccessionNumber",
+    "InstanceNumber",
+    "Modality",
+    "StudyDate",
+    "PatientBirthDate",
+)
+_CHUNK = 32
+
+
+@dataclass(frozen=True)
+class InstanceHeader:
+    """What the scan keeps of one readable DICOM instance (values as text, identifiers still in clear)."""
+
+    path: Path
+    values: dict[str, str]
+
+    @property
+    def sop_instance_uid(self) -> str:
+        """The instance's SOPInstanceUID."""
+        return self.values["SOPInstanceUID"]
+
+    @property
+    def study_instance_uid(self) -> str:
+        """The instance's StudyInstanceUID."""
+        return self.values["StudyInstanceUID"]
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Instances found under a folder and the files that could not be used."""
+
+    root: Path
+    files_found: int
+    instances: tuple[InstanceHeader, ...]
+    exclusions: tuple[Exclusion, ...]
+
+
+def scan_folder(
+    root: Path,
+    keywords: Iterable[str] = (),
+    *,
+    workers: int | None = None,
+    progress: bool = False,
+) -> ScanResult:
+    """Read the header of every file under ``root``.
+
+    Parameters
+    ----------
+    root : Path
+        Folder searched recursively; hidden files and folders (``.name``) are skipped.
+    keywords : iterable of str
+        DICOM keywords to keep besides :data:`BASE_KEYWORDS` (the protocol's subgroup tags).
+    workers : int, optional
+        Processes reading headers; default ``min(4, os.cpu_count())``; 1 reads in this process.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    ScanResult
+        Instances sorted by path, and one :class:`Exclusion` per file that is not a usable DICOM image,
+        with its reason. Duplicate SOPInstanceUIDs are kept once (the first path), the rest excluded.
+    """
+    if not root.is_dir():
+        raise DataError(f"{root}: DICOM folder not found. Check data.dicom_dir in the protocol.")
+    paths = sorted(_walk(root))
+    wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
+    n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
+    with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
+        if n_workers == 1:
+            outcomes = []
+            for path in paths:
+                outcomes.append(read_header(path, wanted))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=n_workers) as pool:
+                outcomes = []
+                for outcome in pool.map(read_header, paths, [wanted] * len(paths), chunksize=_CHUNK):
+                    outcomes.append(outcome)
+                    bar.update()
+    instances: list[InstanceHeader] = []
+    exclusions: list[Exclusion] = []
+    seen: set[str] = set()
+    for path, outcome in zip(paths, outcomes, strict=True):
+        relative = path.relative_to(root)
+        if isinstance(outcome, str):
+            exclusions.append(Exclusion(stage="scan", reason=outcome, path=relative))
+        elif outcome["SOPInstanceUID"] in seen:
+            exclusions.append(
+                Exclusion(stage="scan", reason="duplicate SOPInstanceUID (kept the first file)", path=relative)
+            )
+        else:
+            seen.add(outcome["SOPInstanceUID"])
+            instances.append(InstanceHeader(path=path, values=outcome))
+    logger.info("scanned %d files: %d instances, %d excluded", len(paths), len(instances), len(exclusions))
+    return ScanResult(root=root, files_found=len(paths), instances=tuple(instances), exclusions=tuple(exclusions))
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if not name.startswith("."):
+                yield Path(folder) / name
+
+
+def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | str:
+    """Read one file's header; return the wanted values as text, or the reason it cannot be used.
+
+    Pixel data is not read: large values are deferred, and a declared pixel-data length that runs past the
+    end of the file marks the file as truncated.
+    """
+    try:
+        ds = pydicom.dcmread(path, defer_size=1024)
+    except InvalidDicomError:
+        return "not a DICOM file"
+    except (EOFError, OSError) as exc:
+        return "truncated file" if isinstance(exc, EOFError) else f"unreadable file ({exc.strerror or exc})"
+    except Exception as exc:  # pydicom raises many types on corrupt input; each becomes a reason
+        return f"corrupt DICOM header ({type(exc).__name__})"
+    if path.name.upper() == "DICOMDIR" or "DirectoryRecordSequence" in ds:
+        return "DICOMDIR media directory, not an image"
+    if not any(tag in ds for tag in (0x7FE00010, 0x7FE00008, 0x7FE00009)):
+        return "no pixel data (not an image)"
+    raw = ds._dict.get(0x7FE00010) if 0x7FE00010 in ds else None
+    length = getattr(raw, "length", None)
+    tell = getattr(raw, "value_tell", None)
+    if length is not None and tell is not None and length != 0xFFFFFFFF and tell + length > path.stat().st_size:
+        return "truncated file"
+    values: dict[str, str] = {}
+    for keyword in keywords:
+        try:
+            value = ds.get(keyword)
+        except Exception:  # a malformed value of one tag
+            return f"malformed value in tag {keyword}"
+        if value is not None and str(value).strip():
+            values[keyword] = str(value).strip()
+    missing = [k for k in REQUIRED_KEYWORDS if k not in values]
+    if missing:
+        return f"missing required tag {missing[0]}"
+    return values

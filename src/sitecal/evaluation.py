@@ -1,0 +1,289 @@
+"""Split → per-group temperatures → metrics before/after per subgroup with intervals → acceptance.
+
+The temperature is never evaluated on the studies it was fitted on: patients are split (seeded,
+stratified) into a fit part and an evaluation part. Every metric is computed on the evaluation part, before
+and after calibration, on the same patient-level bootstrap resamples (paired), so the change has its own
+interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from sitecal.calibration import GroupTemperatures, fit_group_temperatures
+from sitecal.metrics import reliability_curve, softmax
+from sitecal.protocol import AcceptanceCriterion, Protocol
+from sitecal.stats import BootstrapSpec, bootstrap_metrics
+
+__all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
+
+SCHEMA_VERSION = 1
+OVERALL = "overall"
+PASS, FAIL, INSUFFICIENT = "pass", "fail", "insufficient data"
+
+
+@dataclass(frozen=True)
+class EvaluationData:
+    """Everything evaluation needs, as arrays with one row per analysed study (keys pseudonymised)."""
+
+    logits: np.ndarray  # (N, C) float
+    labels: np.ndarray  # (N,) int
+    patient_keys: np.ndarray  # (N,) str
+    attributes: Mapping[str, np.ndarray]  # subgroup name -> (N,) str
+    class_names: Sequence[str]
+
+
+@dataclass(frozen=True)
+class EvaluationOutcome:
+    """The evaluation document (``evaluation.json``) and the fitted temperatures."""
+
+    document: dict[str, Any]
+    temperatures: GroupTemperatures
+    fit_mask: np.ndarray
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail`` or ``insufficient data``."""
+        return str(self.document["verdict"])
+
+
+def split_patients(
+    patient_keys: np.ndarray, strata: np.ndarray, *, fit_fraction: float, seed: int
+) -> np.ndarray:
+    """Seeded patient-level split, stratified: a boolean mask of the rows in the fit part.
+
+    Each patient belongs to the stratum of their first row (in key order). Within each stratum (sorted),
+    patients are sorted by key, permuted by ``numpy.random.default_rng(seed)`` and the first
+    ``round(fit_fraction * n)`` go to the fit part, so the split depends only on the keys and the seed, not
+    on file order.
+    """
+    order = np.argsort(patient_keys, kind="stable")
+    first_stratum: dict[str, str] = {}
+    for i in order:
+        first_stratum.setdefault(str(patient_keys[i]), str(strata[i]))
+    rng = np.random.default_rng(seed)
+    fit_patients: set[str] = set()
+    for stratum in sorted(set(first_stratum.values())):
+        members = np.array(sorted(p for p, s in first_stratum.items() if s == stratum))
+        permuted = members[rng.permutation(len(members))]
+        fit_patients.update(permuted[: int(round(fit_fraction * len(members)))].tolist())
+    return np.array([str(p) in fit_patients for p in patient_keys], dtype=bool)
+
+
+def _patient_strata(patient_keys: np.ndarray, strata: np.ndarray) -> np.ndarray:
+    """Per row, the stratum of the row's patient (their first row in key order): constant within a cluster."""
+    first: dict[str, str] = {}
+    for i in np.argsort(patient_keys, kind="stable"):
+        first.setdefault(str(patient_keys[i]), str(strata[i]))
+    return np.array([first[str(p)] for p in patient_keys])
+
+
+def evaluate(
+    protocol: Protocol,
+    data: EvaluationData,
+    *,
+    cohort_flow: Mapping[str, Any],
+    protocol_sha256: str,
+    progress: bool = False,
+) -> EvaluationOutcome:
+    """Fit temperatures on the fit split and evaluate on the rest, per subgroup, with bootstrap intervals.
+
+    Parameters
+    ----------
+    protocol : Protocol
+        Calibration, evaluation and acceptance settings.
+    data : EvaluationData
+        Logits, labels, patient keys and subgroup attributes of every analysed study.
+    cohort_flow : mapping
+        Counts from files to studies (stored in the document for the report).
+    protocol_sha256 : str
+        Recorded in the document.
+    progress : bool
+        Show a progress bar over the bootstrapped groups.
+
+    Returns
+    -------
+    EvaluationOutcome
+    """
+    cal, ev = protocol.calibration, protocol.evaluation
+    n = len(data.labels)
+    per = cal.per
+    cal_groups = data.attributes[per] if per else np.full(n, "all", dtype=object)
+    stratify = cal.split.stratify or per
+    strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
+    fit = split_patients(data.patient_keys, strata_all, fit_fraction=cal.split.fit_fraction, seed=cal.split.seed)
+    held = ~fit
+    temperatures = fit_group_temperatures(
+        data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size, fallback=cal.fallback
+    )
+    logits, labels = data.logits[held], data.labels[held]
+    patients = data.patient_keys[held]
+    applied = temperatures.temperatures_for(cal_groups[held])
+    prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
+    strata = _patient_strata(patients, strata_all[held])
+    spec = BootstrapSpec(
+        n_resamples=ev.bootstrap.n_resamples, level=ev.bootstrap.level, method=ev.bootstrap.method, seed=ev.bootstrap.seed
+    )
+
+    plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(labels), dtype=bool))]
+    attributes = protocol.reported_subgroups
+    for name in attributes:
+        values = data.attributes[name][held]
+        for value in _ordered_groups(values):
+            plan.append((name, value, values == value))
+
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in attributes}
+    overall: dict[str, Any] = {}
+    for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
+        entry = _group_result(
+            attribute,
+            group,
+            {k: v[mask] for k, v in prob_sets.items()},
+            labels[mask],
+            patients[mask],
+            strata[mask] if attribute == OVERALL else None,
+            protocol=protocol,
+            spec=spec,
+            temperature=temperatures.temperature_for(group) if attribute == per else None,
+        )
+        if attribute == OVERALL:
+            overall = entry
+        else:
+            results[attribute].append(entry)
+
+    acceptance = [_judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
+    verdicts = [a["verdict"] for a in acceptance]
+    verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
+    warnings = [
+        f"{protocol.subgroups[g['attribute']].label or g['attribute']} '{g['group']}' has {g['n']} studies "
+        f"(< {ev.min_group_size}) in the evaluation split: its intervals are wide and it is not judged."
+        for groups in results.values()
+        for g in groups
+        if g["small"]
+    ]
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "protocol": {"name": protocol.name, "sha256": protocol_sha256},
+        "class_names": list(data.class_names),
+        "cohort_flow": {**cohort_flow, "fit": int(fit.sum()), "evaluation": int(held.sum())},
+        "split": {
+            "method": cal.split.by,
+            "fit_fraction": cal.split.fit_fraction,
+            "seed": cal.split.seed,
+            "stratify": stratify,
+            "n_fit": int(fit.sum()),
+            "n_evaluation": int(held.sum()),
+            "patients_fit": len(set(data.patient_keys[fit].tolist())),
+            "patients_evaluation": len(set(patients.tolist())),
+        },
+        "calibration_attribute": per,
+        "ece": {"n_bins": ev.n_bins, "binning": "width", "kind": "top-label", "edges": "(lo, hi]"},
+        "bootstrap": {
+            "n_resamples": spec.n_resamples,
+            "level": spec.level,
+            "method": spec.method,
+            "seed": spec.seed,
+            "cluster": "patient",
+            "strata": stratify,
+        },
+        "min_group_size": ev.min_group_size,
+        "metrics": list(ev.metrics),
+        "overall": overall,
+        "subgroups": results,
+        "attribute_labels": {name: protocol.subgroups[name].label or name for name in attributes},
+        "acceptance": acceptance,
+        "verdict": verdict,
+        "warnings": warnings,
+    }
+    return EvaluationOutcome(document=document, temperatures=temperatures, fit_mask=fit)
+
+
+def _ordered_groups(values: np.ndarray) -> list[str]:
+    """Group values sorted, with ``unknown`` last."""
+    unique = sorted(set(values.tolist()))
+    return [v for v in unique if v != "unknown"] + (["unknown"] if "unknown" in unique else [])
+
+
+def _group_result(
+    attribute: str,
+    group: str,
+    prob_sets: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    patients: np.ndarray,
+    strata: np.ndarray | None,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+    temperature: float | None,
+) -> dict[str, Any]:
+    ev = protocol.evaluation
+    intervals = bootstrap_metrics(
+        prob_sets, labels, clusters=patients, strata=strata, metrics=tuple(ev.metrics), n_bins=ev.n_bins, spec=spec
+    )
+    metrics: dict[str, Any] = {}
+    for metric in ev.metrics:
+        metrics[metric] = {
+            stage: _interval(intervals.get(metric, stage)) for stage in ("before", "after")
+        } | {"difference": _interval(intervals.difference(metric, "after", "before"))}
+    return {
+        "attribute": attribute,
+        "group": group,
+        "n": int(len(labels)),
+        "n_patients": len(set(patients.tolist())),
+        "small": bool(len(labels) < ev.min_group_size),
+        "temperature": None if temperature is None else float(temperature),
+        "metrics": metrics,
+        "reliability": {
+            stage: reliability_curve(p, labels, n_bins=ev.n_bins).to_dict() for stage, p in prob_sets.items()
+        },
+    }
+
+
+def _interval(result: Any) -> dict[str, float]:
+    return {"estimate": float(result.estimate), "low": float(result.low), "high": float(result.high)}
+
+
+def _judge(
+    criterion: AcceptanceCriterion,
+    overall: Mapping[str, Any],
+    results: Mapping[str, list[dict[str, Any]]],
+    min_group_size: int,
+) -> dict[str, Any]:
+    groups = [overall] if criterion.scope == OVERALL else results.get(criterion.scope, [])
+    rows = []
+    for g in groups:
+        value = g["metrics"][criterion.metric][criterion.stage][criterion.statistic]
+        if g["small"]:
+            verdict = INSUFFICIENT
+        elif not np.isfinite(value):
+            verdict = INSUFFICIENT
+        else:
+            ok = value < criterion.threshold if criterion.operator == "<" else value > criterion.threshold
+            verdict = PASS if ok else FAIL
+        rows.append({"group": g["group"], "n": g["n"], "value": value, "verdict": verdict})
+    verdicts = [r["verdict"] for r in rows]
+    overall_verdict = FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
+    return {
+        "id": criterion.id,
+        "description": criterion.description or _describe(criterion),
+        "metric": criterion.metric,
+        "stage": criterion.stage,
+        "statistic": criterion.statistic,
+        "operator": criterion.operator,
+        "threshold": criterion.threshold,
+        "scope": criterion.scope,
+        "results": rows,
+        "verdict": overall_verdict,
+    }
+
+
+def _describe(c: AcceptanceCriterion) -> str:
+    what = {"estimate": "", "low": "lower CI of ", "high": "upper CI of "}[c.statistic]
+    where = "overall" if c.scope == OVERALL else f"in every {c.scope} group"
+    side = "below" if c.operator == "<" else "above"
+    return f"{what}{c.metric.upper()} {c.stage} calibration {side} {c.threshold:g} {where}".capitalize()

@@ -1,0 +1,20 @@
+"""Cohort + model → logits: the DICOM reader, the protocol's transforms, model loading, batched inference."""
+
+from __future__ import annotations
+
+from sitecal.inference.models import LoadedModel, file_sha256, load_model
+from sitecal.inference.predict import InferenceResult, predict_files
+from sitecal.inference.reader import DicomImageReader, presentation_values
+from sitecal.inference.transforms import build_transforms, transform_fingerprint
+
+__all__ = [
+    "DicomImageReader",
+    "InferenceResult",
+    "LoadedModel",
+    "build_transforms",
+    "file_sha256",
+    "load_model",
+    "predict_files",
+    "presentation_values",
+    "transform_fingerprint",
+]

@@ -1,0 +1,139 @@
+"""Cohort + model → logits, through a MONAI ``Dataset`` and ``DataLoader`` that lose no study silently."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from monai.data import DataLoader, Dataset
+from monai.transforms import Compose
+from tqdm import tqdm
+
+from sitecal.errors import ModelError
+from sitecal.inference.models import LoadedModel
+
+__all__ = ["InferenceResult", "predict_files"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    """Logits for the files that loaded, and the reason for each that did not.
+
+    ``logits`` has one row per entry of ``ok`` (indices into the input file list), float32 ``(n, C)``.
+    """
+
+    logits: np.ndarray
+    ok: np.ndarray
+    failures: tuple[tuple[int, str], ...]
+
+
+class _SafeDataset(Dataset):
+    """A MONAI Dataset whose items carry their index, and an error reason instead of raising."""
+
+    def _transform(self, index: int) -> dict[str, Any]:
+        try:
+            image = super()._transform(index)
+        except Exception as exc:  # each failure becomes an exclusion; the run goes on
+            return {"index": index, "error": _reason(exc)}
+        return {"index": index, "image": image}
+
+
+def _reason(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if "truncat" in text or "eof" in text or ("buffer" in text and "size" in text):
+        return "pixel data truncated or unreadable"
+    if "decod" in text or "transfer syntax" in text or "plugin" in text:
+        return "pixel data cannot be decoded (unsupported transfer syntax)"
+    return f"image cannot be loaded ({type(exc).__name__})"
+
+
+def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [item for item in items if "image" in item]
+    return {
+        "index": [item["index"] for item in good],
+        "image": torch.stack([torch.as_tensor(item["image"]) for item in good]) if good else None,
+        "failed": [(item["index"], item["error"]) for item in items if "error" in item],
+    }
+
+
+def predict_files(
+    model: LoadedModel,
+    files: Sequence[Path],
+    transforms: Compose,
+    *,
+    n_classes: int,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> InferenceResult:
+    """Run the model on each file after the transform chain.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        The model (kept in eval mode; restored if it was training).
+    files : sequence of Path
+        One image file per study.
+    transforms : monai.transforms.Compose
+        Loading and preprocessing, from :func:`sitecal.inference.transforms.build_transforms`.
+    n_classes : int
+        Expected number of logits per study; a single logit is read as a binary model ``[0, z]``.
+    batch_size, num_workers : int
+        DataLoader settings; workers load and transform ahead of the model.
+    device : str or torch.device
+        Where the model runs.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    InferenceResult
+    """
+    dataset = _SafeDataset(data=[str(f) for f in files], transform=transforms)
+    loader = DataLoader(
+        dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=_collate, shuffle=False
+    )
+    module = model.module
+    was_training = module.training
+    module.eval()
+    module.to(device)
+    logits: list[np.ndarray] = []
+    ok: list[int] = []
+    failures: list[tuple[int, str]] = []
+    try:
+        with torch.inference_mode(), tqdm(total=len(files), desc="Inference", unit="study", disable=not progress) as bar:
+            for batch in loader:
+                failures.extend(batch["failed"])
+                if batch["image"] is not None:
+                    out = module(batch["image"].to(device=device, dtype=torch.float32))
+                    logits.append(_as_logits(out, n_classes, model.name))
+                    ok.extend(batch["index"])
+                bar.update(len(batch["index"]) + len(batch["failed"]))
+    finally:
+        module.train(was_training)
+    stacked = np.concatenate(logits, axis=0) if logits else np.zeros((0, n_classes), dtype=np.float32)
+    return InferenceResult(logits=stacked, ok=np.asarray(ok, dtype=np.int64), failures=tuple(failures))
+
+
+def _as_logits(out: Any, n_classes: int, name: str) -> np.ndarray:
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise ModelError(f"model '{name}' returned {type(out).__name__}, expected a tensor of logits.")
+    array = out.detach().float().cpu().numpy()
+    if array.ndim == 2 and array.shape[1] == 1 and n_classes == 2:
+        array = np.concatenate([np.zeros_like(array), array], axis=1)
+    if array.ndim != 2 or array.shape[1] != n_classes:
+        raise ModelError(
+            f"model '{name}' returned logits of shape {tuple(array.shape)}; expected (batch, {n_classes}) "
+            "for the protocol's model.class_names."
+        )
+    return array.astype(np.float32)

@@ -1,0 +1,71 @@
+"""The protocol's MONAI transform chain, and its fingerprint (for the logit cache and provenance)."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Sequence
+
+import monai.transforms as mt
+
+from sitecal.errors import ProtocolError
+from sitecal.inference.reader import DicomImageReader
+from sitecal.protocol import TransformSettings
+
+__all__ = ["build_transforms", "transform_fingerprint"]
+
+
+def _available() -> dict[str, type]:
+    return {
+        name: obj
+        for name, obj in vars(mt).items()
+        if inspect.isclass(obj) and issubclass(obj, mt.Transform) and not issubclass(obj, mt.MapTransform)
+    }
+
+
+def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -> mt.Compose:
+    """Compose ``LoadImage(DicomImageReader)`` (when ``load``) and the protocol's array transforms.
+
+    Raises
+    ------
+    ProtocolError
+        When a transform name is not a MONAI array transform or its arguments are rejected; the message
+        names the entry ``inputs.transforms[i]``.
+    """
+    available = _available()
+    chain: list[mt.Transform] = []
+    if load:
+        chain.append(mt.LoadImage(reader=DicomImageReader(), image_only=True, dtype=None))
+    for i, spec in enumerate(specs):
+        cls = available.get(spec.name)
+        if cls is None:
+            import difflib
+
+            close = difflib.get_close_matches(spec.name, list(available), n=1)
+            guess = f" Did you mean '{close[0]}'?" if close else ""
+            raise ProtocolError(
+                f"inputs.transforms[{i}].name: '{spec.name}' is not a MONAI array transform.{guess}"
+            )
+        try:
+            chain.append(cls(**spec.args))
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"inputs.transforms[{i}] ({spec.name}): invalid arguments: {exc}") from None
+    chain.append(mt.EnsureType(data_type="tensor", dtype=None, track_meta=False))
+    return mt.Compose(chain)
+
+
+def transform_fingerprint(specs: Sequence[TransformSettings]) -> str:
+    """sha256 of the canonical JSON of the transform chain (reader included by name and version)."""
+    import monai
+
+    canonical = json.dumps(
+        {
+            "reader": "sitecal.DicomImageReader/1",
+            "monai": monai.__version__,
+            "transforms": [{"name": s.name, "args": s.args} for s in specs],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,256 @@
+"""Wire the stages and own the run folder ``<output_dir>/<protocol name>-<UTC time>/``."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sitecal import __version__
+from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
+from sitecal._pseudonym import Pseudonymizer, load_or_create_key
+from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, scan_folder
+from sitecal.evaluation import EvaluationData, evaluate
+from sitecal.inference import build_transforms, file_sha256, load_model, predict_files, transform_fingerprint
+from sitecal.protocol import LoadedProtocol, protocol_summary
+from sitecal.provenance import instances_sha256, provenance_document
+from sitecal.report import ReportInputs, render_report
+
+__all__ = ["RunResult", "run_protocol"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where the run wrote its files and what it concluded."""
+
+    folder: Path
+    verdict: str
+    evaluation: dict[str, Any]
+
+    @property
+    def report_pdf(self) -> Path:
+        """The validation report."""
+        return self.folder / "report.pdf"
+
+
+def run_protocol(
+    loaded: LoadedProtocol,
+    *,
+    progress: bool = True,
+    command_line: Sequence[str] | None = None,
+    now: datetime | None = None,
+    workers: int | None = None,
+    device: str = "cpu",
+) -> RunResult:
+    """Run every stage of a validated protocol and write the run folder.
+
+    Parameters
+    ----------
+    loaded : LoadedProtocol
+        From :func:`sitecal.protocol.load_protocol`.
+    progress : bool
+        Progress bars for scanning, inference and bootstrap.
+    command_line : sequence of str, optional
+        Recorded in provenance; default ``sys.argv``.
+    now : datetime, optional
+        The run's UTC time (names the folder); default the current time.
+    workers : int, optional
+        Processes for the header scan.
+    device : str
+        Where the model runs ("cpu", "cuda", ...); recorded in provenance.
+
+    Returns
+    -------
+    RunResult
+    """
+    protocol = loaded.protocol
+    started = (now or datetime.now(UTC)).astimezone(UTC)
+    folder = _new_run_folder(loaded.output_root, protocol.name, started)
+    handler = _attach_log(folder / "run.log")
+    try:
+        logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
+        pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
+        cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
+        model = load_model(protocol.model, loaded.model_path)
+        transforms = build_transforms(protocol.inputs.transforms)
+        inference = predict_files(
+            model,
+            [s.path for s in cohort.studies],
+            transforms,
+            n_classes=len(protocol.model.class_names),
+            batch_size=protocol.inputs.batch_size,
+            num_workers=protocol.inputs.num_workers,
+            device=device,
+            progress=progress,
+        )
+        studies = [cohort.studies[i] for i in inference.ok]
+        exclusions = list(cohort.exclusions) + [
+            Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key)
+            for i, reason in inference.failures
+        ]
+        if not studies:
+            from sitecal.errors import DataError
+
+            raise DataError(f"{loaded.dicom_dir}: no study could be analysed (see exclusions.csv in {folder}).")
+        data = EvaluationData(
+            logits=inference.logits.astype(np.float64),
+            labels=np.array([s.label for s in studies], dtype=np.int64),
+            patient_keys=np.array([s.patient_key for s in studies]),
+            attributes={name: np.array([s.attributes[name] for s in studies]) for name in protocol.subgroups},
+            class_names=protocol.model.class_names,
+        )
+        flow = {
+            "files_found": cohort.files_found,
+            "dicom_instances": cohort.dicom_instances,
+            "studies": cohort.n_studies_found,
+            "labelled": cohort.n_labelled,
+            "analysed": len(studies),
+            "exclusions": Cohort.exclusion_counts(_with(cohort, exclusions)),
+        }
+        outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=loaded.sha256, progress=progress)
+        calibration = {
+            "schema_version": 1,
+            "method": protocol.calibration.method,
+            "per": protocol.calibration.per,
+            "min_group_size": protocol.calibration.min_group_size,
+            "fallback": protocol.calibration.fallback,
+            "class_names": list(protocol.model.class_names),
+            "model_sha256": model.sha256,
+            **outcome.temperatures.to_dict(),
+        }
+        provenance = provenance_document(
+            sitecal_version=__version__,
+            created_utc=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            command_line=shlex.join(command_line if command_line is not None else sys.argv),
+            run_folder=folder.name,
+            seeds={
+                "split": protocol.calibration.split.seed,
+                "bootstrap": protocol.evaluation.bootstrap.seed,
+            },
+            sha256={
+                "model": model.sha256,
+                "protocol": loaded.sha256,
+                "labels": file_sha256(loaded.labels_path),
+                "instances": instances_sha256(s.instance_uid for s in studies),
+            },
+            model={"name": model.name, "format": model.format, "file": model.path.name},
+            transforms_sha256=transform_fingerprint(protocol.inputs.transforms),
+            device=device,
+        )
+        _write_tables(folder, protocol.model.class_names, studies, exclusions, outcome.fit_mask, inference.logits, pseudonymize)
+        write_json_atomic(folder / "calibration.json", calibration)
+        write_json_atomic(folder / "evaluation.json", outcome.document)
+        write_json_atomic(folder / "provenance.json", provenance)
+        write_text_atomic(folder / "protocol.yaml", loaded.text)
+        write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
+        render_report(
+            ReportInputs(
+                evaluation=outcome.document,
+                calibration=calibration,
+                provenance=provenance,
+                protocol=protocol_summary(loaded),
+            ),
+            folder,
+            page_size=protocol.report.page_size,
+        )
+        logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
+        return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
+    finally:
+        _detach_log(handler)
+
+
+def _cohort(loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None, progress: bool) -> Cohort:
+    protocol = loaded.protocol
+    scan = scan_folder(
+        loaded.dicom_dir, [s.tag for s in protocol.subgroups.values()], workers=workers, progress=progress
+    )
+    labels = read_labels(
+        loaded.labels_path,
+        key_column=protocol.data.key_column or protocol.data.key,
+        label_column=protocol.data.label_column,
+        class_names=protocol.model.class_names,
+    )
+    return build_cohort(scan, labels, subgroups=protocol.subgroups, key=protocol.data.key, pseudonymize=pseudonymize)
+
+
+def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:
+    from dataclasses import replace
+
+    return replace(cohort, exclusions=tuple(exclusions))
+
+
+def _write_tables(
+    folder: Path,
+    class_names: Sequence[str],
+    studies: Sequence[Any],
+    exclusions: Sequence[Exclusion],
+    fit_mask: np.ndarray,
+    logits: np.ndarray,
+    pseudonymize: Pseudonymizer,
+) -> None:
+    attributes = list(studies[0].attributes) if studies else []
+    write_csv_atomic(
+        folder / "cohort.csv",
+        ["study_key", "patient_key", "file", "label", *attributes, "split"],
+        (
+            [s.study_key, s.patient_key, s.relative_path, class_names[s.label],
+             *[s.attributes[a] for a in attributes], "fit" if fit else "evaluation"]
+            for s, fit in zip(studies, fit_mask, strict=True)
+        ),
+    )
+    write_csv_atomic(
+        folder / "exclusions.csv",
+        ["stage", "reason", "file", "key"],
+        (
+            [e.stage, e.reason, pseudonymize.path(e.path) if e.path is not None else "", e.key or ""]
+            for e in exclusions
+        ),
+    )
+    write_csv_atomic(
+        folder / "predictions.csv",
+        ["study_key", *[f"logit_{name}" for name in class_names]],
+        ([s.study_key, *[repr(float(v)) for v in row]] for s, row in zip(studies, logits, strict=True)),
+    )
+
+
+def _new_run_folder(root: Path, name: str, started: datetime) -> Path:
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    root.mkdir(parents=True, exist_ok=True)
+    for suffix in ["", *[f"-{i}" for i in range(2, 100)]]:
+        folder = root / f"{name}-{stamp}{suffix}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    from sitecal.errors import OutputError
+
+    raise OutputError(f"{root}: too many run folders named {name}-{stamp}. Wait a second and run again.")
+
+
+def _attach_log(path: Path) -> tuple[logging.Handler, int]:
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package = logging.getLogger("sitecal")
+    previous = package.level
+    package.addHandler(handler)
+    if previous == logging.NOTSET or previous > logging.INFO:
+        package.setLevel(logging.INFO)
+    return handler, previous
+
+
+def _detach_log(attached: tuple[logging.Handler, int]) -> None:
+    handler, previous = attached
+    package = logging.getLogger("sitecal")
+    package.removeHandler(handler)
+    package.setLevel(previous)
+    handler.close()

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sitecal.errors import ProtocolError
+from sitecal.protocol import load_protocol
+from tests.conftest import DEMO_PROTOCOL
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_demo_protocol_loads_and_resolves_paths() -> None:
+    loaded = load_protocol(DEMO_PROTOCOL)
+    p = loaded.protocol
+    assert p.name == "demo"
+    assert p.calibration.per == "scanner"
+    assert loaded.dicom_dir == (DEMO_PROTOCOL.parent / "../demo-data/dicom").resolve()
+    assert loaded.model_path.name == "demo_cnn.safetensors"
+    assert len(loaded.sha256) == 64
+    assert p.reported_subgroups == ["scanner", "site", "sex", "age_band"]
+
+
+def test_misspelt_key_names_file_line_field_and_guess(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("  per: scanner", "  pre: scanner")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProtocolError) as info:
+        load_protocol(path)
+    line = _line_of(text, "pre: scanner")
+    assert f"{path}:{line}: calibration.pre: unknown field. Did you mean 'per'?" in str(info.value)
+
+
+def test_wrong_type_names_line(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("n_bins: 15", "n_bins: fifteen")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProtocolError) as info:
+        load_protocol(path)
+    assert f"{path}:{_line_of(text, 'n_bins: fifteen')}: evaluation.n_bins:" in str(info.value)
+
+
+def test_unknown_subgroup_reference_is_located(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("    scope: scanner", "    scope: scaner")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProtocolError) as info:
+        load_protocol(path)
+    message = str(info.value)
+    assert f"{path}:{_line_of(text, 'scope: scaner')}: acceptance.0.scope:" in message
+    assert "Did you mean 'scanner'?" in message
+
+
+def test_identifying_tag_refused_as_subgroup(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("tag: PatientSex", "tag: PatientID")
+    with pytest.raises(ProtocolError, match="'PatientID' identifies patients"):
+        load_protocol(_write(tmp_path, text))
+
+
+def test_not_a_dicom_keyword(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("tag: InstitutionName", "tag: InstitutonName")
+    with pytest.raises(ProtocolError, match="'InstitutonName' is not a DICOM keyword. Did you mean 'InstitutionName'"):
+        load_protocol(_write(tmp_path, text))
+
+
+def test_duplicate_key(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("name: demo\n", "name: demo\nname: other\n", 1)
+    with pytest.raises(ProtocolError, match=r"p.yaml:4: 'name' appears twice .*first on line 3"):
+        load_protocol(_write(tmp_path, text))
+
+
+def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ProtocolError, match=r"p.yaml:2: invalid YAML"):
+        load_protocol(_write(tmp_path, "name: [demo\nx: 1\n"))
+    with pytest.raises(ProtocolError, match="protocol file not found"):
+        load_protocol(tmp_path / "absent.yaml")
+
+
+def test_yaml_tags_are_not_executed(tmp_path: Path) -> None:
+    with pytest.raises(ProtocolError, match="invalid YAML"):
+        load_protocol(_write(tmp_path, "name: !!python/object/apply:os.system ['echo hi']\n"))
+
+
+def test_acceptance_needs_exactly_one_bound(tmp_path: Path, demo_protocol_text: str) -> None:
+    text = demo_protocol_text.replace("    below: 0.10\n", "")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProtocolError, match=r"acceptance.0: give exactly one of 'below' or 'above'"):
+        load_protocol(path)
