@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        # os.open with 0o666 honours the umask (mkstemp would leave the file readable by its owner only)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)

@@ -34,12 +34,14 @@ __all__ = [
     "InputSettings",
     "LoadedProtocol",
     "ModelSettings",
+    "PrivacySettings",
     "Protocol",
     "ReportSettings",
     "SplitSettings",
     "SubgroupSettings",
     "TransformSettings",
     "load_protocol",
+    "protocol_summary",
 ]
 
 MetricName = Literal["ece", "nll", "brier", "accuracy"]
@@ -405,6 +407,8 @@ def _format_validation_error(exc: ValidationError, root: yaml.Node, path: Path) 
     for error in exc.errors():
         loc = tuple(error["loc"])
         message = error["msg"]
+        if error["type"] in ("literal_error", "int_parsing", "float_parsing", "bool_parsing", "string_type"):
+            message += f". Got {error.get('input')!r}"
         ctx = error.get("ctx") or {}
         inner = ctx.get("error")
         if isinstance(inner, _ReferenceError):

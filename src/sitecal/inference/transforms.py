@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import warnings
 from collections.abc import Sequence
 
 import monai.transforms as mt
@@ -13,7 +14,7 @@ from sitecal.errors import ProtocolError
 from sitecal.inference.reader import DicomImageReader
 from sitecal.protocol import TransformSettings
 
-__all__ = ["build_transforms", "transform_fingerprint"]
+__all__ = ["build_transforms", "dicom_loader", "transform_fingerprint"]
 
 
 def _available() -> dict[str, type]:
@@ -22,6 +23,20 @@ def _available() -> dict[str, type]:
         for name, obj in vars(mt).items()
         if inspect.isclass(obj) and issubclass(obj, mt.Transform) and not issubclass(obj, mt.MapTransform)
     }
+
+
+def dicom_loader() -> mt.LoadImage:
+    """``monai.transforms.LoadImage`` with :class:`DicomImageReader` as its only reader.
+
+    ``LoadImage`` instantiates every default reader first (some warn when their optional decoders are
+    missing) and, when the given reader fails, retries the file with each of them; sitecal's files are
+    DICOM and a failure is an exclusion, so the defaults are dropped.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = mt.LoadImage(reader=DicomImageReader(), image_only=True, dtype=None)
+    loader.readers = [reader for reader in loader.readers if isinstance(reader, DicomImageReader)]
+    return loader
 
 
 def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -> mt.Compose:
@@ -36,7 +51,7 @@ def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -
     available = _available()
     chain: list[mt.Transform] = []
     if load:
-        chain.append(mt.LoadImage(reader=DicomImageReader(), image_only=True, dtype=None))
+        chain.append(dicom_loader())
     for i, spec in enumerate(specs):
         cls = available.get(spec.name)
         if cls is None:

@@ -1,0 +1,149 @@
+"""State shared by the section builders: inputs, styles, page width, numbering of tables and figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reportlab.lib import colors
+from reportlab.platypus import Flowable, Paragraph, Spacer
+
+from ._inputs import ReportInputs, get
+from ._styles import Palette, Styles
+from ._text import NOT_RECORDED, para_text, words
+
+__all__ = ["METRIC_NAMES", "Context", "verdict_text"]
+
+METRIC_NAMES = {
+    "ece": "ECE",
+    "mce": "MCE",
+    "nll": "NLL",
+    "brier": "Brier score",
+    "accuracy": "Accuracy",
+    "auroc": "AUROC",
+}
+_HIGHER_IS_BETTER = {"accuracy", "auroc"}
+
+_VERDICTS: dict[str, tuple[str, colors.Color, colors.Color]] = {
+    "pass": ("Pass", Palette.passed, Palette.passed_bg),
+    "fail": ("Fail", Palette.failed, Palette.failed_bg),
+    "insufficient data": ("Insufficient data", Palette.unjudged, Palette.unjudged_bg),
+}
+
+
+def verdict_text(verdict: object) -> tuple[str, colors.Color, colors.Color]:
+    """Return the printed word, its colour and a light background for a verdict string."""
+    key = str(verdict).strip().lower().replace("_", " ")
+    if key in _VERDICTS:
+        return _VERDICTS[key]
+    return words(verdict).capitalize(), Palette.unjudged, Palette.unjudged_bg
+
+
+@dataclass
+class Context:
+    """What every section builder needs; numbering advances as sections are built in order."""
+
+    inputs: ReportInputs
+    styles: Styles
+    width: float
+    figures_dir: Path
+    figures: list[Path] = field(default_factory=list)
+    section: int = 0
+    subsection: int = 0
+    table_no: int = 0
+    figure_no: int = 0
+
+    @property
+    def evaluation(self) -> Mapping[str, Any]:
+        return self.inputs.evaluation
+
+    @property
+    def calibration(self) -> Mapping[str, Any]:
+        return self.inputs.calibration
+
+    @property
+    def provenance(self) -> Mapping[str, Any]:
+        return self.inputs.provenance
+
+    @property
+    def protocol(self) -> Mapping[str, Any]:
+        return self.inputs.protocol
+
+    # -- headings (the document template turns `outline` into PDF bookmarks) --
+    def h1(self, text: str) -> Paragraph:
+        self.section += 1
+        self.subsection = 0
+        return self._heading(
+            f"{self.section}&nbsp;&nbsp;{para_text(text)}", f"{self.section}  {text}", 0, self.styles.h1
+        )
+
+    def h2(self, text: str) -> Paragraph:
+        self.subsection += 1
+        number = f"{self.section}.{self.subsection}"
+        return self._heading(f"{number}&nbsp;&nbsp;{para_text(text)}", f"{number}  {text}", 1, self.styles.h2)
+
+    def h3(self, text: str) -> Paragraph:
+        return Paragraph(para_text(text), self.styles.h3)
+
+    def _heading(self, markup: str, plain: str, level: int, style: Any) -> Paragraph:
+        heading = Paragraph(markup, style)
+        heading.outline = (level, plain)
+        return heading
+
+    def next_table(self) -> str:
+        self.table_no += 1
+        return f"Table {self.table_no}"
+
+    def next_figure(self) -> str:
+        self.figure_no += 1
+        return f"Figure {self.figure_no}"
+
+    # -- paragraphs --
+    def p(self, markup: str, style: Any = None) -> Paragraph:
+        """Make a paragraph of markup the caller built (external text in it already escaped)."""
+        return Paragraph(markup, style or self.styles.body)
+
+    def cell(self, value: object, *, style: Any = None, missing: str = NOT_RECORDED) -> Paragraph:
+        """Make a table cell holding ``value`` as literal text."""
+        return Paragraph(para_text(value, missing=missing), style or self.styles.cell)
+
+    def head(self, text: str, *, right: bool = False) -> Paragraph:
+        return Paragraph(para_text(text), self.styles.cell_head_num if right else self.styles.cell_head)
+
+    def table_block(self, title: str, body: Flowable) -> list[Flowable]:
+        """Return a numbered table title (markup) kept with its table, then space below."""
+        label = self.next_table()
+        return [Paragraph(f"<b>{label}.</b> {title}", self.styles.table_title), body, Spacer(1, 9)]
+
+    def verdict_cell(self, verdict: object, *, size: float | None = None) -> Paragraph:
+        word, ink, _ = verdict_text(verdict)
+        font = f' size="{size}"' if size else ""
+        return Paragraph(
+            f'<font color="{ink.hexval()}"{font}><b>{para_text(word)}</b></font>', self.styles.cell
+        )
+
+    # -- vocabulary from the dicts --
+    def attribute_label(self, attribute: object) -> str:
+        if attribute == "overall":
+            return "All studies"
+        label = get(self.evaluation, "attribute_labels", str(attribute))
+        return str(label) if label else words(attribute).capitalize()
+
+    @staticmethod
+    def metric_name(metric: object) -> str:
+        return METRIC_NAMES.get(str(metric), words(metric))
+
+    @staticmethod
+    def lower_is_better(metric: object) -> bool:
+        return str(metric) not in _HIGHER_IS_BETTER
+
+    def level_text(self) -> str:
+        level = get(self.evaluation, "bootstrap", "level")
+        if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
+            return f"{level * 100:g}%"
+        return "confidence"
+
+    def min_group_size(self) -> object:
+        return get(self.evaluation, "min_group_size")

@@ -1,0 +1,251 @@
+"""Methods and fitted temperatures sections: the procedure, worded from the recorded settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reportlab.platypus import Flowable, KeepTogether
+
+from ._context import Context
+from ._inputs import get
+from ._sections import key_values
+from ._styles import table
+from ._text import NOT_RECORDED, format_count, format_value, para_text, words
+
+__all__ = ["fitted_temperatures", "methods"]
+
+
+def _split_text(ctx: Context) -> str:
+    split = get(ctx.evaluation, "split")
+    if not isinstance(split, Mapping):
+        return f"Split: {NOT_RECORDED}."
+    method = str(split.get("method") or "")
+    seed = para_text(split.get("seed"))
+    stratify = split.get("stratify")
+    strat = f", stratified by {para_text(ctx.attribute_label(stratify).lower())}" if stratify else ""
+    fraction = split.get("fit_fraction")
+    if method == "patient":
+        share = f"{fraction:.0%}" if isinstance(fraction, int | float) else NOT_RECORDED
+        text = (
+            f"Patient-level split: {share} of patients to the fit split and the rest to the evaluation "
+            f"split{strat}, seed {seed}. All studies of one patient are on the same side."
+        )
+    elif "fold" in method or "cross" in method:
+        text = (
+            f"Cross-fitting with {para_text(split.get('n_folds'))} folds by patient{strat}, seed {seed}: "
+            "each study is evaluated with temperatures fitted on the other folds."
+        )
+    else:
+        text = f"Split method '{para_text(method or NOT_RECORDED)}'{strat}, seed {seed}."
+    text += (
+        f" Fit split: {format_count(split.get('n_fit'))} studies "
+        f"({format_count(split.get('patients_fit'))} patients); evaluation split: "
+        f"{format_count(split.get('n_evaluation'))} studies "
+        f"({format_count(split.get('patients_evaluation'))} patients). A temperature is never evaluated "
+        "on the studies it was fitted on; every metric in the Results section is measured on the "
+        "evaluation split."
+    )
+    return text
+
+
+def _ece_text(ctx: Context) -> str:
+    ece = get(ctx.evaluation, "ece")
+    if not isinstance(ece, Mapping):
+        return f"ECE definition: {NOT_RECORDED}."
+    kind = para_text(ece.get("kind"))
+    binning = {"width": "equal-width", "mass": "equal-mass (adaptive)"}.get(
+        str(ece.get("binning")), para_text(ece.get("binning"))
+    )
+    edges = para_text(ece.get("edges"))
+    confidence = (
+        "the top-label confidence (the largest predicted probability)"
+        if ece.get("kind") == "top-label"
+        else "the predicted probability"
+    )
+    return (
+        f"Expected calibration error, {kind}: {confidence} is sorted into "
+        f"{para_text(ece.get('n_bins'))} {binning} bins on [0, 1], each bin an interval {edges}; "
+        "ECE = Σ<sub>b</sub> (n<sub>b</sub>/n) · |acc(b) − conf(b)|, the absolute gap between accuracy and "
+        "mean confidence in each bin, weighted by the bin's share of studies. 0 is perfect; binned ECE is "
+        "biased upward in small groups."
+    )
+
+
+def _bootstrap_text(ctx: Context) -> str:
+    boot = get(ctx.evaluation, "bootstrap")
+    if not isinstance(boot, Mapping):
+        return f"Intervals: {NOT_RECORDED}."
+    cluster = boot.get("cluster")
+    strata = boot.get("strata")
+    unit = f"{para_text(words(cluster))}s" if cluster else "studies"
+    text = (
+        f"{format_count(boot.get('n_resamples'))} bootstrap resamples of {unit}"
+        + (f", stratified by {para_text(ctx.attribute_label(strata).lower())}" if strata else "")
+        + f"; {ctx.level_text()} {para_text(boot.get('method'))} intervals; "
+        + f"seed {para_text(boot.get('seed'))}."
+        " Resampling patients keeps a patient's studies together, as they are not independent. The change "
+        "after − before has its own paired interval."
+    )
+    refit = boot.get("refit")
+    if refit is True:
+        text += " The temperature was refitted in every resample, so the intervals include its uncertainty."
+    elif refit is False:
+        text += (
+            " Temperatures were held fixed across resamples: the intervals do not include their uncertainty."
+        )
+    else:
+        text += f" Whether the temperature was refitted in each resample: {NOT_RECORDED}."
+    return text
+
+
+def methods(ctx: Context) -> list[Flowable]:
+    """Calibration, grouping, split, metric definitions, intervals and the small-group rule."""
+    cal, ev = ctx.calibration, ctx.evaluation
+    per = ctx.attribute_label(cal["per"]).lower()
+    method = str(cal["method"])
+    if method == "temperature":
+        calibration = (
+            "Temperature scaling (Guo et al., 2017): the model's logits are divided by a temperature "
+            "T &gt; 0 chosen to minimise the negative log-likelihood on the fit split. T &gt; 1 softens "
+            "over-confident probabilities, T &lt; 1 sharpens them; the predicted class is unchanged."
+        )
+    else:
+        calibration = f"Method '{para_text(method)}'."
+    fallback = cal.get("fallback")
+    fallback_text = {
+        "global": "the global temperature (fitted on the whole fit split)",
+        "shrink": "a temperature shrunk toward the global one",
+    }.get(str(fallback), f"the '{para_text(words(fallback))}' fallback")
+    minimum = cal.get("min_group_size")
+    if minimum is not None and fallback is not None:
+        rule = (
+            f"A group with at least {para_text(minimum)} studies in the fit split gets its own fit; a "
+            f"smaller group uses {fallback_text}."
+        )
+    else:
+        rule = (
+            f"Minimum fit-split size for an own fit: {para_text(minimum)}; fallback for smaller groups: "
+            f"{para_text(None if fallback is None else fallback_text)}."
+        )
+    grouping = (
+        f"One temperature per {para_text(per)}. {rule} A {para_text(per)} not seen at fitting time "
+        "receives the global temperature at deployment."
+    )
+    metric_defs = {
+        "ece": "ECE (see above)",
+        "nll": "NLL: mean negative log-likelihood of the true class (nats)",
+        "brier": "Brier score: mean squared error of the predicted probability vector",
+        "accuracy": "Accuracy: share of studies whose most probable class is the true one",
+    }
+    metrics = "; ".join(para_text(metric_defs.get(m, ctx.metric_name(m))) for m in ev["metrics"])
+    minimum = ctx.min_group_size()
+    small = (
+        f"Every number carries its n. A group with fewer than {para_text(minimum)} studies in the "
+        f"evaluation split is flagged <i>n &lt; {para_text(minimum)}: interpret with caution</i> and "
+        "shown, not hidden; an acceptance criterion reports <i>insufficient data</i> where the evaluation "
+        "did not judge such a group."
+        if minimum is not None
+        else f"Minimum group size: {NOT_RECORDED}."
+    )
+    rows = [
+        ("Calibration", ctx.p(calibration, ctx.styles.cell)),
+        ("Calibration groups", ctx.p(grouping, ctx.styles.cell)),
+        ("Fit / evaluation split", ctx.p(_split_text(ctx), ctx.styles.cell)),
+        ("Calibration error", ctx.p(_ece_text(ctx), ctx.styles.cell)),
+        ("Other metrics", ctx.p(metrics + ".", ctx.styles.cell)),
+        ("Confidence intervals", ctx.p(_bootstrap_text(ctx), ctx.styles.cell)),
+        ("Small groups", ctx.p(small, ctx.styles.cell)),
+        (
+            "Acceptance",
+            ctx.p(
+                "The criteria were fixed in the protocol before the run and are judged by the "
+                "evaluation stage; this report prints the recorded verdicts.",
+                ctx.styles.cell,
+            ),
+        ),
+    ]
+    return [ctx.h1("Methods"), key_values(ctx, rows, label_width=0.22)]
+
+
+def fitted_temperatures(ctx: Context) -> list[Flowable]:
+    """Temperature per calibration group with its n, source and fit-split NLL, then the global one."""
+    cal = ctx.calibration
+    per = ctx.attribute_label(cal["per"])
+    sources = {
+        "own": "own fit",
+        "global_fallback": "global fallback",
+        "global": "global fallback",
+        "shrunk": "shrunk toward global",
+        "shrinkage": "shrunk toward global",
+    }
+
+    def nll_pair(entry: Mapping[str, Any]) -> str:
+        before, after = entry.get("nll_before"), entry.get("nll_after")
+        if before is None and after is None:
+            return (
+                "not fitted (uses global T)"
+                if str(entry.get("source", "")).startswith("global")
+                else NOT_RECORDED
+            )
+        return f"{format_value(before)} → {format_value(after)}"
+
+    rows: list[list[Any]] = [
+        [
+            ctx.head(per),
+            ctx.head("n (fit split)", right=True),
+            ctx.head("T", right=True),
+            ctx.head("Source"),
+            ctx.head("NLL on fit split, before → after"),
+        ]
+    ]
+    unconverged = []
+    for name, entry in cal["groups"].items():
+        source = entry.get("source")
+        rows.append(
+            [
+                ctx.cell(name),
+                ctx.cell(format_count(entry.get("n")), style=ctx.styles.cell_num),
+                ctx.cell(format_value(entry["temperature"]), style=ctx.styles.cell_num),
+                ctx.cell(sources.get(str(source), words(source)) if source else NOT_RECORDED),
+                ctx.cell(nll_pair(entry)),
+            ]
+        )
+        if entry.get("converged") is False:
+            unconverged.append(name)
+    glob = cal["global"]
+    rows.append(
+        [
+            ctx.p("<b>Global (all fit studies)</b>", ctx.styles.cell),
+            ctx.cell(format_count(glob.get("n")), style=ctx.styles.cell_num),
+            ctx.p(f"<b>{format_value(glob['temperature'])}</b>", ctx.styles.cell_num),
+            ctx.cell("fit on all"),
+            ctx.cell(nll_pair(glob)),
+        ]
+    )
+    w = ctx.width
+    story: list[Flowable] = [
+        ctx.h1("Fitted temperatures"),
+        ctx.p(
+            f"One temperature per {para_text(per.lower())}, fitted on the fit split "
+            f"(calibration.json). The NLL columns are measured on the same fit studies and show how much the "
+            "fit improved them; the honest measure is on the evaluation split in the Results section."
+        ),
+        KeepTogether(
+            ctx.table_block(
+                f"Temperatures per {para_text(per.lower())}.",
+                table(rows, [w * 0.34, w * 0.13, w * 0.1, w * 0.18, w * 0.25]),
+            )
+        ),
+    ]
+    if glob.get("converged") is False:
+        unconverged.append("global")
+    if unconverged:
+        story.append(
+            ctx.p(
+                "<b>Solver did not reach its tolerance for:</b> "
+                + ", ".join(para_text(u) for u in unconverged)
+                + "."
+            )
+        )
+    return story

@@ -1,0 +1,310 @@
+"""Results (metric tables and figures) and acceptance criteria sections."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reportlab.lib.units import inch
+from reportlab.platypus import Flowable, Image, KeepTogether
+
+from . import figures
+from ._context import Context, verdict_text
+from ._inputs import get
+from ._styles import Palette, table
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, para_text
+
+__all__ = ["acceptance", "results"]
+
+
+def _slug(text: object, limit: int = 40) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:limit] or "group"
+
+
+def _group_cell(ctx: Context, group: Mapping[str, Any]) -> list[Any]:
+    lines = [f"<b>{para_text(group['group'])}</b>", f"n = {format_count(group['n'])} studies"]
+    if group.get("n_patients") is not None:
+        lines.append(f"{format_count(group['n_patients'])} patients")
+    if group.get("temperature") is not None:
+        lines.append(f"T = {format_value(group['temperature'])}")
+    if group.get("small"):
+        minimum = ctx.min_group_size()
+        limit = f"n &lt; {para_text(minimum)}" if minimum is not None else "small group"
+        lines.append(
+            f'<font color="{Palette.unjudged.hexval()}"><i>{limit}: interpret with caution</i></font>'
+        )
+    return [ctx.p("<br/>".join(lines), ctx.styles.cell)]
+
+
+def _metric_table(ctx: Context, groups: Sequence[Mapping[str, Any]], first_column: str) -> Any:
+    metrics = ctx.evaluation["metrics"]
+    rows: list[list[Any]] = [
+        [
+            ctx.head(first_column),
+            ctx.head("Metric"),
+            ctx.head("Before calibration", right=True),
+            ctx.head("After calibration", right=True),
+            ctx.head("After − before", right=True),
+        ]
+    ]
+    extra: list[tuple[Any, ...]] = []
+    num = ctx.styles.cell_num
+    for group in groups:
+        start = len(rows)
+        for i, metric in enumerate(metrics):
+            entry = group["metrics"][metric]
+            cells = []
+            for stage in ("before", "after"):
+                s = entry[stage]
+                cells.append(
+                    ctx.cell(format_interval(s.get("estimate"), s.get("low"), s.get("high")), style=num)
+                )
+            diff = entry.get("difference")
+            if isinstance(diff, Mapping):
+                change = format_interval(diff.get("estimate"), diff.get("low"), diff.get("high"), signed=True)
+            else:
+                change = NOT_RECORDED
+            rows.append(
+                [
+                    _group_cell(ctx, group) if i == 0 else "",
+                    ctx.cell(ctx.metric_name(metric)),
+                    *cells,
+                    ctx.cell(change, style=num),
+                ]
+            )
+        end = len(rows) - 1
+        extra += [
+            ("SPAN", (0, start), (0, end)),
+            ("NOSPLIT", (0, start), (-1, end)),
+            ("LINEBELOW", (0, end), (-1, end), 0.6, Palette.rule),
+        ]
+        if group.get("small"):
+            extra.append(("BACKGROUND", (0, start), (-1, end), Palette.small_bg))
+    w = ctx.width
+    return table(rows, [w * 0.25, w * 0.13, w * 0.2, w * 0.2, w * 0.22], extra=extra)
+
+
+def _title(ctx: Context, what: str) -> str:
+    return f"{what}: estimate [{ctx.level_text()} interval], evaluation split."
+
+
+def _figure(
+    ctx: Context, fig: Any, name: str, caption: str, *, lead: Sequence[Flowable] = ()
+) -> list[Flowable]:
+    """Save ``fig`` and place it at its printed size, kept together with ``lead`` and its caption."""
+    path = figures.save_png(fig, ctx.figures_dir / name)
+    ctx.figures.append(path)
+    width_in, height_in = fig.get_size_inches()
+    image = Image(str(path), width=width_in * inch, height=height_in * inch)
+    return [KeepTogether([*lead, image, ctx.p(caption, ctx.styles.caption)])]
+
+
+def results(ctx: Context) -> list[Flowable]:
+    """Overall and per-attribute metric tables, the forest plot and the reliability diagrams."""
+    ev = ctx.evaluation
+    higher = [ctx.metric_name(m) for m in ev["metrics"] if not ctx.lower_is_better(m)]
+    lower = [ctx.metric_name(m) for m in ev["metrics"] if ctx.lower_is_better(m)]
+    guide = (
+        f"Every cell reads <i>estimate [lower, upper]</i> of the {ctx.level_text()} bootstrap interval, "
+        "measured on the evaluation split. "
+    )
+    if lower:
+        guide += f"Lower is better for {para_text(', '.join(lower))}"
+        guide += f"; higher is better for {para_text(', '.join(higher))}. " if higher else ". "
+    guide += (
+        "The change after − before has its own paired interval: an interval that excludes 0 is a change "
+        "beyond resampling noise. Shaded groups are below the minimum size."
+    )
+    story: list[Flowable] = [ctx.h1("Results"), ctx.p(guide), ctx.h2("Overall")]
+    story += ctx.table_block(_title(ctx, "All studies"), _metric_table(ctx, [ev["overall"]], "Cohort"))
+    for attribute, groups in ev["subgroups"].items():
+        label = ctx.attribute_label(attribute)
+        story.append(ctx.h2(label))
+        if not groups:
+            story.append(ctx.p(f"No {para_text(label.lower())} groups were recorded."))
+            continue
+        story += ctx.table_block(
+            _title(ctx, f"By {para_text(label.lower())}"), _metric_table(ctx, groups, label)
+        )
+
+    width_in = min(ctx.width / inch, 6.9)
+    heading = ctx.h2("Calibration error by subgroup")
+    if "ece" in ev["metrics"]:
+        forest = figures.forest_figure(ev, metric="ece", width_in=width_in)
+        story += _figure(
+            ctx,
+            forest,
+            "forest_ece.png",
+            lead=[heading],
+            caption=f"{ctx.next_figure()}. ECE per group before (open circle) and after (filled square) "
+            f"calibration with {ctx.level_text()} intervals; vertical lines are acceptance thresholds "
+            "on ECE. * marks groups below the minimum size.",
+        )
+    else:
+        story += [heading, ctx.p("ECE is not among the protocol's metrics; no forest plot is drawn.")]
+
+    attribute = ev.get("calibration_attribute") or get(ctx.calibration, "per")
+    lead: list[Flowable] = [
+        ctx.h2("Reliability diagrams"),
+        ctx.p(
+            "Left: before calibration; right: after. Upper panels: bars show the observed accuracy in "
+            "each confidence bin, points the bin's mean confidence (x) and accuracy (y); the dashed diagonal "
+            "is perfect calibration, so a point below it marks over-confidence. Lower panels: studies per "
+            "bin, on the same scale before and after. Empty bins are left as gaps."
+        ),
+    ]
+    targets: list[tuple[str, Mapping[str, Any], str]] = [("All studies", ev["overall"], "overall")]
+    groups = ev["subgroups"].get(attribute, []) if attribute else []
+    label = ctx.attribute_label(attribute) if attribute else "Group"
+    for i, group in enumerate(groups):
+        targets.append((f"{label}: {group['group']}", group, f"subgroups.{attribute}[{i}]"))
+    for i, (title, group, path) in enumerate(targets):
+        facts = f"n = {format_count(group['n'])} studies"
+        if group.get("temperature") is not None:
+            facts += f", T = {format_value(group['temperature'])}"
+        if group.get("small"):
+            facts += ", below the minimum size: interpret with caution"
+        if not isinstance(group.get("reliability"), Mapping):
+            story += [*lead, ctx.p(f"Reliability data for {para_text(title)}: {NOT_RECORDED}.")]
+            lead = []
+            continue
+        fig = figures.reliability_figure(group, title=f"{title}  ({facts})", path=path, width_in=width_in)
+        name = (
+            "reliability_overall.png"
+            if i == 0
+            else f"reliability_{_slug(attribute)}_{i:02d}_{_slug(group['group'])}.png"
+        )
+        story += _figure(
+            ctx,
+            fig,
+            name,
+            f"{ctx.next_figure()}. Reliability diagram, {para_text(title)} ({para_text(facts)}).",
+            lead=lead,
+        )
+        lead = []
+    return [*story, *lead]
+
+
+_OPERATORS = {"<": "&lt;", "<=": "≤", ">": "&gt;", ">=": "≥", "==": "=", "!=": "≠"}
+
+
+def _rule_text(ctx: Context, criterion: Mapping[str, Any]) -> tuple[str, str]:
+    """Describe in words what a criterion measures and its rule: ``(measured, rule)``."""
+    metric = ctx.metric_name(criterion.get("metric") or NOT_RECORDED)
+    statistic = criterion.get("statistic")
+    stat = {
+        "high": f"upper {ctx.level_text()} bound",
+        "low": f"lower {ctx.level_text()} bound",
+        "estimate": "estimate",
+    }.get(str(statistic), para_text(statistic))
+    stage = criterion.get("stage")
+    if stage == "difference":
+        measured = f"{stat} of the change in {para_text(metric)} (after − before)"
+    elif stage in ("before", "after"):
+        measured = f"{stat} of {para_text(metric)} {stage} calibration"
+    else:
+        measured = f"{stat} of {para_text(metric)}"
+    op = criterion.get("operator")
+    threshold = criterion.get("threshold")
+    rule = (
+        f"{_OPERATORS.get(str(op), para_text(op))} {format_value(threshold)}"
+        if op is not None and threshold is not None
+        else NOT_RECORDED
+    )
+    return measured, rule
+
+
+def acceptance(ctx: Context) -> list[Flowable]:
+    """Each criterion with its per-group values and verdicts, then the overall verdict."""
+    ev = ctx.evaluation
+    criteria = ev["acceptance"]
+    story: list[Flowable] = []
+    lead: list[Flowable] = [ctx.h1("Acceptance criteria")]
+    if not criteria:
+        lead.append(ctx.p("The protocol defines no acceptance criteria."))
+    else:
+        lead.append(
+            ctx.p(
+                "The criteria below were set in the protocol. Each is judged in every group of its "
+                "scope; the verdicts are those the evaluation recorded."
+            )
+        )
+    for criterion in criteria:
+        measured, rule = _rule_text(ctx, criterion)
+        scope = criterion.get("scope")
+        scope_text = (
+            "all studies"
+            if scope in (None, "overall")
+            else f"every {para_text(ctx.attribute_label(scope).lower())} group"
+        )
+        word, ink, _ = verdict_text(criterion["verdict"])
+        header = ctx.p(
+            f"<b>{para_text(criterion['id'])}</b>&nbsp;&nbsp;"
+            f'<font color="{ink.hexval()}"><b>{para_text(word.upper())}</b></font>',
+            ctx.styles.h3,
+        )
+        text = ctx.p(
+            f"{para_text(criterion.get('description') or NOT_RECORDED)}<br/>"
+            f'<font color="{Palette.muted.hexval()}">Measured: {measured}; rule: {rule}; '
+            f"scope: {scope_text}.</font>",
+            ctx.styles.small,
+        )
+        rows: list[list[Any]] = [
+            [
+                ctx.head("Group"),
+                ctx.head("n", right=True),
+                ctx.head("Measured value", right=True),
+                ctx.head("Rule", right=True),
+                ctx.head("Verdict"),
+            ]
+        ]
+        extra: list[tuple[Any, ...]] = []
+        for j, result in enumerate(criterion["results"], start=1):
+            value = result.get("value")
+            shown = "not judged" if value is None else format_value(value)
+            rows.append(
+                [
+                    ctx.cell(result["group"]),
+                    ctx.cell(format_count(result.get("n")), style=ctx.styles.cell_num),
+                    ctx.cell(shown, style=ctx.styles.cell_num),
+                    ctx.p(rule, ctx.styles.cell_num),
+                    ctx.verdict_cell(result["verdict"]),
+                ]
+            )
+            extra.append(("BACKGROUND", (4, j), (4, j), verdict_text(result["verdict"])[2]))
+        w = ctx.width
+        results_table = table(rows, [w * 0.42, w * 0.1, w * 0.16, w * 0.12, w * 0.2], extra=extra)
+        story.append(
+            KeepTogether(
+                [
+                    *lead,
+                    header,
+                    text,
+                    *ctx.table_block(f"Criterion {para_text(criterion['id'])}.", results_table),
+                ]
+            )
+        )
+        lead = []
+    word, ink, background = verdict_text(ev["verdict"])
+    box = table(
+        [
+            [
+                ctx.p(
+                    f'<font size="12"><b>Overall verdict: <font color="{ink.hexval()}">'
+                    f"{para_text(word.upper())}</font></b></font>",
+                    ctx.styles.body,
+                )
+            ]
+        ],
+        [ctx.width],
+        header=False,
+        extra=[
+            ("BACKGROUND", (0, 0), (-1, -1), background),
+            ("BOX", (0, 0), (-1, -1), 1, ink),
+            ("TOPPADDING", (0, 0), (-1, -1), 6),
+            ("BOTTOMPADDING", (0, 0), (-1, -1), 6),
+            ("LEFTPADDING", (0, 0), (-1, -1), 8),
+        ],
+    )
+    return [*lead, *story, box]

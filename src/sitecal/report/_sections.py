@@ -1,0 +1,229 @@
+"""Front sections of the report: title page, intended use, cohort flow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reportlab.lib.units import mm
+from reportlab.platypus import Flowable, PageBreak, Paragraph, Spacer, Table, TableStyle
+
+from ._context import Context, verdict_text
+from ._inputs import get
+from ._styles import Palette, table
+from ._text import (
+    NOT_RECORDED,
+    format_count,
+    format_utc,
+    para_text,
+    short_sha,
+    words,
+)
+
+__all__ = ["cohort_flow", "intended_use", "key_values", "title_page"]
+
+
+def key_values(ctx: Context, rows: list[tuple[str, Any]], *, label_width: float = 0.3) -> Table:
+    cells = [
+        [ctx.head(label), value if isinstance(value, Flowable) else ctx.cell(value)] for label, value in rows
+    ]
+    widths = [ctx.width * label_width, ctx.width * (1 - label_width)]
+    return table(cells, widths, header=False)
+
+
+def _verdict_box(ctx: Context) -> Table:
+    verdict = ctx.evaluation["verdict"]
+    word, ink, background = verdict_text(verdict)
+    criteria = ctx.evaluation["acceptance"]
+    tally: dict[str, int] = {}
+    for criterion in criteria:
+        key = verdict_text(criterion["verdict"])[0].lower()
+        tally[key] = tally.get(key, 0) + 1
+    if criteria:
+        summary = (
+            f"{len(criteria)} acceptance criteria: " + ", ".join(f"{n} {k}" for k, n in tally.items()) + "."
+        )
+    else:
+        summary = "The protocol defines no acceptance criteria."
+    fonts = ctx.styles.fonts
+    big = Paragraph(
+        f'<font name="{fonts.regular}" size="10" color="{Palette.muted.hexval()}">Overall verdict</font><br/>'
+        f'<font name="{fonts.bold}" size="24" color="{ink.hexval()}">{para_text(word.upper())}</font>',
+        ctx.styles.body.clone("verdict", leading=28, spaceAfter=0),
+    )
+    small = ctx.p(
+        para_text(summary) + " The Acceptance criteria section gives each criterion group by group.",
+        ctx.styles.small,
+    )
+    box = Table([[big], [small]], colWidths=[ctx.width])
+    box.setStyle(
+        TableStyle(
+            [
+                ("BACKGROUND", (0, 0), (-1, -1), background),
+                ("BOX", (0, 0), (-1, -1), 1.2, ink),
+                ("LEFTPADDING", (0, 0), (-1, -1), 10),
+                ("TOPPADDING", (0, 0), (-1, 0), 8),
+                ("BOTTOMPADDING", (0, -1), (-1, -1), 8),
+            ]
+        )
+    )
+    return box
+
+
+def title_page(ctx: Context) -> list[Flowable]:
+    """Title, key identifiers, the overall verdict, criteria at a glance and points to note."""
+    protocol, provenance, ev = ctx.protocol, ctx.provenance, ctx.evaluation
+    title = protocol.get("title") or f"Calibration validation: protocol {protocol['name']}"
+    heading = ctx.p("Validation report", ctx.styles.kicker)
+    heading.outline = (0, "Validation report")
+    model = get(provenance, "model", "name")
+    flow = get(ev, "cohort_flow") or {}
+    split = get(ev, "split") or {}
+    analysed = format_count(flow.get("analysed"))
+    n_evaluation = split.get("n_evaluation", flow.get("evaluation"))
+    evaluated = NOT_RECORDED if n_evaluation is None else f"{format_count(n_evaluation)} studies"
+    if n_evaluation is not None and split.get("patients_evaluation") is not None:
+        evaluated += f", {format_count(split['patients_evaluation'])} patients"
+    story: list[Flowable] = [
+        Spacer(1, 18 * mm),
+        heading,
+        ctx.p(para_text(title), ctx.styles.title),
+        ctx.p(
+            "<i>Draft for review by the governance committee. This report is not valid until it is signed "
+            "in the sign-off section.</i>",
+            ctx.styles.note,
+        ),
+        Spacer(1, 6 * mm),
+        _verdict_box(ctx),
+        Spacer(1, 6 * mm),
+        key_values(
+            ctx,
+            [
+                ("Protocol", protocol["name"]),
+                ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
+                ("Model", model),
+                ("Model sha256", short_sha(get(provenance, "sha256", "model"))),
+                ("Run date (UTC)", format_utc(provenance.get("created_utc"))),
+                ("Run folder", provenance.get("run_folder")),
+                ("Studies analysed", analysed),
+                ("Evaluation split", evaluated),
+                ("Produced by", f"sitecal {provenance.get('sitecal_version') or '(version not recorded)'}"),
+            ],
+        ),
+    ]
+    criteria = ev["acceptance"]
+    if criteria:
+        rows: list[list[Any]] = [[ctx.head("Acceptance criterion"), ctx.head("Verdict")]]
+        for criterion in criteria:
+            rows.append(
+                [
+                    ctx.cell(criterion.get("description") or criterion["id"]),
+                    ctx.verdict_cell(criterion["verdict"]),
+                ]
+            )
+        story += [
+            Spacer(1, 5 * mm),
+            ctx.p("<b>Acceptance criteria at a glance</b>", ctx.styles.small),
+            table(rows, [ctx.width * 0.8, ctx.width * 0.2]),
+        ]
+    warnings = ev.get("warnings") or []
+    if warnings:
+        story += [Spacer(1, 4 * mm), ctx.p("<b>Points to note</b>", ctx.styles.small)]
+        story += [Paragraph(para_text(w), ctx.styles.bullet, bulletText="•") for w in warnings]
+    story.append(PageBreak())
+    return story
+
+
+def intended_use(ctx: Context) -> list[Flowable]:
+    """Intended use (protocol text) and the question this validation answers."""
+    protocol, ev = ctx.protocol, ctx.evaluation
+    story: list[Flowable] = [ctx.h1("Intended use")]
+    text = protocol.get("intended_use")
+    if text:
+        story += [ctx.p(para_text(part.strip())) for part in str(text).split("\n\n") if part.strip()]
+    else:
+        story.append(ctx.p(f"Intended use: {NOT_RECORDED} in the protocol."))
+    classes = ev.get("class_names")
+    if classes:
+        story.append(ctx.p("<b>Output classes:</b> " + ", ".join(para_text(c) for c in classes) + "."))
+    story.append(ctx.h2("Question answered"))
+    question = protocol.get("question")
+    if question:
+        story.append(ctx.p(para_text(question)))
+    else:
+        per = ctx.attribute_label(get(ctx.calibration, "per") or ev.get("calibration_attribute") or "group")
+        attributes = [ctx.attribute_label(a).lower() for a in ev["subgroups"]]
+        among = ", ".join(attributes) if attributes else "subgroup"
+        story.append(
+            ctx.p(
+                "On the patients, scanners and sites of this cohort, are the model's predicted probabilities "
+                "honest (does a predicted 80% come true about 80% of the time), overall and in every "
+                f"{para_text(among)} group, before and after a temperature fitted per "
+                f"{para_text(per.lower())}; for whom are they not; and does the calibrated model meet the "
+                "acceptance criteria the protocol set in advance?"
+            )
+        )
+    return story
+
+
+_FLOW_STEPS = (
+    ("files_found", "Files found"),
+    ("dicom_instances", "DICOM instances read"),
+    ("studies", "Studies"),
+    ("labelled", "Studies with a label"),
+    ("analysed", "Studies analysed"),
+)
+
+
+def cohort_flow(ctx: Context) -> list[Flowable]:
+    """From files found to studies analysed, with every exclusion reason and its count."""
+    flow = get(ctx.evaluation, "cohort_flow")
+    split = get(ctx.evaluation, "split") or {}
+    story: list[Flowable] = [ctx.h1("Cohort flow")]
+    if not isinstance(flow, Mapping):
+        return [*story, ctx.p(f"Cohort flow: {NOT_RECORDED}.")]
+    story.append(
+        ctx.p(
+            "Counts at each step from the files in the input folder to the studies analysed. "
+            "Every file or study left out is counted below with its reason."
+        )
+    )
+    rows: list[list[Any]] = [[ctx.head("Step"), ctx.head("Count", right=True)]]
+    for key, label in _FLOW_STEPS:
+        rows.append([ctx.cell(label), ctx.cell(format_count(flow.get(key)), style=ctx.styles.cell_num)])
+    for key, label, patients in (
+        ("fit", "fit split", "patients_fit"),
+        ("evaluation", "evaluation split", "patients_evaluation"),
+    ):
+        count = format_count(flow.get(key, split.get(f"n_{key}")))
+        if split.get(patients) is not None:
+            count += f" ({format_count(split[patients])} patients)"
+        rows.append(
+            [
+                ctx.cell(f"of which {label}", style=ctx.styles.indent_cell),
+                ctx.cell(count, style=ctx.styles.cell_num),
+            ]
+        )
+    story += ctx.table_block("Cohort flow.", table(rows, [ctx.width * 0.7, ctx.width * 0.3]))
+    exclusions = flow.get("exclusions")
+    if exclusions is None:
+        story.append(ctx.p(f"Exclusions: {NOT_RECORDED}."))
+        return story
+    if not exclusions:
+        story.append(ctx.p("No file, study or label was excluded."))
+        return story
+    rows = [[ctx.head("Stage"), ctx.head("Reason"), ctx.head("Count", right=True)]]
+    for item in exclusions:
+        rows.append(
+            [
+                ctx.cell(words(get(item, "stage") or NOT_RECORDED)),
+                ctx.cell(get(item, "reason")),
+                ctx.cell(format_count(get(item, "count")), style=ctx.styles.cell_num),
+            ]
+        )
+    story += ctx.table_block(
+        "Exclusions by stage and reason. A label that matches no study removes no study; "
+        "it is listed so that every input is accounted for.",
+        table(rows, [ctx.width * 0.2, ctx.width * 0.5, ctx.width * 0.3]),
+    )
+    return story

@@ -1,0 +1,89 @@
+"""The layering of ../shared/STYLE.md, checked by parsing every module's imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "sitecal"
+
+LAYER = {
+    "errors": 1, "_validation": 1, "_types": 1, "results": 1, "provenance": 1, "_pseudonym": 1, "_io": 1,
+    "__init__": 1,
+    "metrics": 2, "stats": 2, "calibration": 2,
+    "protocol": 3, "cohort": 3, "inference": 3, "demo": 3,
+    "evaluation": 4, "report": 4,
+    "run": 5, "cli": 6,
+}
+NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
+# Which sitecal parts each part may import, beyond the base layer (layer 1).
+ALLOWED = {
+    "metrics": set(),
+    "stats": {"metrics"},
+    "calibration": {"metrics"},
+    "protocol": set(),
+    "cohort": {"protocol"},
+    "inference": {"protocol"},
+    "demo": {"inference"},
+    "evaluation": {"protocol", "metrics", "stats", "calibration"},
+    "report": set(),
+    "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
+    "cli": {"run", "protocol", "inference", "demo"},
+}
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    package = ["sitecal", *path.relative_to(SRC).parent.parts]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names.add(module)
+            if module == "sitecal":
+                names.update(f"sitecal.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULES = sorted(SRC.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_point_down(path: Path) -> None:
+    part = _part(path)
+    assert part in LAYER, f"{path}: assign '{part}' a layer in tests/test_architecture.py"
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if part in ("metrics", "stats", "calibration"):
+            assert top not in NUMERIC_FORBIDDEN, f"{path} imports {name}: the numeric core stays array-only"
+        if top != "sitecal" or name == "sitecal":
+            continue
+        target = name.split(".")[1]
+        if target == "__version__":
+            continue
+        assert target in LAYER, f"{path} imports unknown sitecal part {name}"
+        if target == part or LAYER[target] == 1:
+            continue
+        assert target in ALLOWED.get(part, set()), f"{path} ({part}) must not import {name}"
+
+
+def test_nothing_imports_run_or_cli() -> None:
+    for path in MODULES:
+        if _part(path) in ("run", "cli"):
+            continue
+        for name in _imports(path):
+            assert not name.startswith(("sitecal.run", "sitecal.cli")), f"{path} imports {name}"

@@ -1,0 +1,128 @@
+"""Generate a small demo cohort, run the CLI on it, and read the report, the JSON and the tables back."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pydicom
+import pytest
+import yaml
+from pypdf import PdfReader
+
+from sitecal.cli import main
+from sitecal.demo import generate_demo
+from tests.conftest import DEMO_PROTOCOL
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("e2e")
+    manifest = generate_demo(root / "data", n_studies=400, seed=3)
+    protocol = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    protocol["data"]["dicom_dir"] = str(manifest.dicom_dir)
+    protocol["data"]["labels"] = str(manifest.labels_csv)
+    protocol["report"]["output_dir"] = str(root / "reports")
+    protocol["evaluation"]["bootstrap"]["n_resamples"] = 200
+    protocol["calibration"]["min_group_size"] = 30
+    protocol["inputs"]["num_workers"] = 0
+    path = root / "protocol.yaml"
+    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+    code = main(["run", str(path), "--no-progress", "--workers", "2"])
+    (folder,) = (root / "reports").glob("demo-*")
+    return {"code": code, "folder": folder, "manifest": manifest, "protocol": path}
+
+
+def _pdf_text(path: Path) -> str:
+    return "\n".join(page.extract_text() or "" for page in PdfReader(path).pages)
+
+
+def test_run_writes_every_artifact(demo_run: dict) -> None:
+    assert demo_run["code"] in (0, 1)
+    folder = demo_run["folder"]
+    for name in ("report.pdf", "evaluation.json", "calibration.json", "cohort.csv", "exclusions.csv",
+                 "provenance.json", "predictions.csv", "protocol.yaml", "run.log"):
+        assert (folder / name).is_file(), name
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    assert evaluation["verdict"] == ("pass" if demo_run["code"] == 0 else evaluation["verdict"])
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert set(provenance["sha256"]) >= {"model", "protocol", "labels", "instances"}
+    assert provenance["seeds"] == {"split": 20261202, "bootstrap": 7}
+
+
+def test_flow_counts_every_planted_problem(demo_run: dict) -> None:
+    manifest = demo_run["manifest"]
+    evaluation = json.loads((demo_run["folder"] / "evaluation.json").read_text())
+    flow = evaluation["cohort_flow"]
+    assert flow["files_found"] == manifest.n_files
+    reasons = {(e["stage"], e["reason"]): e["count"] for e in flow["exclusions"]}
+    assert reasons[("scan", "not a DICOM file")] == len(manifest.non_dicom_files)
+    assert reasons[("scan", "truncated file")] == len(manifest.truncated_files)
+    assert reasons[("labels", "study has no label")] == len(manifest.unlabelled_studies)
+    assert reasons[("labels", "label matches no study")] == len(manifest.orphan_labels)
+    assert flow["analysed"] == manifest.n_studies - len(manifest.unlabelled_studies)
+    assert flow["fit"] + flow["evaluation"] == flow["analysed"]
+
+
+def test_report_text_shows_every_scanner_with_numbers(demo_run: dict) -> None:
+    from sitecal.report import format_interval
+
+    folder = demo_run["folder"]
+    text = _pdf_text(folder / "report.pdf")
+    flat = re.sub(r"\s+", " ", text)
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    scanners = evaluation["subgroups"]["scanner"]
+    assert {g["group"] for g in scanners} == set(demo_run["manifest"].scanners)
+    for group in scanners:
+        assert group["group"] in flat
+        ece = group["metrics"]["ece"]
+        for stage in ("before", "after"):
+            assert format_interval(ece[stage]) in flat, (group["group"], stage, format_interval(ece[stage]))
+
+
+def test_per_scanner_calibration_lowers_ece_off_the_reference_scanner(demo_run: dict) -> None:
+    evaluation = json.loads((demo_run["folder"] / "evaluation.json").read_text())
+    reference = demo_run["manifest"].reference_scanner
+    others = [g for g in evaluation["subgroups"]["scanner"] if g["group"] != reference and not g["small"]]
+    assert others
+    for g in others:
+        ece = g["metrics"]["ece"]
+        assert ece["after"]["estimate"] < ece["before"]["estimate"], g["group"]
+
+
+def test_no_identifier_in_clear_in_the_run_folder(demo_run: dict) -> None:
+    manifest = demo_run["manifest"]
+    needles: set[str] = set()
+    for study in manifest.studies:
+        ds = pydicom.dcmread(manifest.dicom_dir / study.relative_path, stop_before_pixels=True)
+        needles.update({str(ds.PatientID), str(ds.PatientName), str(ds.StudyInstanceUID), str(ds.SOPInstanceUID),
+                        str(ds.SeriesInstanceUID), str(ds.AccessionNumber)})
+        needles.update(str(ds.PatientName).split("^"))
+        if ds.get("PatientBirthDate"):
+            needles.add(str(ds.PatientBirthDate))
+    needles.update(manifest.orphan_labels)
+    needles = {n for n in needles if len(n) >= 6}
+    folder = demo_run["folder"]
+    texts = {p.name: p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix != ".pdf"
+             and p.suffix != ".png"}
+    texts["report.pdf (text)"] = _pdf_text(folder / "report.pdf")
+    texts["report.pdf (bytes)"] = (folder / "report.pdf").read_bytes().decode("latin-1")
+    for name, text in texts.items():
+        found = [n for n in needles if n in text]
+        assert not found, f"{name} contains identifiers {found[:3]}"
+
+
+def test_misspelt_key_exits_2_naming_file_line_field(tmp_path: Path) -> None:
+    text = DEMO_PROTOCOL.read_text().replace("  min_group_size: 50", "  min_grup_size: 50")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "min_grup_size" in t)
+    result = subprocess.run([sys.executable, "-m", "sitecal.cli", "check", str(path)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert f"{path}:{line}: calibration.min_grup_size: unknown field. Did you mean 'min_group_size'?" in result.stderr
+    assert "Traceback" not in result.stderr
