@@ -58,7 +58,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sitecal`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="sitecal: %(levelname)s: %(message)s")
+    _configure_console_logging()
     try:
         if args.command == "check":
             return _check(args.protocol)
@@ -71,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sitecal: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _configure_console_logging() -> None:
+    """Warnings and errors on stderr; the run log (INFO) is written by the run itself."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("sitecal: %(levelname)s: %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    # MONAI announces on every worker that an optional GPU decoder is absent; sitecal does not use it.
+    logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").setLevel(logging.ERROR)
 
 
 def _check(path: Path) -> int:

@@ -121,8 +121,6 @@ def run_protocol(
             "schema_version": 1,
             "method": protocol.calibration.method,
             "per": protocol.calibration.per,
-            "min_group_size": protocol.calibration.min_group_size,
-            "fallback": protocol.calibration.fallback,
             "class_names": list(protocol.model.class_names),
             "model_sha256": model.sha256,
             **outcome.temperatures.to_dict(),

@@ -233,7 +233,7 @@ def test_missing_optional_fields_print_not_recorded(
     parts["calibration"] = {
         "method": "temperature",
         "per": "scanner",
-        "global": {"temperature": 1.5},
+        "global_fit": {"temperature": 1.5},
         "groups": {"X": {"temperature": 1.2}},
     }
     parts["provenance"] = {}
@@ -266,8 +266,8 @@ def test_missing_optional_fields_print_not_recorded(
             r"'acceptance\[1\]\.results\[0\]\.verdict' is missing",
         ),
         (
-            lambda p: p["calibration"]["global"].pop("temperature"),
-            r"calibration\.json: the required field 'global\.temperature' is missing",
+            lambda p: p["calibration"]["global_fit"].pop("temperature"),
+            r"calibration\.json: the required field 'global_fit\.temperature' is missing",
         ),
         (lambda p: p["protocol"].pop("name"), r"protocol: the required field 'name' is missing"),
         (

@@ -181,7 +181,8 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
     }
 
     def nll_pair(entry: Mapping[str, Any]) -> str:
-        before, after = entry.get("nll_before"), entry.get("nll_after")
+        fit = entry.get("fit") or entry  # a group's own fit, or the global fit itself
+        before, after = fit.get("nll_before"), fit.get("nll_after")
         if before is None and after is None:
             return (
                 "not fitted (uses global T)"
@@ -211,9 +212,9 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
                 ctx.cell(nll_pair(entry)),
             ]
         )
-        if entry.get("converged") is False:
+        if (entry.get("fit") or {}).get("converged") is False:
             unconverged.append(name)
-    glob = cal["global"]
+    glob = cal["global_fit"]
     rows.append(
         [
             ctx.p("<b>Global (all fit studies)</b>", ctx.styles.cell),
