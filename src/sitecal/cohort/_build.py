@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort._records import Cohort, Exclusion, Study
@@ -46,7 +47,12 @@ def build_cohort(
         Labelled studies, and exclusions for extra instances, studies without label and labels without
         study. Patients without PatientID count as one patient per study.
     """
-    exclusions = list(scan.exclusions)
+    exclusions = [
+        replace(e, key=pseudonymize("study", e.study_uid)) if e.study_uid and e.key is None else e
+        for e in scan.exclusions
+    ]
+    # a label of a study whose only file was excluded is accounted for by that file's exclusion
+    excluded_keys = {e.study_uid for e in scan.exclusions if e.study_uid} if key == "StudyInstanceUID" else set()
     studies: list[Study] = []
     matched: set[str] = set()
     grouped = group_by_study(scan.instances)
@@ -71,7 +77,7 @@ def build_cohort(
         studies.append(_study(chosen, label, study_key, subgroups, scan, pseudonymize))
     for line, reason in labels.bad_rows:
         exclusions.append(Exclusion(stage="labels", reason=f"unusable label row: {reason}", key=f"line {line}"))
-    for unmatched in sorted(set(labels.labels) - matched):
+    for unmatched in sorted(set(labels.labels) - matched - excluded_keys):
         exclusions.append(
             Exclusion(stage="labels", reason="label matches no study", key=pseudonymize("study", unmatched))
         )

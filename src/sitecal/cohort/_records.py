@@ -14,13 +14,15 @@ class Exclusion:
     """Something that did not enter the analysis, the stage that dropped it and why.
 
     ``path`` is relative to the DICOM folder (pseudonymised where it carries an identifier when written);
-    ``key`` is a pseudonymised study key where there is one.
+    ``key`` is a pseudonymised study key where there is one. ``study_uid`` (in memory only, never written)
+    lets a label whose study's file was excluded be recognised as such rather than as matching no study.
     """
 
     stage: str
     reason: str
     path: Path | None = None
     key: str | None = None
+    study_uid: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from sitecal.cohort._records import Exclusion
 from sitecal.errors import DataError
 
-__all__ = ["REQUIRED_KEYWORDS", "InstanceHeader", "ScanResult", "scan_folder"]
+__all__ = ["REQUIRED_KEYWORDS", "InstanceHeader", "ScanResult", "Unusable", "read_header", "scan_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,14 @@ BASE_KEYWORDS = (
     "PatientBirthDate",
 )
 _CHUNK = 32
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """Why a file cannot be used, and its StudyInstanceUID when the header could be read."""
+
+    reason: str
+    study_instance_uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,8 +122,10 @@ def scan_folder(
     seen: set[str] = set()
     for path, outcome in zip(paths, outcomes, strict=True):
         relative = path.relative_to(root)
-        if isinstance(outcome, str):
-            exclusions.append(Exclusion(stage="scan", reason=outcome, path=relative))
+        if isinstance(outcome, Unusable):
+            exclusions.append(
+                Exclusion(stage="scan", reason=outcome.reason, path=relative, study_uid=outcome.study_instance_uid)
+            )
         elif outcome["SOPInstanceUID"] in seen:
             exclusions.append(
                 Exclusion(stage="scan", reason="duplicate SOPInstanceUID (kept the first file)", path=relative)
@@ -135,8 +145,8 @@ def _walk(root: Path) -> Iterable[Path]:
                 yield Path(folder) / name
 
 
-def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | str:
-    """Read one file's header; return the wanted values as text, or the reason it cannot be used.
+def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusable:
+    """Read one file's header; return the wanted values as text, or why it cannot be used.
 
     Pixel data is not read: large values are deferred, and a declared pixel-data length that runs past the
     end of the file marks the file as truncated.
@@ -144,29 +154,37 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | str:
     try:
         ds = pydicom.dcmread(path, defer_size=1024)
     except InvalidDicomError:
-        return "not a DICOM file"
+        return Unusable("not a DICOM file")
     except (EOFError, OSError) as exc:
-        return "truncated file" if isinstance(exc, EOFError) else f"unreadable file ({exc.strerror or exc})"
+        return Unusable("truncated file" if isinstance(exc, EOFError) else f"unreadable file ({exc.strerror or type(exc).__name__})")
     except Exception as exc:  # pydicom raises many types on corrupt input; each becomes a reason
-        return f"corrupt DICOM header ({type(exc).__name__})"
+        return Unusable(f"corrupt DICOM header ({type(exc).__name__})")
     if path.name.upper() == "DICOMDIR" or "DirectoryRecordSequence" in ds:
-        return "DICOMDIR media directory, not an image"
+        return Unusable("DICOMDIR media directory, not an image")
     if not any(tag in ds for tag in (0x7FE00010, 0x7FE00008, 0x7FE00009)):
-        return "no pixel data (not an image)"
+        return Unusable("no pixel data (not an image)", _text(ds, "StudyInstanceUID"))
     raw = ds._dict.get(0x7FE00010) if 0x7FE00010 in ds else None
     length = getattr(raw, "length", None)
     tell = getattr(raw, "value_tell", None)
     if length is not None and tell is not None and length != 0xFFFFFFFF and tell + length > path.stat().st_size:
-        return "truncated file"
+        return Unusable("truncated file", _text(ds, "StudyInstanceUID"))
     values: dict[str, str] = {}
     for keyword in keywords:
         try:
             value = ds.get(keyword)
         except Exception:  # a malformed value of one tag
-            return f"malformed value in tag {keyword}"
+            return Unusable(f"malformed value in tag {keyword}", _text(ds, "StudyInstanceUID"))
         if value is not None and str(value).strip():
             values[keyword] = str(value).strip()
     missing = [k for k in REQUIRED_KEYWORDS if k not in values]
     if missing:
-        return f"missing required tag {missing[0]}"
+        return Unusable(f"missing required tag {missing[0]}")
     return values
+
+
+def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
+    try:
+        value = str(ds.get(keyword, "")).strip()
+    except Exception:  # a malformed value
+        return None
+    return value or None

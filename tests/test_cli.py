@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import sitecal.run
+from sitecal.cli import main
+from tests.conftest import DEMO_PROTOCOL
+
+
+def _protocol_with_inputs(tmp_path: Path) -> Path:
+    (tmp_path / "dicom").mkdir()
+    (tmp_path / "labels.csv").write_text("StudyInstanceUID,label\n")
+    text = DEMO_PROTOCOL.read_text().replace("../demo-data/dicom", str(tmp_path / "dicom"))
+    text = text.replace("../demo-data/labels.csv", str(tmp_path / "labels.csv"))
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 1)])
+def test_run_exit_code_follows_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                       verdict: str, code: int) -> None:
+    monkeypatch.setattr(
+        sitecal.run, "run_protocol",
+        lambda loaded, **kw: SimpleNamespace(verdict=verdict, report_pdf=tmp_path / "report.pdf"),
+    )
+    assert main(["run", str(_protocol_with_inputs(tmp_path)), "--no-progress"]) == code
+    assert f"Verdict: {verdict.upper()}" in capsys.readouterr().out
+
+
+def test_check_valid_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(_protocol_with_inputs(tmp_path))]) == 0
+    assert "valid protocol 'demo'" in capsys.readouterr().out
+
+
+def test_check_reports_missing_inputs_in_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = DEMO_PROTOCOL.read_text().replace("../demo-data", str(tmp_path / "absent"))
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sitecal: error: {path}: the protocol is valid but:")
+    assert "data.dicom_dir: folder not found" in err and "data.labels: file not found" in err
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+
+
+def test_demo_refuses_to_overwrite_foreign_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "demo-data"
+    (data / "dicom").mkdir(parents=True)
+    (data / "precious.txt").write_text("not ours")
+    protocol = tmp_path / "protocols" / "demo.yaml"
+    protocol.parent.mkdir()
+    protocol.write_text(DEMO_PROTOCOL.read_text())
+    assert main(["demo", "--protocol", str(protocol), "--no-progress"]) == 2
+    assert "was not made by 'sitecal demo'; refusing to overwrite it" in capsys.readouterr().err
+    assert (data / "precious.txt").exists()
