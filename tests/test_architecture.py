@@ -26,7 +26,7 @@ ALLOWED = {
     "protocol": set(),
     "cohort": {"protocol"},
     "inference": {"protocol"},
-    "demo": {"inference"},
+    "demo": {"inference", "metrics", "calibration"},
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
     "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},

@@ -17,15 +17,55 @@ import pydicom
 from monai.data.image_reader import ImageReader
 from monai.utils import ensure_tuple
 
-__all__ = ["DicomImageReader", "presentation_values"]
+from sitecal.errors import DicomError
+
+__all__ = ["DicomImageReader", "apply_presentation", "presentation_values"]
+
+
+def apply_presentation(
+    stored: np.ndarray,
+    *,
+    photometric: str,
+    bits_stored: int,
+    slope: float,
+    intercept: float,
+    signed: bool = False,
+) -> np.ndarray:
+    """Presentation values from stored values and the header values that define them.
+
+    Parameters
+    ----------
+    stored : ndarray of int, shape (..., Rows, Columns)
+        Stored pixel values.
+    photometric : str
+        PhotometricInterpretation (0028,0004); only MONOCHROME1 changes anything.
+    bits_stored : int
+        BitsStored (0028,0101).
+    slope, intercept : float
+        RescaleSlope (0028,1053) and RescaleIntercept (0028,1052).
+    signed : bool
+        PixelRepresentation (0028,0103) is 1.
+
+    Returns
+    -------
+    ndarray of float32, same shape as ``stored``
+        ``s * slope + intercept`` with, for MONOCHROME1, ``s = (2**bits_stored - 1) - stored`` (unsigned) or
+        ``s = -1 - stored`` (signed, the bitwise complement), and ``s = stored`` otherwise; computed in
+        float64, exact for stored values below 2**24 and dyadic slopes.
+    """
+    values = np.asarray(stored).astype(np.float64)
+    if photometric == "MONOCHROME1":
+        values = (-1.0 - values) if signed else (float(2**bits_stored - 1) - values)
+    return (values * slope + intercept).astype(np.float32)
 
 
 def presentation_values(ds: pydicom.Dataset) -> np.ndarray:
-    """Pixel values of a grayscale image, with MONOCHROME1 inverted and the modality rescale applied.
+    """Pixel values of an image as the pipeline sees it before the protocol's transforms.
 
-    ``stored`` is the decoded pixel array. For MONOCHROME1 it is first replaced by
-    ``(2**BitsStored - 1) - stored`` (unsigned) or ``-1 - stored`` (signed), so higher always means
-    brighter; then ``value = stored * RescaleSlope + RescaleIntercept`` (slope 1, intercept 0 when absent).
+    The one image convention of sitecal (the bundled model was trained with it): ``stored`` is the decoded
+    Pixel Data, not transposed; for MONOCHROME1 it is first inverted (:func:`apply_presentation`), so
+    higher always means brighter; then ``value = stored * RescaleSlope + RescaleIntercept`` (slope 1 and
+    intercept 0 when absent). Colour images (SamplesPerPixel > 1) are returned as decoded, as float32.
 
     Parameters
     ----------
@@ -35,16 +75,50 @@ def presentation_values(ds: pydicom.Dataset) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        float32, shape ``(Rows, Columns)`` (or ``(frames, Rows, Columns)``, or ``(..., 3)`` for colour).
+        float32, shape ``(Rows, Columns)``, ``(frames, Rows, Columns)`` or ``(..., 3)`` for colour.
+
+    Raises
+    ------
+    DicomError
+        If Pixel Data is missing or cannot be decoded (truncated, unsupported transfer syntax).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pydicom.dataset import Dataset
+    >>> ds = Dataset()
+    >>> ds.Rows, ds.Columns, ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, 2, 1, "MONOCHROME1"
+    >>> ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    >>> ds.set_pixel_data(np.array([[0, 4095]], dtype=np.uint16), "MONOCHROME1", 12)
+    >>> presentation_values(ds).tolist()
+    [[4095.0, 0.0]]
     """
-    stored = ds.pixel_array.astype(np.float64)
-    if str(ds.get("PhotometricInterpretation", "")).strip() == "MONOCHROME1":
-        bits = int(ds.get("BitsStored", ds.get("BitsAllocated", 16)))
-        signed = int(ds.get("PixelRepresentation", 0)) == 1
-        stored = (-1.0 - stored) if signed else (float(2**bits - 1) - stored)
-    slope = float(ds.get("RescaleSlope", 1.0) or 1.0)
-    intercept = float(ds.get("RescaleIntercept", 0.0) or 0.0)
-    return (stored * slope + intercept).astype(np.float32)
+    if "PixelData" not in ds and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
+        raise DicomError(
+            "The dataset has no Pixel Data (7FE0,0010). Read the file without stop_before_pixels."
+        )
+    try:
+        stored = ds.pixel_array
+    except Exception as exc:  # pydicom raises several types for truncated or undecodable pixel data
+        raise DicomError(f"Pixel Data (7FE0,0010) cannot be decoded ({type(exc).__name__}).") from exc
+    if int(ds.get("SamplesPerPixel", 1)) > 1:
+        return np.asarray(stored, dtype=np.float32)
+    photometric = str(ds.get("PhotometricInterpretation", "")).strip()
+    if photometric not in ("MONOCHROME1", "MONOCHROME2"):
+        raise DicomError(
+            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1 or "
+            f"MONOCHROME2. Got {photometric!r} (palette images are not supported yet)."
+        )
+    slope = ds.get("RescaleSlope", 1.0)
+    intercept = ds.get("RescaleIntercept", 0.0)
+    return apply_presentation(
+        stored,
+        photometric=photometric,
+        bits_stored=int(ds.get("BitsStored", ds.get("BitsAllocated", 16))),
+        slope=1.0 if slope in (None, "") else float(slope),
+        intercept=0.0 if intercept in (None, "") else float(intercept),
+        signed=int(ds.get("PixelRepresentation", 0)) == 1,
+    )
 
 
 class DicomImageReader(ImageReader):

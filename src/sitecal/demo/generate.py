@@ -1,0 +1,475 @@
+"""Generate the demo cohort: synthetic multi-site chest DICOM studies, labels, and planted bad inputs.
+
+The cohort shows the phenomenon sitecal exists for: the bundled model was trained on one scanner
+(``scanner-1``, "Ysio Demo" at Northgate General Hospital) and is over-confident on the others, where
+per-scanner temperature scaling lowers held-out ECE.
+
+Layout written under ``out_dir``::
+
+    dicom/site-1/s000001/IM00001.dcm     one instance per study; folder and file names are counters
+    dicom/site-2/...
+    labels.csv                            StudyInstanceUID,label
+    manifest.json                         the DemoManifest summary (counts, scanners, planted problems)
+
+Everything is drawn from ``numpy.random.default_rng`` streams seeded by ``seed`` (UIDs are hashes of the
+seed and a counter), so the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pydicom
+from numpy.typing import NDArray
+from pydicom.uid import PYDICOM_ROOT_UID, generate_uid
+from tqdm.auto import tqdm
+
+from ..errors import DataError, OutputError
+from ._dicom import StudyHeader, build_dataset, presentation_values, window_of
+from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, ScannerProfile, scanner_by_key
+from ._synthesis import acquire, render_scenes, sample_anatomy, sample_labels
+
+__all__ = ["DEMO_UID_ROOT", "DemoManifest", "DemoStudy", "generate_demo", "presentation_values"]
+
+logger = logging.getLogger(__name__)
+
+#: Root of every demo UID: pydicom's, followed by a hash of ("sitecal-demo", seed, kind, counter).
+DEMO_UID_ROOT = PYDICOM_ROOT_UID
+
+_CHUNK = 64  # studies synthesised per vectorised batch; fixed so that pixels do not depend on it
+_STUDIES_PER_PATIENT = ((1, 0.75), (2, 0.17), (3, 0.08))
+_FIRST_DATE = dt.date(2023, 1, 2)
+_DATE_SPAN_DAYS = 540
+
+
+@dataclass(frozen=True)
+class DemoStudy:
+    """One generated study (ground truth for tests; the pipeline must find all this from the files).
+
+    Attributes
+    ----------
+    relative_path : str
+        Path of its file relative to ``dicom_dir``, POSIX separators.
+    study_uid, patient_id : str
+        StudyInstanceUID and PatientID written in the file.
+    site, scanner : str
+        InstitutionName and ManufacturerModelName written in the file.
+    scanner_key : str
+        Profile key (``"scanner-1"`` ...).
+    label : str
+        Class name.
+    sex : str
+        ``"M"`` or ``"F"``.
+    age : int
+        Age in years at the study.
+    labelled : bool
+        Whether ``labels.csv`` has a row for it.
+    intact : bool
+        False for the one study whose file is planted truncated.
+    """
+
+    relative_path: str
+    study_uid: str
+    patient_id: str
+    site: str
+    scanner: str
+    scanner_key: str
+    label: str
+    sex: str
+    age: int
+    labelled: bool
+    intact: bool
+
+
+@dataclass(frozen=True)
+class DemoManifest:
+    """What :func:`generate_demo` wrote, including the bad inputs it planted on purpose.
+
+    Attributes
+    ----------
+    dicom_dir : pathlib.Path
+        Folder of the DICOM tree (``out_dir/dicom``).
+    labels_csv : pathlib.Path
+        The ground truth, columns ``StudyInstanceUID,label``.
+    n_studies : int
+        Studies with an intact file (the ``n_studies`` asked for); the truncated file's study is extra.
+    n_patients : int
+        Distinct patients among all written studies.
+    n_files : int
+        Every file under ``dicom_dir``: intact DICOM files, the truncated one and the non-DICOM ones.
+    n_labels : int
+        Rows of ``labels.csv``.
+    class_names : tuple of str
+        ``("normal", "nodule", "effusion")``, in logit order.
+    scanners : tuple of str
+        ManufacturerModelName of each scanner, in profile order.
+    sites : tuple of str
+        InstitutionName of each site.
+    reference_scanner : str
+        ManufacturerModelName of the scanner the bundled model was trained on.
+    truncated_files : tuple of str
+        Valid DICOM files cut in half (relative to ``dicom_dir``); the header is intact, Pixel Data is not.
+    non_dicom_files : tuple of str
+        Files that are not DICOM at all: a text file named ``.dcm`` and a binary file without extension.
+    unlabelled_studies : tuple of str
+        StudyInstanceUIDs of intact studies that have no row in ``labels.csv``.
+    orphan_labels : tuple of str
+        StudyInstanceUIDs in ``labels.csv`` that match no file.
+    studies : tuple of DemoStudy
+        Every written DICOM study, the truncated one included (``intact=False``).
+    seed : int
+        The seed everything was drawn from.
+    """
+
+    dicom_dir: Path
+    labels_csv: Path
+    n_studies: int
+    n_patients: int
+    n_files: int
+    n_labels: int
+    class_names: tuple[str, ...]
+    scanners: tuple[str, ...]
+    sites: tuple[str, ...]
+    reference_scanner: str
+    truncated_files: tuple[str, ...]
+    non_dicom_files: tuple[str, ...]
+    unlabelled_studies: tuple[str, ...]
+    orphan_labels: tuple[str, ...]
+    studies: tuple[DemoStudy, ...]
+    seed: int
+
+    def summary(self) -> dict[str, object]:
+        """JSON-ready summary, without the per-study list (what ``manifest.json`` holds)."""
+        data = asdict(self)
+        data.pop("studies")
+        data["dicom_dir"] = self.dicom_dir.name
+        data["labels_csv"] = self.labels_csv.name
+        return data
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The cohort before any pixel is made: one entry per study (arrays) plus patient rows."""
+
+    patient: NDArray[np.intp]  # patient index per study
+    site: NDArray[np.intp]  # index into SITES
+    scanner: NDArray[np.intp]  # index into SCANNERS
+    label: NDArray[np.int64]
+    date: list[dt.date]
+    time: list[str]
+    age: NDArray[np.intp]
+    folder: list[str]  # relative folder, e.g. "site-2/s000017"
+    patient_sex: NDArray[np.str_]
+    patient_birth: list[dt.date]
+    patient_id: list[str]
+    accession: list[str]
+
+
+def _unique_ints(rng: np.random.Generator, n: int, lo: int, hi: int) -> NDArray[np.int64]:
+    """``n`` distinct integers from [lo, hi), in draw order (deterministic given ``rng``)."""
+    out: NDArray[np.int64] = np.empty(0, dtype=np.int64)
+    while out.size < n:
+        draw = np.concatenate([out, rng.integers(lo, hi, 2 * n + 16)])
+        _, first = np.unique(draw, return_index=True)
+        out = draw[np.sort(first)][:n]
+    return out
+
+
+def _age_on(birth: dt.date, day: dt.date) -> int:
+    return day.year - birth.year - ((day.month, day.day) < (birth.month, birth.day))
+
+
+def _plan(rng: np.random.Generator, n_studies: int) -> _Plan:
+    """Draw patients, their studies, scanners, dates and labels."""
+    counts_values = np.array([c for c, _ in _STUDIES_PER_PATIENT])
+    counts_p = np.array([p for _, p in _STUDIES_PER_PATIENT])
+    counts = rng.choice(counts_values, size=n_studies, p=counts_p)
+    n_patients = int(np.searchsorted(np.cumsum(counts), n_studies) + 1)
+    counts = counts[:n_patients]
+    counts[-1] -= int(counts.sum()) - n_studies  # the last patient keeps only what is left
+
+    site_of_patient = rng.choice(len(SITES), size=n_patients, p=[s.share for s in SITES])
+    sex = rng.choice(np.array(["F", "M"]), size=n_patients)
+    first_age = rng.integers(21, 86, n_patients)
+    first_day = rng.integers(0, _DATE_SPAN_DAYS, n_patients)
+    birth_u = rng.uniform(0.0, 1.0, n_patients)
+    ids = _unique_ints(rng, n_patients, 1_000_000, 10_000_000)
+
+    patient = np.repeat(np.arange(n_patients), counts)
+    site = site_of_patient[patient]
+    # Later studies of a patient come 30-400 days after the previous one, on any scanner of the site.
+    gaps = rng.integers(30, 400, n_studies)
+    first_of_patient = np.r_[True, patient[1:] != patient[:-1]]
+    offset = np.where(first_of_patient, 0, gaps)
+    for i in range(1, n_studies):  # a cumulative sum that restarts at every patient
+        if not first_of_patient[i]:
+            offset[i] += offset[i - 1]
+    scanner = np.empty(n_studies, dtype=np.intp)
+    u = rng.uniform(size=n_studies)
+    for s_index, s in enumerate(SITES):
+        members = [i for i, sc in enumerate(SCANNERS) if sc.site == s.key]
+        cum = np.cumsum([SCANNERS[i].share for i in members])
+        pick = np.minimum(np.searchsorted(cum / cum[-1], u), len(members) - 1)
+        scanner = np.where(site == s_index, np.asarray(members)[pick], scanner)
+    label = sample_labels(rng, n_studies)
+    seconds = rng.integers(7 * 3600, 20 * 3600, n_studies)
+    accession_numbers = _unique_ints(rng, n_studies, 10_000_000, 100_000_000)
+
+    dates = [
+        _FIRST_DATE + dt.timedelta(days=int(first_day[p] + o)) for p, o in zip(patient, offset, strict=True)
+    ]
+    # Birth date: (first_age + u) years before the first study, u in [0, 1); ages are then computed
+    # from it. First ages 21..85 and at most ~2.2 years of follow-up keep every age within 20..90.
+    births = [
+        _FIRST_DATE + dt.timedelta(days=int(first_day[p]) - int((first_age[p] + birth_u[p]) * 365.2425))
+        for p in range(n_patients)
+    ]
+    age = np.array([_age_on(births[p], d) for p, d in zip(patient, dates, strict=True)], dtype=np.intp)
+
+    counters = dict.fromkeys(range(len(SITES)), 0)
+    folders = []
+    for s_index in site:
+        counters[int(s_index)] += 1
+        folders.append(f"{SITES[int(s_index)].key}/s{counters[int(s_index)]:06d}")
+    times = [f"{t // 3600:02d}{t % 3600 // 60:02d}{t % 60:02d}" for t in seconds.tolist()]
+    return _Plan(
+        patient=patient,
+        site=site,
+        scanner=scanner,
+        label=label,
+        date=dates,
+        time=times,
+        age=age,
+        folder=folders,
+        patient_sex=sex,
+        patient_birth=births,
+        patient_id=[f"{SITES[int(s)].id_prefix}{i}" for s, i in zip(site_of_patient, ids, strict=True)],
+        accession=[f"{SITES[int(s)].id_prefix[0]}{a}" for s, a in zip(site, accession_numbers, strict=True)],
+    )
+
+
+def _uid(seed: int, kind: str, index: int) -> str:
+    return str(generate_uid(prefix=DEMO_UID_ROOT, entropy_srcs=["sitecal-demo", str(seed), kind, str(index)]))
+
+
+def _pixel_chunks(
+    seed: int, plan: _Plan, n: int
+) -> Iterator[tuple[int, NDArray[np.uint16], NDArray[np.float64]]]:
+    """Yield (start, stored pixels, windows (B, 2)) of studies start..start+B, in chunks of ``_CHUNK``."""
+    # Anatomy is a function of the patient alone (its own stream), so studies of a patient share it.
+    anatomy_of_patient = sample_anatomy(np.random.default_rng([seed, 0xA7]), plan.patient_sex)
+    for chunk, start in enumerate(range(0, n, _CHUNK)):
+        stop = min(start + _CHUNK, n)
+        rng = np.random.default_rng([seed, 0x5CA1, chunk])
+        idx = np.arange(start, stop)
+        scenes = render_scenes(rng, plan.label[idx], anatomy_of_patient.take(plan.patient[idx]))
+        stored = np.empty(scenes.shape, dtype=np.uint16)
+        windows = np.empty((len(idx), 2), dtype=np.float64)
+        for s_index, scanner in enumerate(SCANNERS):
+            members = np.flatnonzero(plan.scanner[idx] == s_index)
+            if members.size:
+                stored[members] = acquire(scenes[members], scanner, rng)
+                center, width = window_of(stored[members], scanner)
+                windows[members, 0], windows[members, 1] = center, width
+        yield start, stored, windows
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _encode(ds: pydicom.Dataset) -> bytes:
+    buffer = io.BytesIO()
+    pydicom.dcmwrite(buffer, ds, enforce_file_format=True)
+    return buffer.getvalue()
+
+
+def generate_demo(
+    out_dir: Path, *, n_studies: int = 2000, seed: int = 0, progress: bool = False
+) -> DemoManifest:
+    """Write the synthetic multi-site demo cohort under ``out_dir``.
+
+    Parameters
+    ----------
+    out_dir : pathlib.Path
+        Output folder; created if needed. It must not already hold a ``dicom`` folder or ``labels.csv``
+        (nothing is overwritten).
+    n_studies : int, default 2000
+        Number of intact studies (one DICOM instance each). One more study is written truncated.
+        Must be at least 10, so that every planted problem has somewhere to go.
+    seed : int, default 0
+        Seed of every random choice: same seed, byte-identical files.
+    progress : bool, default False
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    DemoManifest
+        Paths, counts, scanners, sites, and the planted bad inputs.
+
+    Raises
+    ------
+    DataError
+        If ``n_studies`` or ``seed`` is out of range.
+    OutputError
+        If ``out_dir`` already holds a demo cohort or cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> manifest = generate_demo(Path(tempfile.mkdtemp()), n_studies=20, seed=1)
+    >>> manifest.n_studies, len(manifest.truncated_files), len(manifest.non_dicom_files)
+    (20, 1, 2)
+    """
+    if isinstance(n_studies, bool) or not isinstance(n_studies, int) or n_studies < 10:
+        raise DataError(
+            f"The 'n_studies' parameter of generate_demo must be an int >= 10. Got {n_studies!r}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise DataError(f"The 'seed' parameter of generate_demo must be an int >= 0. Got {seed!r}.")
+    out_dir = Path(out_dir)
+    dicom_dir = out_dir / "dicom"
+    labels_csv = out_dir / "labels.csv"
+    for existing in (dicom_dir, labels_csv):
+        if existing.exists():
+            raise OutputError(
+                f"{existing} already exists; generate_demo does not overwrite. Choose an empty out_dir "
+                "or delete the previous demo cohort."
+            )
+    try:
+        dicom_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise OutputError(f"Cannot create {dicom_dir}: {exc}. Choose a writable out_dir.") from exc
+
+    rng = np.random.default_rng([seed, 0x91A4])
+    n_total = n_studies + 1  # the last study is the one written truncated
+    plan = _plan(rng, n_total)
+    unlabelled = int(rng.integers(0, n_studies))
+    truncated = n_total - 1
+    junk_folders = rng.choice(n_studies, size=2, replace=False)
+    orphan_position = int(rng.integers(0, n_studies))
+
+    studies: list[DemoStudy] = []
+    with tqdm(total=n_total, desc="demo studies", unit="study", disable=not progress) as bar:
+        for start, stored, windows in _pixel_chunks(seed, plan, n_total):
+            for offset in range(stored.shape[0]):
+                i = start + offset
+                window = (float(windows[offset, 0]), float(windows[offset, 1]))
+                studies.append(
+                    _write_study(
+                        dicom_dir,
+                        plan,
+                        i,
+                        stored[offset],
+                        window,
+                        seed,
+                        labelled=i != unlabelled,
+                        intact=i != truncated,
+                    )
+                )
+            bar.update(stored.shape[0])
+
+    truncated_path = studies[truncated].relative_path
+    full = (dicom_dir / truncated_path).read_bytes()
+    (dicom_dir / truncated_path).write_bytes(full[: len(full) // 2])
+
+    text_dcm = f"{plan.folder[int(junk_folders[0])]}/IM00002.dcm"
+    _write_bytes(
+        dicom_dir / text_dcm,
+        b"Export log of a PACS workstation.\nThis file is not DICOM although its name ends in .dcm.\n",
+    )
+    binary_junk = f"{plan.folder[int(junk_folders[1])]}/IM00002"
+    _write_bytes(dicom_dir / binary_junk, np.random.default_rng([seed, 0xB1]).bytes(1024))
+
+    orphan_uid = _uid(seed, "orphan-study", 0)
+    rows = [(s.study_uid, s.label) for s in studies if s.labelled]
+    rows.insert(orphan_position, (orphan_uid, CLASS_NAMES[int(rng.integers(0, len(CLASS_NAMES)))]))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["StudyInstanceUID", "label"])
+    writer.writerows(rows)
+    labels_csv.write_text(buffer.getvalue(), encoding="utf-8")
+
+    manifest = DemoManifest(
+        dicom_dir=dicom_dir,
+        labels_csv=labels_csv,
+        n_studies=n_studies,
+        n_patients=len({s.patient_id for s in studies}),
+        n_files=sum(1 for p in dicom_dir.rglob("*") if p.is_file()),
+        n_labels=len(rows),
+        class_names=CLASS_NAMES,
+        scanners=tuple(s.model_name for s in SCANNERS),
+        sites=tuple(s.institution_name for s in SITES),
+        reference_scanner=scanner_by_key(REFERENCE_SCANNER).model_name,
+        truncated_files=(truncated_path,),
+        non_dicom_files=(text_dcm, binary_junk),
+        unlabelled_studies=(studies[unlabelled].study_uid,),
+        orphan_labels=(orphan_uid,),
+        studies=tuple(studies),
+        seed=seed,
+    )
+    (out_dir / "manifest.json").write_text(json.dumps(manifest.summary(), indent=2) + "\n", encoding="utf-8")
+    logger.info(
+        "Wrote %d demo studies of %d patients (%d files) to %s",
+        n_studies,
+        manifest.n_patients,
+        manifest.n_files,
+        dicom_dir,
+    )
+    return manifest
+
+
+def _write_study(
+    dicom_dir: Path,
+    plan: _Plan,
+    i: int,
+    stored: NDArray[np.uint16],
+    window: tuple[float, float],
+    seed: int,
+    *,
+    labelled: bool,
+    intact: bool,
+) -> DemoStudy:
+    scanner: ScannerProfile = SCANNERS[int(plan.scanner[i])]
+    site = SITES[int(plan.site[i])]
+    p = int(plan.patient[i])
+    header = StudyHeader(
+        patient_id=plan.patient_id[p],
+        patient_name=f"DEMO^P{p + 1:06d}",
+        birth_date=plan.patient_birth[p].strftime("%Y%m%d"),
+        sex=str(plan.patient_sex[p]),
+        age=f"{int(plan.age[i]):03d}Y",
+        study_date=plan.date[i].strftime("%Y%m%d"),
+        study_time=plan.time[i],
+        accession=plan.accession[i],
+        study_uid=_uid(seed, "study", i),
+        series_uid=_uid(seed, "series", i),
+        sop_uid=_uid(seed, "instance", i),
+        study_id=str(i + 1),
+        series_number=1,
+        instance_number=1,
+    )
+    relative = f"{plan.folder[i]}/IM00001.dcm"
+    _write_bytes(dicom_dir / relative, _encode(build_dataset(header, stored, scanner, site, window=window)))
+    return DemoStudy(
+        relative_path=relative,
+        study_uid=header.study_uid,
+        patient_id=header.patient_id,
+        site=site.institution_name,
+        scanner=scanner.model_name,
+        scanner_key=scanner.key,
+        label=CLASS_NAMES[int(plan.label[i])],
+        sex=header.sex,
+        age=int(plan.age[i]),
+        labelled=labelled,
+        intact=intact,
+    )
