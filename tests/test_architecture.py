@@ -10,12 +10,25 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "sitecal"
 
 LAYER = {
-    "errors": 1, "_validation": 1, "_types": 1, "results": 1, "provenance": 1, "_pseudonym": 1, "_io": 1,
+    "errors": 1,
+    "_validation": 1,
+    "_types": 1,
+    "results": 1,
+    "provenance": 1,
+    "_pseudonym": 1,
+    "_io": 1,
     "__init__": 1,
-    "metrics": 2, "stats": 2, "calibration": 2,
-    "protocol": 3, "cohort": 3, "inference": 3, "demo": 3,
-    "evaluation": 4, "report": 4,
-    "run": 5, "cli": 6,
+    "metrics": 2,
+    "stats": 2,
+    "calibration": 2,
+    "protocol": 3,
+    "cohort": 3,
+    "inference": 3,
+    "demo": 3,
+    "evaluation": 4,
+    "report": 4,
+    "run": 5,
+    "cli": 6,
 }
 NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
 # Which sitecal parts each part may import, beyond the base layer (layer 1).

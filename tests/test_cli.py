@@ -4,10 +4,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tests.conftest import DEMO_PROTOCOL
 
 import sitecal.run
 from sitecal.cli import main
-from tests.conftest import DEMO_PROTOCOL
 
 
 def _protocol_with_inputs(tmp_path: Path) -> Path:
@@ -21,10 +21,16 @@ def _protocol_with_inputs(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 1)])
-def test_run_exit_code_follows_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                       verdict: str, code: int) -> None:
+def test_run_exit_code_follows_verdict(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    verdict: str,
+    code: int,
+) -> None:
     monkeypatch.setattr(
-        sitecal.run, "run_protocol",
+        sitecal.run,
+        "run_protocol",
         lambda loaded, **kw: SimpleNamespace(verdict=verdict, report_pdf=tmp_path / "report.pdf"),
     )
     assert main(["run", str(_protocol_with_inputs(tmp_path)), "--no-progress"]) == code
@@ -36,7 +42,9 @@ def test_check_valid_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "valid protocol 'demo'" in capsys.readouterr().out
 
 
-def test_check_reports_missing_inputs_in_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_reports_missing_inputs_in_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = DEMO_PROTOCOL.read_text().replace("../demo-data", str(tmp_path / "absent"))
     path = tmp_path / "p.yaml"
     path.write_text(text)

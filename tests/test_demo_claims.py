@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.conftest import DEMO_PROTOCOL
 
 from sitecal.demo import generate_demo
 from sitecal.protocol import load_protocol
 from sitecal.run import run_protocol
-from tests.conftest import DEMO_PROTOCOL
 
 pytestmark = pytest.mark.slow
 
@@ -49,4 +49,6 @@ def test_per_scanner_calibration_lowers_held_out_ece_off_the_reference_scanner(f
 def test_every_scanner_has_its_own_temperature(full_demo: tuple) -> None:
     folder, manifest = full_demo
     calibration = json.loads((folder / "calibration.json").read_text())
-    assert {name: c["source"] for name, c in calibration["groups"].items()} == {s: "own" for s in manifest.scanners}
+    assert {name: c["source"] for name, c in calibration["groups"].items()} == {
+        s: "own" for s in manifest.scanners
+    }

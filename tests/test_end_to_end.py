@@ -12,10 +12,10 @@ import pydicom
 import pytest
 import yaml
 from pypdf import PdfReader
+from tests.conftest import DEMO_PROTOCOL
 
 from sitecal.cli import main
 from sitecal.demo import generate_demo
-from tests.conftest import DEMO_PROTOCOL
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +45,17 @@ def _pdf_text(path: Path) -> str:
 def test_run_writes_every_artifact(demo_run: dict) -> None:
     assert demo_run["code"] in (0, 1)
     folder = demo_run["folder"]
-    for name in ("report.pdf", "evaluation.json", "calibration.json", "cohort.csv", "exclusions.csv",
-                 "provenance.json", "predictions.csv", "protocol.yaml", "run.log"):
+    for name in (
+        "report.pdf",
+        "evaluation.json",
+        "calibration.json",
+        "cohort.csv",
+        "exclusions.csv",
+        "provenance.json",
+        "predictions.csv",
+        "protocol.yaml",
+        "run.log",
+    ):
         assert (folder / name).is_file(), name
     evaluation = json.loads((folder / "evaluation.json").read_text())
     assert evaluation["verdict"] == ("pass" if demo_run["code"] == 0 else evaluation["verdict"])
@@ -82,7 +91,11 @@ def test_report_text_shows_every_scanner_with_numbers(demo_run: dict) -> None:
         assert group["group"] in flat
         ece = group["metrics"]["ece"]
         for stage in ("before", "after"):
-            assert format_interval(ece[stage]["estimate"], ece[stage]["low"], ece[stage]["high"]) in flat, (group["group"], stage, format_interval(ece[stage]["estimate"], ece[stage]["low"], ece[stage]["high"]))
+            assert format_interval(ece[stage]["estimate"], ece[stage]["low"], ece[stage]["high"]) in flat, (
+                group["group"],
+                stage,
+                format_interval(ece[stage]["estimate"], ece[stage]["low"], ece[stage]["high"]),
+            )
 
 
 def test_temperatures_are_applied_per_scanner(demo_run: dict) -> None:
@@ -98,19 +111,32 @@ def test_no_identifier_in_clear_in_the_run_folder(demo_run: dict) -> None:
     needles: set[str] = set()
     for study in manifest.studies:
         ds = pydicom.dcmread(manifest.dicom_dir / study.relative_path, stop_before_pixels=True)
-        needles.update({str(ds.PatientID), str(ds.PatientName), str(ds.StudyInstanceUID), str(ds.SOPInstanceUID),
-                        str(ds.SeriesInstanceUID), str(ds.AccessionNumber)})
+        needles.update(
+            {
+                str(ds.PatientID),
+                str(ds.PatientName),
+                str(ds.StudyInstanceUID),
+                str(ds.SOPInstanceUID),
+                str(ds.SeriesInstanceUID),
+                str(ds.AccessionNumber),
+            }
+        )
         needles.update(str(ds.PatientName).split("^"))
         if ds.get("PatientBirthDate"):
             needles.add(str(ds.PatientBirthDate))
     needles.update(manifest.orphan_labels)
     needles = {n for n in needles if len(n) >= 6}
     # digit-only values (birth dates) can occur inside long numbers by chance: match them as whole tokens
-    patterns = [re.compile(rf"(?<![\d.]){re.escape(n)}(?![\d.])") if n.isdigit() else re.compile(re.escape(n))
-                for n in needles]
+    patterns = [
+        re.compile(rf"(?<![\d.]){re.escape(n)}(?![\d.])") if n.isdigit() else re.compile(re.escape(n))
+        for n in needles
+    ]
     folder = demo_run["folder"]
-    texts = {p.name: p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix != ".pdf"
-             and p.suffix != ".png"}
+    texts = {
+        p.name: p.read_text(errors="replace")
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix != ".pdf" and p.suffix != ".png"
+    }
     texts["report.pdf (text)"] = _pdf_text(folder / "report.pdf")
     texts["report.pdf (bytes)"] = (folder / "report.pdf").read_bytes().decode("latin-1")
     for name, text in texts.items():
@@ -123,7 +149,12 @@ def test_misspelt_key_exits_2_naming_file_line_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "min_grup_size" in t)
-    result = subprocess.run([sys.executable, "-m", "sitecal.cli", "check", str(path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "sitecal.cli", "check", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 2
-    assert f"{path}:{line}: calibration.min_grup_size: unknown field. Did you mean 'min_group_size'?" in result.stderr
+    assert (
+        f"{path}:{line}: calibration.min_grup_size: unknown field. Did you mean 'min_group_size'?"
+        in result.stderr
+    )
     assert "Traceback" not in result.stderr

@@ -3,10 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.conftest import DEMO_PROTOCOL
 
 from sitecal.errors import ProtocolError
 from sitecal.protocol import load_protocol
-from tests.conftest import DEMO_PROTOCOL
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -65,7 +65,9 @@ def test_identifying_tag_refused_as_subgroup(tmp_path: Path, demo_protocol_text:
 
 def test_not_a_dicom_keyword(tmp_path: Path, demo_protocol_text: str) -> None:
     text = demo_protocol_text.replace("tag: InstitutionName", "tag: InstitutonName")
-    with pytest.raises(ProtocolError, match="'InstitutonName' is not a DICOM keyword. Did you mean 'InstitutionName'"):
+    with pytest.raises(
+        ProtocolError, match=r"'InstitutonName' is not a DICOM keyword\. Did you mean 'InstitutionName'"
+    ):
         load_protocol(_write(tmp_path, text))
 
 
@@ -88,7 +90,7 @@ def test_yaml_tags_are_not_executed(tmp_path: Path) -> None:
 
 
 def test_acceptance_needs_exactly_one_bound(tmp_path: Path, demo_protocol_text: str) -> None:
-    text = demo_protocol_text.replace("    below: 0.10\n", "")
+    text = demo_protocol_text.replace("    below: 0.20\n", "")
     path = _write(tmp_path, text)
     with pytest.raises(ProtocolError, match=r"acceptance.0: give exactly one of 'below' or 'above'"):
         load_protocol(path)

@@ -7,8 +7,17 @@ import inspect
 
 import pytest
 
-PACKAGES = ["sitecal", "sitecal.errors", "sitecal.metrics", "sitecal.calibration", "sitecal.stats",
-            "sitecal.cohort", "sitecal.inference", "sitecal.report", "sitecal.protocol"]
+PACKAGES = [
+    "sitecal",
+    "sitecal.errors",
+    "sitecal.metrics",
+    "sitecal.calibration",
+    "sitecal.stats",
+    "sitecal.cohort",
+    "sitecal.inference",
+    "sitecal.report",
+    "sitecal.protocol",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -19,8 +28,10 @@ def test_all_matches_public_names(name: str) -> None:
     for item in exported:
         assert hasattr(module, item), f"{name}.__all__ names missing {item}"
     public = {
-        n for n, v in vars(module).items()
-        if not n.startswith("_") and not inspect.ismodule(v)
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_")
+        and not inspect.ismodule(v)
         and (getattr(v, "__module__", "") == name or getattr(v, "__module__", "").startswith(name + "."))
         and (inspect.isclass(v) or inspect.isfunction(v))
     }
@@ -34,5 +45,9 @@ def test_design_names_importable() -> None:
 
     assert callable(fit_temperature) and callable(expected_calibration_error) and callable(bootstrap_interval)
     params = inspect.signature(expected_calibration_error).parameters
-    assert [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY][:3] == ["n_bins", "binning", "kind"]
+    assert [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY][:3] == [
+        "n_bins",
+        "binning",
+        "kind",
+    ]
     assert params["n_bins"].default == 15

@@ -33,7 +33,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc}). Check free space and permissions.") from None
+        raise OutputError(
+            f"{path}: cannot write ({exc.strerror or exc}). Check free space and permissions."
+        ) from None
 
 
 def write_text_atomic(path: Path, text: str) -> None:

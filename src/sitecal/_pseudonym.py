@@ -57,7 +57,7 @@ class Pseudonymizer:
     key: bytes = field(repr=False)
 
     def __call__(self, kind: str, value: str) -> str:
-        """The pseudonym of ``value`` as an identifier of ``kind`` (patient, study, instance, series, path)."""
+        """The pseudonym of ``value`` as a ``kind`` identifier (patient, study, instance, series, path)."""
         digest = hmac.new(self.key, f"{kind}\0{value}".encode(), hashlib.sha256).hexdigest()
         return f"{_PREFIX[kind]}-{digest[:16]}"
 

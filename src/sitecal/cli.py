@@ -26,7 +26,7 @@ _DEMO_STAMP = ".sitecal-demo.json"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sitecal",
-        description="Validate an imaging AI model's calibration per site and scanner, from DICOM to a PDF report.",
+        description="Validate a model's calibration per site and scanner, from DICOM to a PDF report.",
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,demo}")

@@ -71,7 +71,7 @@ def split_patients(
     for stratum in sorted(set(first_stratum.values())):
         members = np.array(sorted(p for p, s in first_stratum.items() if s == stratum))
         permuted = members[rng.permutation(len(members))]
-        fit_patients.update(permuted[: int(round(fit_fraction * len(members)))].tolist())
+        fit_patients.update(permuted[: round(fit_fraction * len(members))].tolist())
     return np.array([str(p) in fit_patients for p in patient_keys], dtype=bool)
 
 
@@ -116,10 +116,16 @@ def evaluate(
     cal_groups = data.attributes[per] if per else np.full(n, "all", dtype=object)
     stratify = cal.split.stratify or per
     strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
-    fit = split_patients(data.patient_keys, strata_all, fit_fraction=cal.split.fit_fraction, seed=cal.split.seed)
+    fit = split_patients(
+        data.patient_keys, strata_all, fit_fraction=cal.split.fit_fraction, seed=cal.split.seed
+    )
     held = ~fit
     temperatures = fit_group_temperatures(
-        data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size, fallback=cal.fallback
+        data.logits[fit],
+        data.labels[fit],
+        cal_groups[fit],
+        min_group_size=cal.min_group_size,
+        fallback=cal.fallback,
     )
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
@@ -127,7 +133,10 @@ def evaluate(
     prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
     strata = _patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
-        n_resamples=ev.bootstrap.n_resamples, level=ev.bootstrap.level, method=ev.bootstrap.method, seed=ev.bootstrap.seed
+        n_resamples=ev.bootstrap.n_resamples,
+        level=ev.bootstrap.level,
+        method=ev.bootstrap.method,
+        seed=ev.bootstrap.seed,
     )
 
     plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(labels), dtype=bool))]
@@ -190,6 +199,7 @@ def evaluate(
             "seed": spec.seed,
             "cluster": "patient",
             "strata": stratify,
+            "refit": False,
         },
         "min_group_size": ev.min_group_size,
         "metrics": list(ev.metrics),
@@ -223,7 +233,13 @@ def _group_result(
 ) -> dict[str, Any]:
     ev = protocol.evaluation
     intervals = bootstrap_metrics(
-        prob_sets, labels, clusters=patients, strata=strata, metrics=tuple(ev.metrics), n_bins=ev.n_bins, spec=spec
+        prob_sets,
+        labels,
+        clusters=patients,
+        strata=strata,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
     )
     metrics: dict[str, Any] = {}
     for metric in ev.metrics:
@@ -233,7 +249,7 @@ def _group_result(
     return {
         "attribute": attribute,
         "group": group,
-        "n": int(len(labels)),
+        "n": len(labels),
         "n_patients": len(set(patients.tolist())),
         "small": bool(len(labels) < ev.min_group_size),
         "temperature": None if temperature is None else float(temperature),
@@ -267,7 +283,9 @@ def _judge(
             verdict = PASS if ok else FAIL
         rows.append({"group": g["group"], "n": g["n"], "value": value, "verdict": verdict})
     verdicts = [r["verdict"] for r in rows]
-    overall_verdict = FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
+    overall_verdict = (
+        FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
+    )
     return {
         "id": criterion.id,
         "description": criterion.description or _describe(criterion),

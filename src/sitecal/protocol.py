@@ -17,6 +17,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,8 +48,18 @@ __all__ = [
 MetricName = Literal["ece", "nll", "brier", "accuracy"]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _IDENTIFYING_TAGS = frozenset(
-    {"PatientID", "PatientName", "PatientBirthDate", "AccessionNumber", "OtherPatientIDs", "PatientAddress",
-     "ReferringPhysicianName", "PatientTelephoneNumbers", "IssuerOfPatientID", "MedicalRecordLocator"}
+    {
+        "PatientID",
+        "PatientName",
+        "PatientBirthDate",
+        "AccessionNumber",
+        "OtherPatientIDs",
+        "PatientAddress",
+        "ReferringPhysicianName",
+        "PatientTelephoneNumbers",
+        "IssuerOfPatientID",
+        "MedicalRecordLocator",
+    }
 )
 
 
@@ -82,7 +93,9 @@ class ModelSettings(_Strict):
                 f"format '{self.format}' holds weights only: add 'architecture: package.module:ClassName'"
             )
         if self.architecture and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.architecture):
-            raise ValueError(f"architecture must look like 'package.module:ClassName'. Got {self.architecture!r}")
+            raise ValueError(
+                f"architecture must look like 'package.module:ClassName'. Got {self.architecture!r}"
+            )
         if len(set(self.class_names)) != len(self.class_names):
             raise ValueError("class_names must be distinct")
         return self
@@ -131,7 +144,9 @@ class SubgroupSettings(_Strict):
     @field_validator("bands")
     @classmethod
     def _increasing(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and (len(value) < 2 or any(b <= a for a, b in zip(value, value[1:], strict=False))):
+        if value is not None and (
+            len(value) < 2 or any(b <= a for a, b in pairwise(value))
+        ):
             raise ValueError("bands must be at least two strictly increasing numbers, e.g. [0, 40, 60, 80]")
         return value
 
@@ -167,7 +182,9 @@ class BootstrapSettings(_Strict):
 class EvaluationSettings(_Strict):
     """What is measured on the evaluation split."""
 
-    metrics: list[MetricName] = Field(default_factory=lambda: ["ece", "nll", "brier", "accuracy"], min_length=1)
+    metrics: list[MetricName] = Field(
+        default_factory=lambda: ["ece", "nll", "brier", "accuracy"], min_length=1
+    )
     n_bins: int = Field(default=15, ge=1)
     min_group_size: int = Field(default=30, ge=1)
     subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")
@@ -217,7 +234,9 @@ class ReportSettings(_Strict):
 class PrivacySettings(_Strict):
     """Pseudonymisation: keys are HMAC-SHA256 of identifiers under a site secret kept in ``key_file``."""
 
-    key_file: str | None = Field(default=None, description="default: <report.output_dir>/.sitecal-pseudonym-key")
+    key_file: str | None = Field(
+        default=None, description="default: <report.output_dir>/.sitecal-pseudonym-key"
+    )
 
 
 class Protocol(_Strict):
@@ -364,7 +383,9 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"{path}: the protocol is not UTF-8 text (byte {exc.start}). Save it as UTF-8.") from None
+        raise ProtocolError(
+            f"{path}: the protocol is not UTF-8 text (byte {exc.start}). Save it as UTF-8."
+        ) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         if root is None:
@@ -375,14 +396,20 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ProtocolError(f"{where}: invalid YAML: {problem}. Fix the syntax and run 'sitecal check' again.") from None
+        raise ProtocolError(
+            f"{where}: invalid YAML: {problem}. Fix the syntax and run 'sitecal check' again."
+        ) from None
     if not isinstance(data, dict):
-        raise ProtocolError(f"{path}:1: the protocol must be a mapping of fields (name:, model:, data:, ...).")
+        raise ProtocolError(
+            f"{path}:1: the protocol must be a mapping of fields (name:, model:, data:, ...)."
+        )
     try:
         protocol = Protocol.model_validate(data)
     except ValidationError as exc:
         raise ProtocolError(_format_validation_error(exc, root, path)) from None
-    return LoadedProtocol(protocol=protocol, path=path.resolve(), text=text, sha256=hashlib.sha256(raw).hexdigest())
+    return LoadedProtocol(
+        protocol=protocol, path=path.resolve(), text=text, sha256=hashlib.sha256(raw).hexdigest()
+    )
 
 
 def _reject_duplicate_keys(node: yaml.Node, path: Path) -> None:

@@ -32,7 +32,7 @@ def dependency_versions() -> dict[str, str]:
 
 
 def instances_sha256(instance_uids: Iterable[str]) -> str:
-    """sha256 of the sorted SOP Instance UIDs analysed, one per line: identifies the data set, reveals no UID."""
+    """sha256 of the sorted SOP Instance UIDs analysed, one per line: names the data set, reveals no UID."""
     return hashlib.sha256("\n".join(sorted(instance_uids)).encode()).hexdigest()
 
 

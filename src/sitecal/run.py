@@ -100,7 +100,9 @@ def run_protocol(
         if not studies:
             from sitecal.errors import DataError
 
-            raise DataError(f"{loaded.dicom_dir}: no study could be analysed (see exclusions.csv in {folder}).")
+            raise DataError(
+                f"{loaded.dicom_dir}: no study could be analysed (see exclusions.csv in {folder})."
+            )
         data = EvaluationData(
             logits=inference.logits.astype(np.float64),
             labels=np.array([s.label for s in studies], dtype=np.int64),
@@ -144,7 +146,15 @@ def run_protocol(
             transforms_sha256=transform_fingerprint(protocol.inputs.transforms),
             device=device,
         )
-        _write_tables(folder, protocol.model.class_names, studies, exclusions, outcome.fit_mask, inference.logits, pseudonymize)
+        _write_tables(
+            folder,
+            protocol.model.class_names,
+            studies,
+            exclusions,
+            outcome.fit_mask,
+            inference.logits,
+            pseudonymize,
+        )
         write_json_atomic(folder / "calibration.json", calibration)
         write_json_atomic(folder / "evaluation.json", outcome.document)
         write_json_atomic(folder / "provenance.json", provenance)
@@ -166,7 +176,9 @@ def run_protocol(
         _detach_log(handler)
 
 
-def _cohort(loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None, progress: bool) -> Cohort:
+def _cohort(
+    loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None, progress: bool
+) -> Cohort:
     protocol = loaded.protocol
     scan = scan_folder(
         loaded.dicom_dir, [s.tag for s in protocol.subgroups.values()], workers=workers, progress=progress
@@ -177,7 +189,9 @@ def _cohort(loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int
         label_column=protocol.data.label_column,
         class_names=protocol.model.class_names,
     )
-    return build_cohort(scan, labels, subgroups=protocol.subgroups, key=protocol.data.key, pseudonymize=pseudonymize)
+    return build_cohort(
+        scan, labels, subgroups=protocol.subgroups, key=protocol.data.key, pseudonymize=pseudonymize
+    )
 
 
 def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:
@@ -200,8 +214,14 @@ def _write_tables(
         folder / "cohort.csv",
         ["study_key", "patient_key", "file", "label", *attributes, "split"],
         (
-            [s.study_key, s.patient_key, s.relative_path, class_names[s.label],
-             *[s.attributes[a] for a in attributes], "fit" if fit else "evaluation"]
+            [
+                s.study_key,
+                s.patient_key,
+                s.relative_path,
+                class_names[s.label],
+                *[s.attributes[a] for a in attributes],
+                "fit" if fit else "evaluation",
+            ]
             for s, fit in zip(studies, fit_mask, strict=True)
         ),
     )

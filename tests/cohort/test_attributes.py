@@ -9,7 +9,14 @@ EDGES = [0, 40, 60, 80, 200]
 
 @pytest.mark.parametrize(
     ("age", "years"),
-    [("045Y", 45.0), ("75Y", 75.0), ("65", 65.0), ("006M", 0.5), ("052W", 52 * 7 / 365.25), ("010D", 10 / 365.25)],
+    [
+        ("045Y", 45.0),
+        ("75Y", 75.0),
+        ("65", 65.0),
+        ("006M", 0.5),
+        ("052W", 52 * 7 / 365.25),
+        ("010D", 10 / 365.25),
+    ],
 )
 def test_patient_age_forms(age: str, years: float) -> None:
     assert parse_age_years(age) == pytest.approx(years)

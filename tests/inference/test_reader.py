@@ -12,7 +12,9 @@ from sitecal.inference import build_transforms, presentation_values
 from sitecal.protocol import TransformSettings
 
 
-def _image(tmp_path: Path, pixels: np.ndarray, *, photometric: str, bits: int, slope: float, intercept: float) -> Path:
+def _image(
+    tmp_path: Path, pixels: np.ndarray, *, photometric: str, bits: int, slope: float, intercept: float
+) -> Path:
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
     meta.MediaStorageSOPInstanceUID = generate_uid()
@@ -48,9 +50,11 @@ def test_load_image_chain_gives_channel_first_tensor(tmp_path: Path) -> None:
     pixels = np.random.default_rng(0).integers(0, 4000, size=(32, 48))
     path = _image(tmp_path, pixels, photometric="MONOCHROME2", bits=12, slope=1.0, intercept=0.0)
     chain = build_transforms(
-        [TransformSettings(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
-         TransformSettings(name="Resize", args={"spatial_size": [16, 24]}),
-         TransformSettings(name="NormalizeIntensity")]
+        [
+            TransformSettings(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
+            TransformSettings(name="Resize", args={"spatial_size": [16, 24]}),
+            TransformSettings(name="NormalizeIntensity"),
+        ]
     )
     out = chain(str(path))
     assert tuple(out.shape) == (1, 16, 24)
@@ -60,5 +64,8 @@ def test_load_image_chain_gives_channel_first_tensor(tmp_path: Path) -> None:
 def test_unknown_transform_is_a_protocol_error() -> None:
     from sitecal.errors import ProtocolError
 
-    with pytest.raises(ProtocolError, match=r"inputs.transforms\[0\].name: 'Resise' is not a MONAI array transform. Did you mean 'Resize'"):
+    with pytest.raises(
+        ProtocolError,
+        match=r"inputs.transforms\[0\].name: 'Resise' is not a MONAI array transform. Did you mean 'Resize'",
+    ):
         build_transforms([TransformSettings(name="Resise")])

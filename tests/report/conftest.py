@@ -76,7 +76,7 @@ def pdf_text() -> Callable[[Path], str]:
 
 @pytest.fixture(scope="session")
 def poppler_text() -> Callable[[Path], str]:
-    """Text of a PDF as poppler's pdftotext extracts it; fails where poppler-utils is absent (CI installs it)."""
+    """Text of a PDF as poppler's pdftotext extracts it (CI installs poppler-utils)."""
 
     def run(pdf: Path) -> str:
         if shutil.which("pdftotext") is None:

@@ -52,7 +52,9 @@ def build_cohort(
         for e in scan.exclusions
     ]
     # a label of a study whose only file was excluded is accounted for by that file's exclusion
-    excluded_keys = {e.study_uid for e in scan.exclusions if e.study_uid} if key == "StudyInstanceUID" else set()
+    excluded_keys = (
+        {e.study_uid for e in scan.exclusions if e.study_uid} if key == "StudyInstanceUID" else set()
+    )
     studies: list[Study] = []
     matched: set[str] = set()
     grouped = group_by_study(scan.instances)
@@ -76,7 +78,9 @@ def build_cohort(
         matched.add(join_value)  # type: ignore[arg-type]
         studies.append(_study(chosen, label, study_key, subgroups, scan, pseudonymize))
     for line, reason in labels.bad_rows:
-        exclusions.append(Exclusion(stage="labels", reason=f"unusable label row: {reason}", key=f"line {line}"))
+        exclusions.append(
+            Exclusion(stage="labels", reason=f"unusable label row: {reason}", key=f"line {line}")
+        )
     for unmatched in sorted(set(labels.labels) - matched - excluded_keys):
         exclusions.append(
             Exclusion(stage="labels", reason="label matches no study", key=pseudonymize("study", unmatched))
@@ -102,7 +106,9 @@ def _study(
 ) -> Study:
     values = instance.values
     patient_id = values.get("PatientID")
-    patient_key = pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
+    patient_key = (
+        pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
+    )
     attributes = {name: attribute_value(s.tag, values, s.bands) for name, s in subgroups.items()}
     relative = instance.path.relative_to(scan.root)
     identifiers = [values[k] for k in _IDENTIFYING if k in values]

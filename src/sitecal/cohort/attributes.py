@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date
+from itertools import pairwise
 
 __all__ = ["UNKNOWN", "age_band", "age_band_labels", "attribute_value", "parse_age_years"]
 
@@ -25,8 +26,10 @@ def normalise_text(value: str | None) -> str:
     return text or UNKNOWN
 
 
-def parse_age_years(age: str | None, study_date: str | None = None, birth_date: str | None = None) -> float | None:
-    """Age in years from PatientAge (``nnnD|W|M|Y``, also ``"75Y"`` or ``"65"``), else StudyDate − PatientBirthDate.
+def parse_age_years(
+    age: str | None, study_date: str | None = None, birth_date: str | None = None
+) -> float | None:
+    """Age in years from PatientAge (``nnnD|W|M|Y``, ``"75Y"``, ``"65"``), else StudyDate − PatientBirthDate.
 
     Returns ``None`` when neither gives a plausible age (0–130 years).
     """
@@ -55,7 +58,7 @@ def _dicom_date(value: str) -> date:
 def age_band_labels(edges: Sequence[float]) -> list[str]:
     """Labels of the bands [e0, e1), [e1, e2), ...; an open last band (edge >= 120) reads ``"80+"``."""
     labels = []
-    for lo, hi in zip(edges, edges[1:], strict=False):
+    for lo, hi in pairwise(edges):
         lo_text = _years(lo)
         labels.append(f"{lo_text}+" if hi >= 120 else f"{lo_text}–{_years(math.ceil(hi) - 1)}")
     return labels
@@ -70,7 +73,7 @@ def age_band(years: float | None, edges: Sequence[float]) -> str:
     if years is None:
         return UNKNOWN
     labels = age_band_labels(edges)
-    for label, lo, hi in zip(labels, edges, edges[1:], strict=False):
+    for label, (lo, hi) in zip(labels, pairwise(edges), strict=False):
         if lo <= years < hi:
             return label
     return UNKNOWN
@@ -79,7 +82,9 @@ def age_band(years: float | None, edges: Sequence[float]) -> str:
 def attribute_value(keyword: str, values: Mapping[str, str], bands: Sequence[float] | None = None) -> str:
     """The normalised subgroup value of tag ``keyword`` for one instance's header ``values``."""
     if keyword == "PatientAge":
-        years = parse_age_years(values.get("PatientAge"), values.get("StudyDate"), values.get("PatientBirthDate"))
+        years = parse_age_years(
+            values.get("PatientAge"), values.get("StudyDate"), values.get("PatientBirthDate")
+        )
         if bands is None:
             return UNKNOWN if years is None else str(int(years))
         return age_band(years, bands)

@@ -124,17 +124,23 @@ def scan_folder(
         relative = path.relative_to(root)
         if isinstance(outcome, Unusable):
             exclusions.append(
-                Exclusion(stage="scan", reason=outcome.reason, path=relative, study_uid=outcome.study_instance_uid)
+                Exclusion(
+                    stage="scan", reason=outcome.reason, path=relative, study_uid=outcome.study_instance_uid
+                )
             )
         elif outcome["SOPInstanceUID"] in seen:
             exclusions.append(
-                Exclusion(stage="scan", reason="duplicate SOPInstanceUID (kept the first file)", path=relative)
+                Exclusion(
+                    stage="scan", reason="duplicate SOPInstanceUID (kept the first file)", path=relative
+                )
             )
         else:
             seen.add(outcome["SOPInstanceUID"])
             instances.append(InstanceHeader(path=path, values=outcome))
     logger.info("scanned %d files: %d instances, %d excluded", len(paths), len(instances), len(exclusions))
-    return ScanResult(root=root, files_found=len(paths), instances=tuple(instances), exclusions=tuple(exclusions))
+    return ScanResult(
+        root=root, files_found=len(paths), instances=tuple(instances), exclusions=tuple(exclusions)
+    )
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -156,7 +162,11 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
     except InvalidDicomError:
         return Unusable("not a DICOM file")
     except (EOFError, OSError) as exc:
-        return Unusable("truncated file" if isinstance(exc, EOFError) else f"unreadable file ({exc.strerror or type(exc).__name__})")
+        return Unusable(
+            "truncated file"
+            if isinstance(exc, EOFError)
+            else f"unreadable file ({exc.strerror or type(exc).__name__})"
+        )
     except Exception as exc:  # pydicom raises many types on corrupt input; each becomes a reason
         return Unusable(f"corrupt DICOM header ({type(exc).__name__})")
     if path.name.upper() == "DICOMDIR" or "DirectoryRecordSequence" in ds:
@@ -166,7 +176,12 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
     raw = ds._dict.get(0x7FE00010) if 0x7FE00010 in ds else None
     length = getattr(raw, "length", None)
     tell = getattr(raw, "value_tell", None)
-    if length is not None and tell is not None and length != 0xFFFFFFFF and tell + length > path.stat().st_size:
+    if (
+        length is not None
+        and tell is not None
+        and length != 0xFFFFFFFF
+        and tell + length > path.stat().st_size
+    ):
         return Unusable("truncated file", _text(ds, "StudyInstanceUID"))
     values: dict[str, str] = {}
     for keyword in keywords:

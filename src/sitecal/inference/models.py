@@ -70,7 +70,9 @@ def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
                     "Save the weights with safetensors or torch.save(model.state_dict()) of plain tensors."
                 ) from None
             if not isinstance(state, dict):
-                raise ModelError(f"{path}: expected a state dict (name → tensor), found {type(state).__name__}.")
+                raise ModelError(
+                    f"{path}: expected a state dict (name → tensor), found {type(state).__name__}."
+                )
             module = _with_state(settings, state, path)
         elif settings.format == "torch_export":
             module = torch.export.load(str(path)).module()

@@ -109,7 +109,10 @@ def predict_files(
     ok: list[int] = []
     failures: list[tuple[int, str]] = []
     try:
-        with torch.inference_mode(), tqdm(total=len(files), desc="Inference", unit="study", disable=not progress) as bar:
+        with (
+            torch.inference_mode(),
+            tqdm(total=len(files), desc="Inference", unit="study", disable=not progress) as bar,
+        ):
             for batch in loader:
                 failures.extend(batch["failed"])
                 if batch["image"] is not None:

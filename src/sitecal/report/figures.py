@@ -22,10 +22,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError
 
 from ._inputs import get
-from sitecal._io import write_bytes_atomic
 from ._text import format_interval, format_value, plot_text
 
 __all__ = ["FIGURE_DPI", "forest_figure", "reliability_figure", "save_png"]

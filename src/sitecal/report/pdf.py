@@ -23,11 +23,11 @@ from reportlab.pdfgen.canvas import Canvas
 from reportlab.platypus import BaseDocTemplate, Flowable, Frame, PageTemplate
 
 from sitecal import __version__
+from sitecal._io import write_bytes_atomic
 
 from . import _methods, _records, _results, _sections
 from ._context import Context
 from ._inputs import ReportArtifacts, ReportInputs, check_inputs
-from sitecal._io import write_bytes_atomic
 from ._styles import Fonts, Palette, make_styles, register_fonts
 from ._text import short_sha
 
