@@ -1,0 +1,20 @@
+"""Temperature scaling per site or scanner: fitting, small-group policy and the deployable wrapper.
+
+Numeric only: arrays in, frozen result objects out (no files, no protocol).
+"""
+
+from __future__ import annotations
+
+from sitecal.calibration._deploy import GroupTemperatureScaler
+from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
+from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
+
+__all__ = [
+    "DEFAULT_BOUNDS",
+    "GroupTemperature",
+    "GroupTemperatureScaler",
+    "GroupTemperatures",
+    "TemperatureFit",
+    "fit_group_temperatures",
+    "fit_temperature",
+]

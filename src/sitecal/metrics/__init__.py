@@ -1,0 +1,39 @@
+"""Calibration metrics: pure functions of (probabilities, labels) returning floats or result objects.
+
+Conventions shared by every function here: ``probs`` is (N, C) with C >= 2 and rows summing to 1
+within 1e-6; ``labels`` is (N,) class indices in [0, C). ECE-family bins are ``(lo, hi]`` with a
+value of 0 in the first bin; 15 equal-width bins by default.
+"""
+
+from __future__ import annotations
+
+from sitecal.metrics._calibration_error import (
+    ReliabilityCurve,
+    expected_calibration_error,
+    maximum_calibration_error,
+    reliability_curve,
+)
+from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
+from sitecal.metrics._softmax import softmax
+from sitecal.metrics._statistics import (
+    METRIC_NAMES,
+    MassECEStatistic,
+    SumMetricStatistic,
+    metric_statistic,
+)
+
+__all__ = [
+    "METRIC_NAMES",
+    "NLL_CLIP",
+    "MassECEStatistic",
+    "ReliabilityCurve",
+    "SumMetricStatistic",
+    "accuracy",
+    "brier_score",
+    "expected_calibration_error",
+    "maximum_calibration_error",
+    "metric_statistic",
+    "negative_log_likelihood",
+    "reliability_curve",
+    "softmax",
+]

@@ -1,0 +1,61 @@
+"""Numerically stable softmax with a temperature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sitecal._validation import check_logits, check_temperature
+
+__all__ = ["softmax"]
+
+
+def softmax(logits: ArrayLike, *, temperature: float | ArrayLike = 1.0) -> NDArray[np.float64]:
+    r"""Class probabilities from logits, ``softmax(logits / T)``, computed stably in float64.
+
+    Parameters
+    ----------
+    logits : array_like, shape (N, C) with C >= 2, or (N,) / (N, 1)
+        Finite logits. A single binary logit ``z`` per row is read as the sigmoid model and
+        returns the two columns ``[1 - sigmoid(z / T), sigmoid(z / T)]``.
+    temperature : float or array_like of shape (N,), default 1.0
+        Temperature ``T > 0``, one for all rows or one per row (e.g. from
+        :meth:`sitecal.calibration.GroupTemperatures.temperatures_for`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N, C), float64
+        Rows sum to 1.
+
+    Notes
+    -----
+    .. math:: p_{ik} = \frac{\exp((z_{ik} - m_i)/T_i)}{\sum_j \exp((z_{ij} - m_i)/T_i)},
+              \quad m_i = \max_j z_{ij},
+
+    subtracting the row maximum so no exponential overflows (Guo et al., 2017, use the same map for
+    temperature scaling).
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger. "On Calibration of Modern Neural Networks."
+    ICML 2017.
+
+    Examples
+    --------
+    >>> softmax([[0.0, 0.0], [0.0, 2.0]], temperature=2.0).round(4)
+    array([[0.5   , 0.5   ],
+           [0.2689, 0.7311]])
+    """
+    z = check_logits(logits, func="softmax")
+    t = check_temperature(temperature, n=z.shape[0], func="softmax")
+    return _softmax(z / t)
+
+
+def _softmax(scaled: NDArray[Any]) -> NDArray[np.float64]:
+    """Row softmax of already scaled, validated float64 logits."""
+    shifted = scaled - scaled.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    out: NDArray[np.float64] = e / e.sum(axis=1, keepdims=True)
+    return out

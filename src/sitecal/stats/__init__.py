@@ -1,0 +1,24 @@
+"""Resampling intervals: a seeded, vectorised cluster / stratified bootstrap with percentile and BCa.
+
+Resamples draw patients (clusters) with replacement within strata; each resample is a vector of
+integer weights per cluster, and statistics are evaluated for a chunk of resamples at once.
+"""
+
+from __future__ import annotations
+
+from sitecal.stats._bootstrap import Statistic, bootstrap_interval
+from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
+from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
+from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "BootstrapResult",
+    "BootstrapSpec",
+    "MetricIntervals",
+    "PreparedStatistic",
+    "Statistic",
+    "SufficientStatistic",
+    "bootstrap_interval",
+    "bootstrap_metrics",
+]

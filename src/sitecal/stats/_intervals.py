@@ -1,0 +1,103 @@
+"""Percentile and BCa intervals from bootstrap replicates (and jackknife values for BCa)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtr, ndtri
+
+__all__ = ["Interval", "compute_interval"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    standard_error: float
+    bias: float
+    note: str
+
+
+def compute_interval(
+    estimate: float,
+    replicates: NDArray[np.float64],
+    jackknife: NDArray[np.float64] | None,
+    *,
+    level: float,
+    method: str,
+    n_clusters: int,
+) -> Interval:
+    """Interval of ``level`` from the replicates; documented outcomes instead of errors when degenerate.
+
+    - Any non-finite replicate: ``low = high = NaN`` (the note counts them).
+    - All replicates equal (e.g. one cluster, or no variation between clusters): ``low = high =`` that
+      value, for both methods; the note says the width carries no information.
+    - BCa with the estimate below or above every replicate (infinite bias correction), or a
+      non-finite acceleration: ``low = high = NaN``, with a note suggesting ``method="percentile"``.
+    """
+    b = replicates.shape[0]
+    finite = np.isfinite(replicates)
+    if not finite.all():
+        return Interval(
+            math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            f"{int(b - finite.sum())} of {b} bootstrap replicates are not finite (the statistic is "
+            "undefined on some resamples); no interval.",
+        )
+    se = float(np.std(replicates, ddof=1))
+    bias = float(np.mean(replicates) - estimate)
+    alpha = (1.0 - level) / 2.0
+    lo_rep, hi_rep = float(replicates.min()), float(replicates.max())
+    if lo_rep == hi_rep:
+        why = "one cluster" if n_clusters < 2 else "no variation between the resampled clusters"
+        return Interval(
+            lo_rep,
+            hi_rep,
+            0.0,
+            bias,
+            f"All {b} bootstrap replicates are equal ({why}): the interval has zero width and does "
+            "not measure sampling uncertainty.",
+        )
+    if method == "percentile":
+        low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
+        return Interval(float(low), float(high), se, bias, "")
+    # BCa (Efron 1987; Efron & Tibshirani 1993, 14.3): bias correction z0 from the mid-rank share of
+    # replicates below the estimate (as scipy.stats.bootstrap), acceleration from the jackknife.
+    share = (np.count_nonzero(replicates < estimate) + np.count_nonzero(replicates <= estimate)) / (2.0 * b)
+    z0 = float(ndtri(share))
+    if not math.isfinite(z0):
+        return Interval(
+            math.nan,
+            math.nan,
+            se,
+            bias,
+            "BCa undefined: the estimate lies "
+            + ("below" if share == 0.0 else "above")
+            + " every bootstrap replicate (infinite bias correction); use method='percentile'.",
+        )
+    if jackknife is None:  # pragma: no cover - callers always pass it for BCa
+        raise ValueError("BCa needs jackknife values")
+    centred = jackknife.mean() - jackknife
+    denominator = float(np.sum(centred**2))
+    a_hat = 0.0 if denominator == 0.0 else float(np.sum(centred**3) / (6.0 * denominator**1.5))
+    levels = []
+    for z_alpha in (float(ndtri(alpha)), float(ndtri(1.0 - alpha))):
+        num = z0 + z_alpha
+        shrink = 1.0 - a_hat * num
+        if not (math.isfinite(a_hat) and shrink > 0.0):
+            return Interval(
+                math.nan,
+                math.nan,
+                se,
+                bias,
+                f"BCa undefined: acceleration {a_hat!r} is too large for level {level}; "
+                "use method='percentile'.",
+            )
+        levels.append(float(ndtr(z0 + num / shrink)))
+    low, high = np.quantile(replicates, levels)
+    return Interval(float(low), float(high), se, bias, "")

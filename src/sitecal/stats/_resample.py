@@ -1,0 +1,315 @@
+"""The resampling engine: cluster plans, seeded weight draws, and statistic evaluators.
+
+A resample is a vector of integer weights over clusters (how many times each cluster was drawn);
+a row's weight is its cluster's. Statistics are evaluated for a whole chunk of resamples at once.
+
+Reproducibility: the draws for resample ``b`` are uniform doubles ``u[b, :]`` taken in order from
+``numpy.random.default_rng(seed)``, whose stream of doubles does not depend on how it is split
+into calls, so the resamples are bit-for-bit the same whatever ``chunk_size``. The built-in
+evaluators reduce each resample independently of the others (no BLAS calls, whose blocking can
+depend on the batch shape), so the replicates are bit-for-bit the same too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sitecal.errors import DataError
+
+__all__ = [
+    "ClusterPlan",
+    "PreparedStatistic",
+    "SufficientStatistic",
+    "draw_weights",
+    "make_evaluator",
+    "make_plan",
+    "weight_chunks",
+]
+
+#: Elements per temporary array that the automatic chunk size aims at (32 MiB of float64).
+CHUNK_ELEMENTS = 1 << 22
+
+
+@runtime_checkable
+class SufficientStatistic(Protocol):
+    """A statistic ``g(sum_i w_i t_i)`` of weighted sums of per-row terms (the fast path).
+
+    ``row_terms(*data)`` returns the terms, shape (N, J); ``from_sums(S)`` maps weighted sums of shape
+    (B, J) to the statistic, shape (B,). The engine sums the terms per cluster once, so a resample
+    costs O(n_clusters * J) and a jackknife value O(J).
+    """
+
+    def row_terms(self, *data: Any) -> NDArray[np.float64]:
+        """Per-row terms, shape (N, J)."""
+        ...
+
+    def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Statistic from weighted sums, (B, J) -> (B,)."""
+        ...
+
+
+@runtime_checkable
+class PreparedStatistic(Protocol):
+    """A statistic of per-row weights that wants one-off preparation (validation, sorting).
+
+    ``prepare(*data)`` runs once; ``evaluate(prepared, weights)`` maps row weights (B, N) to (B,).
+    An optional ``jackknife(prepared, cluster_of_row, n_clusters) -> (n_clusters,)`` method supplies
+    exact leave-one-cluster-out values faster than n_clusters calls of ``evaluate``.
+    """
+
+    def prepare(self, *data: Any) -> Any:
+        """One-off preparation of the data."""
+        ...
+
+    def evaluate(self, prepared: Any, weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Statistic under row weights, (B, N) -> (B,)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """Clusters numbered contiguously within strata, ready for vectorised draws.
+
+    Attributes
+    ----------
+    n : int
+        Rows.
+    cluster_of_row : numpy.ndarray of int64, shape (n,)
+        Cluster number of each row; clusters of one stratum have consecutive numbers.
+    n_clusters : int
+    n_strata : int
+    stratum_start, stratum_size : numpy.ndarray of int64, shape (n_clusters,)
+        For each cluster, the first cluster number of its stratum and the stratum's cluster count.
+    """
+
+    n: int
+    cluster_of_row: NDArray[np.int64]
+    n_clusters: int
+    n_strata: int
+    stratum_start: NDArray[np.int64]
+    stratum_size: NDArray[np.int64]
+
+
+def _codes(
+    value: ArrayLike | None, *, n: int, name: str, func: str
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """Return the unique labels and an integer code per row of a clusters/strata column."""
+    if value is None:
+        return np.arange(n), np.arange(n, dtype=np.int64)
+    array = np.asarray(value)
+    if array.ndim != 1 or array.shape[0] != n:
+        raise DataError(
+            f"The {name!r} parameter of {func} must have shape ({n},), one entry per row of the data. "
+            f"Got shape {array.shape}."
+        )
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise DataError(f"The {name!r} parameter of {func} must not contain NaN or infinite values.")
+    if array.dtype.kind not in "biufUSO":
+        raise DataError(
+            f"The {name!r} parameter of {func} must hold ids (str or int). Got dtype {array.dtype}."
+        )
+    try:
+        labels, codes = np.unique(array, return_inverse=True)
+    except TypeError as exc:  # mixed types in an object array
+        raise DataError(
+            f"The {name!r} parameter of {func} must hold ids of one type (all str or all int) ({exc})."
+        ) from exc
+    return labels, codes.reshape(-1).astype(np.int64)
+
+
+def make_plan(n: int, clusters: ArrayLike | None, strata: ArrayLike | None, *, func: str) -> ClusterPlan:
+    """Build the plan; each cluster must lie in exactly one stratum."""
+    cluster_labels, cluster_code = _codes(clusters, n=n, name="clusters", func=func)
+    k = int(cluster_labels.shape[0])
+    if strata is None:
+        stratum_of_cluster = np.zeros(k, dtype=np.int64)
+        n_strata = 1
+    else:
+        strata_labels, stratum_code = _codes(strata, n=n, name="strata", func=func)
+        n_strata = int(strata_labels.shape[0])
+        stratum_of_cluster = np.empty(k, dtype=np.int64)
+        stratum_of_cluster[cluster_code] = stratum_code
+        mismatch = stratum_of_cluster[cluster_code] != stratum_code
+        if mismatch.any():
+            row = int(np.flatnonzero(mismatch)[0])
+            c = cluster_code[row]
+            one, other = strata_labels[stratum_code[row]].item(), strata_labels[stratum_of_cluster[c]].item()
+            raise DataError(
+                f"The 'clusters' parameter of {func} must nest within 'strata': cluster "
+                f"{cluster_labels[c].item()!r} has rows in strata {one!r} and {other!r}. "
+                "Whole clusters (patients) are resampled "
+                "within a stratum, so each needs exactly one; stratify by a patient-level attribute "
+                "or pass strata=None."
+            )
+    # renumber clusters so that each stratum's clusters are consecutive
+    order = np.lexsort((np.arange(k), stratum_of_cluster))
+    rank = np.empty(k, dtype=np.int64)
+    rank[order] = np.arange(k)
+    sorted_stratum = stratum_of_cluster[order]
+    sizes = np.bincount(sorted_stratum, minlength=n_strata).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return ClusterPlan(
+        n=n,
+        cluster_of_row=rank[cluster_code],
+        n_clusters=k,
+        n_strata=n_strata,
+        stratum_start=starts[sorted_stratum],
+        stratum_size=sizes[sorted_stratum],
+    )
+
+
+def draw_weights(plan: ClusterPlan, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
+    """Cluster weights of ``size`` resamples, shape (size, n_clusters), each stratum resampled apart.
+
+    Draw ``j`` of a resample replaces cluster ``j`` by a cluster drawn uniformly, with replacement,
+    from cluster ``j``'s stratum: ``start + floor(u * size)`` with ``u`` uniform on [0, 1).
+    """
+    k = plan.n_clusters
+    u = rng.random((size, k))
+    offset = np.minimum(np.floor(u * plan.stratum_size).astype(np.int64), plan.stratum_size - 1)
+    drawn = plan.stratum_start + offset
+    flat = (drawn + (np.arange(size, dtype=np.int64) * k)[:, None]).reshape(-1)
+    return np.bincount(flat, minlength=size * k).reshape(size, k).astype(np.float64)
+
+
+def weight_chunks(
+    plan: ClusterPlan, *, seed: int, n_resamples: int, chunk_size: int
+) -> Iterator[NDArray[np.float64]]:
+    """Yield cluster weights for all resamples, ``chunk_size`` at a time, from one seeded stream."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_resamples, chunk_size):  # a loop over chunks
+        yield draw_weights(plan, rng, min(chunk_size, n_resamples - start))
+
+
+def _weighted_sums(weights: NDArray[np.float64], sums_t: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``weights @ sums_t.T`` computed row by row with numpy reductions, shape (B, J).
+
+    Each output element is a pairwise sum over clusters that does not depend on the other rows of
+    the chunk, unlike a BLAS matrix product (gemv for one row, gemm otherwise).
+    """
+    out = np.empty((weights.shape[0], sums_t.shape[0]))
+    for j in range(sums_t.shape[0]):  # a loop over sufficient-statistic columns
+        out[:, j] = np.multiply(weights, sums_t[j]).sum(axis=1)
+    return out
+
+
+class Evaluator:
+    """A statistic bound to its data and plan: estimate, replicates and jackknife values."""
+
+    row_weights: bool  # whether evaluation needs (B, N) row weights
+
+    def estimate(self) -> float:
+        raise NotImplementedError
+
+    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+    def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+
+class _SumEvaluator(Evaluator):
+    row_weights = False
+
+    def __init__(self, statistic: SufficientStatistic, data: Sequence[Any], plan: ClusterPlan) -> None:
+        terms = np.asarray(statistic.row_terms(*data), dtype=np.float64)
+        if terms.ndim != 2 or terms.shape[0] != plan.n:
+            raise DataError(
+                f"row_terms of {type(statistic).__name__} must return shape ({plan.n}, J). Got {terms.shape}."
+            )
+        order = np.argsort(plan.cluster_of_row, kind="stable")
+        starts = np.searchsorted(plan.cluster_of_row[order], np.arange(plan.n_clusters))
+        self._cluster_sums = np.add.reduceat(terms[order], starts, axis=0)  # (K, J)
+        self._cluster_sums_t = np.ascontiguousarray(self._cluster_sums.T)  # (J, K)
+        # the total as a resample with every weight 1 computes it, so that a resample that happens to
+        # draw every cluster once reproduces the estimate bit for bit
+        self._total = _weighted_sums(np.ones((1, plan.n_clusters)), self._cluster_sums_t)[0]
+        self._statistic = statistic
+
+    def _apply(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.asarray(self._statistic.from_sums(sums), dtype=np.float64).reshape(sums.shape[0])
+
+    def estimate(self) -> float:
+        return float(self._apply(self._total[None, :])[0])
+
+    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        return self._apply(_weighted_sums(cluster_weights, self._cluster_sums_t))
+
+    def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
+        return self._apply(self._total[None, :] - self._cluster_sums)
+
+
+class _RowEvaluator(Evaluator):
+    row_weights = True
+
+    def __init__(
+        self,
+        func: Callable[[NDArray[np.float64]], Any],
+        plan: ClusterPlan,
+        name: str,
+        jackknife: Callable[[], Any] | None = None,
+    ) -> None:
+        self._func = func
+        self._plan = plan
+        self._name = name
+        self._fast_jackknife = jackknife
+
+    def _apply(self, row_weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        out = np.asarray(self._func(row_weights), dtype=np.float64)
+        if out.shape != (row_weights.shape[0],):
+            raise DataError(
+                f"The statistic {self._name} must return an array of shape (B,) = ({row_weights.shape[0]},) "
+                f"for weights of shape {row_weights.shape}. Got shape {out.shape}."
+            )
+        return out
+
+    def estimate(self) -> float:
+        return float(self._apply(np.ones((1, self._plan.n)))[0])
+
+    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        return self._apply(cluster_weights[:, self._plan.cluster_of_row])
+
+    def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
+        k = self._plan.n_clusters
+        if self._fast_jackknife is not None:
+            return np.asarray(self._fast_jackknife(), dtype=np.float64).reshape(k)
+        out = np.empty(k)
+        for start in range(0, k, chunk_size):  # a loop over chunks of left-out clusters
+            left_out = np.arange(start, min(k, start + chunk_size))
+            weights = (self._plan.cluster_of_row[None, :] != left_out[:, None]).astype(np.float64)
+            out[start : start + left_out.shape[0]] = self._apply(weights)
+        return out
+
+
+def make_evaluator(statistic: Any, data: Sequence[Any], plan: ClusterPlan) -> Evaluator:
+    """Dispatch on the statistic's kind (sufficient, prepared, or a plain callable)."""
+    if isinstance(statistic, SufficientStatistic):
+        return _SumEvaluator(statistic, data, plan)
+    name = getattr(statistic, "__name__", type(statistic).__name__)
+    if isinstance(statistic, PreparedStatistic):
+        prepared = statistic.prepare(*data)
+        fast = getattr(statistic, "jackknife", None)
+        return _RowEvaluator(
+            lambda w: statistic.evaluate(prepared, w),
+            plan,
+            name,
+            None if fast is None else (lambda: fast(prepared, plan.cluster_of_row, plan.n_clusters)),
+        )
+    if callable(statistic):
+        return _RowEvaluator(lambda w: statistic(*data, weights=w), plan, name)
+    raise DataError(
+        "The 'statistic' parameter of bootstrap_interval must be a callable statistic(*data, weights) "
+        "-> (B,), or an object with row_terms/from_sums or prepare/evaluate (see "
+        f"sitecal.metrics.metric_statistic). Got {type(statistic).__name__}."
+    )
+
+
+def auto_chunk_size(evaluators: Sequence[Evaluator], plan: ClusterPlan, n_resamples: int) -> int:
+    """Resamples per chunk so that the largest temporary holds about CHUNK_ELEMENTS elements."""
+    width = max([plan.n_clusters] + [plan.n for e in evaluators if e.row_weights])
+    return max(1, min(n_resamples, CHUNK_ELEMENTS // max(width, 1)))
