@@ -11,3 +11,22 @@ DEMO_PROTOCOL = REPO / "protocols" / "demo.yaml"
 @pytest.fixture
 def demo_protocol_text() -> str:
     return DEMO_PROTOCOL.read_text()
+
+
+def write_demo_protocol(root: Path, manifest: object, *, n_resamples: int = 200, **sections: dict) -> Path:
+    """A copy of protocols/demo.yaml pointed at a generated cohort, writing its run folders under ``root``.
+
+    ``sections`` update protocol sections by name, e.g. ``calibration={"min_group_size": 30}``.
+    """
+    import yaml
+
+    protocol = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    protocol["data"]["dicom_dir"] = str(manifest.dicom_dir)  # type: ignore[attr-defined]
+    protocol["data"]["labels"] = str(manifest.labels_csv)  # type: ignore[attr-defined]
+    protocol["report"]["output_dir"] = str(root / "reports")
+    protocol["evaluation"]["bootstrap"]["n_resamples"] = n_resamples
+    for section, values in sections.items():
+        protocol[section].update(values)
+    path = root / "protocol.yaml"
+    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+    return path

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import write_demo_protocol
 
 from sitecal.demo import generate_demo
 from sitecal.protocol import load_protocol
@@ -20,14 +19,8 @@ pytestmark = pytest.mark.slow
 def full_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     root = tmp_path_factory.mktemp("demo")
     manifest = generate_demo(root / "data", n_studies=2000, seed=0)
-    protocol = yaml.safe_load(DEMO_PROTOCOL.read_text())
-    protocol["data"]["dicom_dir"] = str(manifest.dicom_dir)
-    protocol["data"]["labels"] = str(manifest.labels_csv)
-    protocol["report"]["output_dir"] = str(root / "reports")
     # point estimates do not depend on B; fewer resamples keep the suite quick
-    protocol["evaluation"]["bootstrap"]["n_resamples"] = 200
-    path = root / "demo.yaml"
-    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+    path = write_demo_protocol(root, manifest, n_resamples=200)
     result = run_protocol(load_protocol(path), progress=False)
     return result.folder, manifest
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pydicom
 import pytest
-import yaml
 from pypdf import PdfReader
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, write_demo_protocol
 
 from sitecal.cli import main
 from sitecal.demo import generate_demo
@@ -24,15 +23,7 @@ pytestmark = pytest.mark.slow
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("e2e")
     manifest = generate_demo(root / "data", n_studies=400, seed=3)
-    protocol = yaml.safe_load(DEMO_PROTOCOL.read_text())
-    protocol["data"]["dicom_dir"] = str(manifest.dicom_dir)
-    protocol["data"]["labels"] = str(manifest.labels_csv)
-    protocol["report"]["output_dir"] = str(root / "reports")
-    protocol["evaluation"]["bootstrap"]["n_resamples"] = 200
-    protocol["calibration"]["min_group_size"] = 30
-    protocol["inputs"]["num_workers"] = 0
-    path = root / "protocol.yaml"
-    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+    path = write_demo_protocol(root, manifest, calibration={"min_group_size": 30}, inputs={"num_workers": 0})
     code = main(["run", str(path), "--no-progress", "--workers", "2"])
     (folder,) = (root / "reports").glob("demo-*")
     return {"code": code, "folder": folder, "manifest": manifest, "protocol": path}
