@@ -34,3 +34,9 @@ def test_paths_lose_uids_and_identifiers() -> None:
     masked = p.path(Path("PAT0042_scans/1.2.840.113619.2.55.3.1/1.2.840.99.1.2.dcm"), ["PAT0042"])
     assert "PAT0042" not in masked and "1.2.840" not in masked
     assert masked.endswith(".dcm") and masked.count("/") == 2
+
+
+def test_key_fingerprint_names_the_key_without_revealing_it() -> None:
+    a, b = Pseudonymizer(b"a" * 32), Pseudonymizer(b"b" * 32)
+    assert a.fingerprint == Pseudonymizer(b"a" * 32).fingerprint != b.fingerprint
+    assert len(a.fingerprint) == 16 and "a" * 8 not in a.fingerprint

@@ -61,6 +61,15 @@ class Pseudonymizer:
         digest = hmac.new(self.key, f"{kind}\0{value}".encode(), hashlib.sha256).hexdigest()
         return f"{_PREFIX[kind]}-{digest[:16]}"
 
+    @property
+    def fingerprint(self) -> str:
+        """A short, non-reversible name of the key, recorded in provenance.
+
+        The patient split is seeded over pseudonymised keys, so two runs give the same split exactly when they
+        share the seed and the key; this says which key a run used without revealing it.
+        """
+        return hmac.new(self.key, b"sitecal key fingerprint", hashlib.sha256).hexdigest()[:16]
+
     def path(self, relative: Path, identifiers: Iterable[str] = ()) -> str:
         """``relative`` with each part that is UID-like or contains one of ``identifiers`` pseudonymised.
 

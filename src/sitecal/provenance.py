@@ -47,6 +47,7 @@ def provenance_document(
     model: Mapping[str, Any],
     transforms_sha256: str,
     device: str,
+    pseudonym_key: str,
 ) -> dict[str, Any]:
     """The ``provenance.json`` document."""
     return {
@@ -63,4 +64,5 @@ def provenance_document(
         "model": dict(model),
         "transforms_sha256": transforms_sha256,
         "device": device,
+        "pseudonym_key_fingerprint": pseudonym_key,
     }

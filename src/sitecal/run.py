@@ -144,6 +144,7 @@ def run_protocol(
             },
             model={"name": model.name, "format": model.format, "file": model.path.name},
             transforms_sha256=transform_fingerprint(protocol.inputs.transforms),
+            pseudonym_key=pseudonymize.fingerprint,
             device=device,
         )
         _write_tables(
