@@ -7,6 +7,7 @@ integer weights per cluster, and statistics are evaluated for a chunk of resampl
 from __future__ import annotations
 
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
+from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -15,10 +16,12 @@ __all__ = [
     "DEFAULT_METRICS",
     "BootstrapResult",
     "BootstrapSpec",
+    "DisparityResult",
     "MetricIntervals",
     "PreparedStatistic",
     "Statistic",
     "SufficientStatistic",
     "bootstrap_interval",
     "bootstrap_metrics",
+    "disparity_intervals",
 ]
