@@ -149,3 +149,14 @@ def test_misspelt_key_exits_2_naming_file_line_field(tmp_path: Path) -> None:
         in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+def test_disparities_between_scanners_have_their_own_interval(demo_run: dict) -> None:
+    evaluation = json.loads((demo_run["folder"] / "evaluation.json").read_text())
+    gap = evaluation["disparities"]["scanner"]["ece"]["after"]
+    judged = [g for g in evaluation["subgroups"]["scanner"] if not g["small"]]
+    values = {g["group"]: g["metrics"]["ece"]["after"]["estimate"] for g in judged}
+    assert set(gap["groups"]) == set(values)
+    assert gap["range"]["estimate"] == pytest.approx(max(values.values()) - min(values.values()), abs=1e-12)
+    assert gap["range"]["low"] <= gap["range"]["high"]
+    assert gap["highest"] == max(values, key=values.get)

@@ -16,9 +16,10 @@ import numpy as np
 from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
+from sitecal.errors import DataError
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
-from sitecal.stats import BootstrapSpec, bootstrap_metrics
+from sitecal.stats import BootstrapSpec, bootstrap_metrics, disparity_intervals
 
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
@@ -165,6 +166,12 @@ def evaluate(
         else:
             results[attribute].append(entry)
 
+    disparities = {
+        name: _disparities(
+            name, prob_sets, labels, patients, data.attributes[name][held], protocol=protocol, spec=spec
+        )
+        for name in attributes
+    }
     acceptance = [_judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
     verdicts = [a["verdict"] for a in acceptance]
     verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
@@ -206,6 +213,7 @@ def evaluate(
         "overall": overall,
         "subgroups": results,
         "attribute_labels": {name: protocol.subgroups[name].label or name for name in attributes},
+        "disparities": disparities,
         "acceptance": acceptance,
         "verdict": verdict,
         "warnings": warnings,
@@ -258,6 +266,42 @@ def _group_result(
             stage: reliability_curve(p, labels, n_bins=ev.n_bins).to_dict() for stage, p in prob_sets.items()
         },
     }
+
+
+def _disparities(
+    attribute: str,
+    prob_sets: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    patients: np.ndarray,
+    values: np.ndarray,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+) -> dict[str, Any]:
+    """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples."""
+    ev = protocol.evaluation
+    strata = _patient_strata(patients, values)
+    out: dict[str, Any] = {}
+    for metric in ev.disparity_metrics:
+        out[metric] = {}
+        for stage, probs in prob_sets.items():
+            try:
+                result = disparity_intervals(
+                    probs,
+                    labels,
+                    values,
+                    clusters=patients,
+                    strata=strata,
+                    metric=metric,
+                    n_bins=ev.n_bins,
+                    min_group_size=ev.min_group_size,
+                    spec=spec,
+                )
+            except DataError as exc:  # fewer than two groups large enough to compare
+                out[metric][stage] = {"note": str(exc)}
+            else:
+                out[metric][stage] = result.to_dict()
+    return out
 
 
 def _interval(result: Any) -> dict[str, float]:

@@ -144,9 +144,7 @@ class SubgroupSettings(_Strict):
     @field_validator("bands")
     @classmethod
     def _increasing(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and (
-            len(value) < 2 or any(b <= a for a, b in pairwise(value))
-        ):
+        if value is not None and (len(value) < 2 or any(b <= a for a, b in pairwise(value))):
             raise ValueError("bands must be at least two strictly increasing numbers, e.g. [0, 40, 60, 80]")
         return value
 
@@ -188,6 +186,9 @@ class EvaluationSettings(_Strict):
     n_bins: int = Field(default=15, ge=1)
     min_group_size: int = Field(default=30, ge=1)
     subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")
+    disparity_metrics: list[MetricName] = Field(
+        default_factory=lambda: ["ece"], description="metrics whose gaps between groups get intervals"
+    )
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
 
 
