@@ -14,10 +14,12 @@ from sitecal.metrics import (
     METRIC_NAMES,
     accuracy,
     brier_score,
+    debiased_expected_calibration_error,
     expected_calibration_error,
     maximum_calibration_error,
     metric_statistic,
     negative_log_likelihood,
+    observed_expected_ratio,
     softmax,
 )
 
@@ -28,6 +30,8 @@ def _plain(name: str, probs: np.ndarray, labels: np.ndarray) -> float:
         "ece_mass": lambda: expected_calibration_error(probs, labels, binning="mass"),
         "classwise_ece": lambda: expected_calibration_error(probs, labels, kind="classwise"),
         "mce": lambda: maximum_calibration_error(probs, labels),
+        "ece_debiased": lambda: debiased_expected_calibration_error(probs, labels),
+        "oe_ratio": lambda: observed_expected_ratio(probs, labels),
         "nll": lambda: negative_log_likelihood(probs, labels),
         "brier": lambda: brier_score(probs, labels),
         "accuracy": lambda: accuracy(probs, labels),

@@ -2,7 +2,9 @@
 
 Conventions shared by every function here: ``probs`` is (N, C) with C >= 2 and rows summing to 1
 within 1e-6; ``labels`` is (N,) class indices in [0, C). ECE-family bins are ``(lo, hi]`` with a
-value of 0 in the first bin; 15 equal-width bins by default.
+value of 0 in the first bin; 15 equal-width bins by default. The clinical calibration measures
+(slope, intercept, observed/expected) and the AUROC judge one binary event: the positive class for
+two classes, "the predicted class is correct" (top-label) for more.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from sitecal.metrics._calibration_error import (
     maximum_calibration_error,
     reliability_curve,
 )
+from sitecal.metrics._clinical import (
+    CalibrationSlopeIntercept,
+    calibration_slope_intercept,
+    observed_expected_ratio,
+)
+from sitecal.metrics._debiased import debiased_expected_calibration_error
+from sitecal.metrics._ranking import auroc
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
 from sitecal.metrics._softmax import softmax
 from sitecal.metrics._statistics import (
@@ -25,15 +34,20 @@ from sitecal.metrics._statistics import (
 __all__ = [
     "METRIC_NAMES",
     "NLL_CLIP",
+    "CalibrationSlopeIntercept",
     "MassECEStatistic",
     "ReliabilityCurve",
     "SumMetricStatistic",
     "accuracy",
+    "auroc",
     "brier_score",
+    "calibration_slope_intercept",
+    "debiased_expected_calibration_error",
     "expected_calibration_error",
     "maximum_calibration_error",
     "metric_statistic",
     "negative_log_likelihood",
+    "observed_expected_ratio",
     "reliability_curve",
     "softmax",
 ]

@@ -1,4 +1,30 @@
-"""The ECE family: expected and maximum calibration error, reliability curves."""
+r"""The ECE family: expected and maximum calibration error, reliability curves.
+
+Relation to other libraries
+---------------------------
+Checked side by side in ``tests/metrics`` (test-only dependencies).
+
+- **netcal** (``netcal.metrics.ECE(bins=15).measure(probs, labels)``) and **torchmetrics**
+  (``multiclass_calibration_error(..., n_bins=15, norm="l1")``, ``norm="max"`` for MCE) compute the
+  same top-label, equal-width, count-weighted ECE; they close bins on the left, ``[lo, hi)``, where
+  sitecal uses ``(lo, hi]``, so they agree except for confidences exactly on an inner edge
+  (torchmetrics works in float32; the tests hold it to 1e-4).
+- **MONAI** 1.6 ``monai.metrics.CalibrationErrorMetric`` is a *segmentation* metric. It takes
+  ``y_pred`` and a one-hot ``y`` of shape ``(B, C, spatial...)`` and, for every image ``b`` and
+  channel ``c`` separately, bins that channel's values over the image's pixels (``num_bins=20``
+  equal-width bins, ``[lo, hi)`` unless ``right=True``; ``calibration_binning``) and takes the
+  count-weighted gap, then (``metric_reduction="mean"``) averages the ``B x C`` numbers. So it is a
+  per-image *class-wise* (one-vs-rest, every channel, background included) ECE with 20 bins, never a
+  top-label ECE. Fed a classification batch "the obvious way", ``y_pred`` of shape ``(N, C, 1)``,
+  each (study, class) "image" has one pixel, so each term is ``|p_ik - 1[y_i = k]|`` and the metric
+  is ``mean_ik |p_ik - 1[y_i = k]| = 2 (1 - mean_i p_{i, y_i}) / C``, an accuracy-like score with no
+  binning at all: the likely source of a reported 0.263 beside a top-label ECE of 0.068. Laid out as one
+  image, ``(1, C, N)``, it equals ``expected_calibration_error(probs, labels, kind="classwise",
+  n_bins=20)`` up to float32 and the edge convention. Both identities are pinned in
+  ``tests/metrics/test_library_relations.py``.
+- The authors' ``calibration`` package (Kumar et al. 2019) reports the l2 error by default;
+  :func:`~sitecal.metrics.debiased_expected_calibration_error` is its ``unbiased_l2_ce``.
+"""
 
 from __future__ import annotations
 

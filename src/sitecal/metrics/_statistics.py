@@ -10,6 +10,10 @@ so the engine can sum the terms per cluster once and evaluate a whole chunk of r
 ``from_sums`` (``g``, applied row-wise to shape (B, J)); with all weights 1 they reproduce the
 plain metric. Equal-mass ECE has data-dependent bin edges, which must be recomputed in each
 resample, so it offers ``prepare`` / ``evaluate`` on per-row weights instead.
+
+Not here, because they are not functions of per-cluster sums: the calibration slope and intercept
+(a logistic fit per resample) and the AUROC (ranks). Bootstrap them through
+:func:`sitecal.stats.bootstrap_interval` with a plain callable ``statistic(probs, labels, weights=W)``.
 """
 
 from __future__ import annotations
@@ -22,12 +26,24 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_int, check_labels, check_option, check_probs
 from sitecal.metrics._binning import assign_bins, bin_edges
 from sitecal.metrics._calibration_error import top_label
+from sitecal.metrics._clinical import event_outcome
+from sitecal.metrics._debiased import debiased_squared_from_sums
 from sitecal.metrics._scores import accuracy_terms, brier_terms, nll_terms
 
 __all__ = ["METRIC_NAMES", "MassECEStatistic", "SumMetricStatistic", "metric_statistic"]
 
 #: Names accepted by :func:`metric_statistic` (and by ``sitecal.stats.bootstrap_metrics``).
-METRIC_NAMES = ("ece", "ece_mass", "classwise_ece", "mce", "nll", "brier", "accuracy")
+METRIC_NAMES = (
+    "ece",
+    "ece_mass",
+    "classwise_ece",
+    "mce",
+    "ece_debiased",
+    "oe_ratio",
+    "nll",
+    "brier",
+    "accuracy",
+)
 
 _SCORES = {"nll": nll_terms, "brier": brier_terms, "accuracy": accuracy_terms}
 
@@ -58,7 +74,8 @@ class SumMetricStatistic:
     Attributes
     ----------
     name : str
-        One of ``"ece"``, ``"classwise_ece"``, ``"mce"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
+        One of ``"ece"``, ``"classwise_ece"``, ``"mce"``, ``"ece_debiased"``, ``"oe_ratio"``, ``"nll"``,
+        ``"brier"``, ``"accuracy"``.
     n_bins : int
         Bins of the ECE-family metrics (ignored by the scores).
     """
@@ -73,6 +90,9 @@ class SumMetricStatistic:
         ones = np.ones((n, 1))
         if self.name in _SCORES:
             return np.hstack([ones, _SCORES[self.name](p, y)[:, None]])
+        if self.name == "oe_ratio":
+            prob, outcome, _ = event_outcome(p, y, "auto", func="metric_statistic('oe_ratio')")
+            return np.stack([np.ones(n), outcome, prob], axis=1)
         edges = bin_edges(np.empty(0), self.n_bins, "width")
         if self.name == "classwise_ece":
             n_classes = p.shape[1]
@@ -88,8 +108,14 @@ class SumMetricStatistic:
         gaps = _one_hot_columns(index, correct - confidence, self.n_bins)
         if self.name == "ece":
             return np.hstack([ones, gaps])
-        counts = _one_hot_columns(index, np.ones(n), self.n_bins)  # "mce"
-        return np.hstack([ones, counts, gaps])
+        counts = _one_hot_columns(index, np.ones(n), self.n_bins)
+        if self.name == "ece_debiased":
+            # per bin: count, sum of correctness, sum of confidence (correctness is 0/1, so its sum
+            # also gives the sum of squares the variance correction needs)
+            corrects = _one_hot_columns(index, correct, self.n_bins)
+            confidences = _one_hot_columns(index, confidence, self.n_bins)
+            return np.hstack([ones, counts, corrects, confidences])
+        return np.hstack([ones, counts, gaps])  # "mce"
 
     def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
@@ -97,8 +123,19 @@ class SumMetricStatistic:
         if self.name in _SCORES:
             out: NDArray[np.float64] = sums[:, 1] / total
             return out
+        if self.name == "oe_ratio":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = sums[:, 1] / sums[:, 2]
+            return out
         if self.name == "ece":
             out = np.abs(sums[:, 1:]).sum(axis=1) / total
+            return out
+        if self.name == "ece_debiased":
+            b = self.n_bins
+            squared = debiased_squared_from_sums(
+                sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :]
+            )
+            out = np.sqrt(np.maximum(squared, 0.0))
             return out
         if self.name == "classwise_ece":
             n_classes = (sums.shape[1] - 1) // self.n_bins
@@ -221,10 +258,16 @@ def metric_statistic(name: str, *, n_bins: int = 15) -> SumMetricStatistic | Mas
 
     Parameters
     ----------
-    name : {"ece", "ece_mass", "classwise_ece", "mce", "nll", "brier", "accuracy"}
+    name : str
+        One of :data:`METRIC_NAMES`:
         ``"ece"`` is top-label ECE with equal-width bins, ``"ece_mass"`` with equal-mass bins,
         ``"classwise_ece"`` class-wise with equal-width bins, ``"mce"`` top-label MCE with
-        equal-width bins; the scores are those of :mod:`sitecal.metrics`.
+        equal-width bins, ``"ece_debiased"`` the debiased top-label l2 error
+        (:func:`~sitecal.metrics.debiased_expected_calibration_error`) with equal-width bins from
+        per-bin counts, correct and confidence sums, ``"oe_ratio"``
+        (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums; the
+        scores are those of :mod:`sitecal.metrics`. Calibration slope/intercept and AUROC are not
+        sums of per-row terms and have no entry here.
     n_bins : int, default 15
 
     Returns
