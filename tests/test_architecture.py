@@ -34,7 +34,7 @@ NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matpl
 # Which sitecal parts each part may import, beyond the base layer (layer 1).
 ALLOWED = {
     "metrics": set(),
-    "stats": {"metrics"},
+    "stats": {"metrics", "calibration"},  # the refit bootstrap resamples the whole temperature fit
     "calibration": {"metrics"},
     "protocol": set(),
     "cohort": {"protocol"},

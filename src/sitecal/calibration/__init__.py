@@ -5,12 +5,15 @@ Numeric only: arrays in, frozen result objects out (no files, no protocol).
 
 from __future__ import annotations
 
+from sitecal.calibration._batched import BatchedSolution, BatchedTemperatureSolver
 from sitecal.calibration._deploy import GroupTemperatureScaler
 from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
 from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
 
 __all__ = [
     "DEFAULT_BOUNDS",
+    "BatchedSolution",
+    "BatchedTemperatureSolver",
     "GroupTemperature",
     "GroupTemperatureScaler",
     "GroupTemperatures",

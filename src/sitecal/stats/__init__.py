@@ -9,6 +9,7 @@ from __future__ import annotations
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
+from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
 from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -19,9 +20,13 @@ __all__ = [
     "DisparityResult",
     "MetricIntervals",
     "PreparedStatistic",
+    "RefitIntervals",
     "Statistic",
     "SufficientStatistic",
     "bootstrap_interval",
     "bootstrap_metrics",
+    "bootstrap_temperature",
     "disparity_intervals",
+    "fit_stream_seed",
+    "refit_bootstrap",
 ]

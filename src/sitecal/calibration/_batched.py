@@ -1,0 +1,354 @@
+r"""Many temperature fits at once: one per bootstrap resample (or jackknife deletion) of the fit rows.
+
+A resample is a vector of integer cluster weights ``w``; its fit minimises the weighted mean NLL
+
+.. math:: f_w(s) = \frac{\sum_i w_i \ell_i(s)}{\sum_i w_i}, \qquad
+          \ell_i(s) = \log\sum_k e^{\beta d_{ik}}, \quad \beta = e^{-s}, \quad d_{ik} = z_{ik} - z_{i y_i},
+
+which is exactly what :func:`~sitecal.calibration.fit_temperature` minimises on the resampled rows
+(each row repeated ``w_i`` times). Solving ``B`` of these one by one costs ``B`` full passes over the
+data per Newton step. Here the per-row gradient :math:`\ell_i'(s)` is replaced, on an interval
+``[a, b]`` that holds the resample optima, by its Chebyshev interpolant of degree ``Q - 1``; the
+coefficients are summed per cluster once (``K x Q``), so a resample's gradient is the polynomial with
+coefficients ``w . C`` and its root costs ``O(Q)`` per Newton step. The interpolation error is
+measured per row at check points between the nodes, summed per cluster, and turned into a certified
+bound on each resample's ``|s - s*|``; a resample whose bound exceeds ``CERTIFIED_S_ERROR``, or whose
+root is not bracketed inside ``[a, b]`` (including optima on a bound of ``T``), is solved by an exact,
+vectorised copy of ``fit_temperature``'s safeguarded Newton on its own weighted rows.
+
+Every resample is solved from its own weights only (convergence masks freeze each one on its own
+criterion, and weighted sums are row-wise numpy reductions, not BLAS products), so results do not
+depend on how resamples are batched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.polynomial import chebyshev
+from numpy.typing import NDArray
+
+from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
+
+__all__ = ["CERTIFIED_S_ERROR", "BatchedSolution", "BatchedTemperatureSolver"]
+
+#: Largest certified error in ``s = log T`` accepted from the surrogate (relative error in ``T``).
+CERTIFIED_S_ERROR = 1e-9
+#: Elements per temporary (resamples x rows x classes) array in the exact solver.
+EXACT_CHUNK_ELEMENTS = 1 << 22
+#: Half-width of the surrogate's interval in cluster-robust standard errors of ``s``.
+WIDTH_IN_SE = 8.0
+_DEGREES = (8, 12, 16, 24)
+_SAFETY = 10.0  # factor on the interpolation error measured at the check points
+
+Sums = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class BatchedSolution:
+    """Log temperatures of a batch of weighted fits.
+
+    Attributes
+    ----------
+    log_temperature : numpy.ndarray, shape (B,)
+    exact : numpy.ndarray of bool, shape (B,)
+        True where the exact solver was used (surrogate not certified or root outside its interval).
+    bound : numpy.ndarray of int8, shape (B,)
+        -1 / +1 where the fit stopped on the lower / upper bound of T (as ``fit_temperature`` would), else 0.
+    error_bound : numpy.ndarray, shape (B,)
+        Certified bound on ``|s - s*|`` for surrogate solutions; for exact ones, the tolerance-based
+        ``|gradient| / hessian`` at the result.
+    """
+
+    log_temperature: NDArray[np.float64]
+    exact: NDArray[np.bool_]
+    bound: NDArray[np.int8]
+    error_bound: NDArray[np.float64]
+
+
+def _row_derivatives(d: NDArray[np.float64], beta: NDArray[np.float64]) -> Sums:
+    """Per-row ``ell``, ``d ell / ds`` and ``d2 ell / ds2`` for rows ``d`` (R, N, C), betas (R,) -> (R, N)."""
+    b = beta[:, None, None]
+    z = b * d[None] if d.ndim == 2 else b * d
+    m = z.max(axis=2, keepdims=True)
+    e = np.exp(z - m)
+    total = e.sum(axis=2, keepdims=True)
+    p = e / total
+    dd = d[None] if d.ndim == 2 else d
+    mean_d = (p * dd).sum(axis=2)
+    centred = dd - mean_d[:, :, None]
+    var_d = (p * centred * centred).sum(axis=2)
+    bb = beta[:, None]
+    value = m[:, :, 0] + np.log(total[:, :, 0])
+    return value, -bb * mean_d, bb * bb * var_d + bb * mean_d
+
+
+def _clenshaw(coeffs: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Chebyshev series with per-row coefficients (B, Q) at per-row points x (B,)."""
+    b1 = np.zeros_like(x)
+    b2 = np.zeros_like(x)
+    for k in range(coeffs.shape[1] - 1, 0, -1):  # a loop over the degree
+        b1, b2 = coeffs[:, k] + 2.0 * x * b1 - b2, b1
+    out: NDArray[np.float64] = coeffs[:, 0] + x * b1 - b2
+    return out
+
+
+def _cluster_sums(
+    values: NDArray[np.float64], cluster_of_row: NDArray[np.int64], k: int
+) -> NDArray[np.float64]:
+    order = np.argsort(cluster_of_row, kind="stable")
+    starts = np.searchsorted(cluster_of_row[order], np.arange(k))
+    out: NDArray[np.float64] = np.add.reduceat(values[order], starts, axis=0)
+    return out
+
+
+def _row_sums(weights: NDArray[np.float64], columns: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``weights @ columns`` (B, K) x (K, J) -> (B, J) with row-wise reductions (no BLAS blocking)."""
+    out = np.empty((weights.shape[0], columns.shape[1]))
+    for j in range(columns.shape[1]):  # a loop over columns
+        out[:, j] = np.multiply(weights, columns[:, j]).sum(axis=1)
+    return out
+
+
+class BatchedTemperatureSolver:
+    """Fits of ``s = log T`` under many cluster weightings of the same rows.
+
+    Parameters
+    ----------
+    logits : numpy.ndarray, shape (N, C), float64 (validated)
+    labels : numpy.ndarray, shape (N,), int64 (validated)
+    cluster_of_row : numpy.ndarray of int64, shape (N,)
+        Cluster number in ``[0, n_clusters)`` of each row.
+    n_clusters : int
+    bounds : (float, float), default (0.05, 100.0)
+        Bounds of T, as in :func:`~sitecal.calibration.fit_temperature`.
+    func : str
+        Name of the calling function, for error messages about ``bounds``.
+    tol, max_iter
+        Tolerance on ``|d f / d s|`` and step limit of the exact solver (and the full-data fit).
+
+    Attributes
+    ----------
+    fit : TemperatureFit
+        The full-data fit (all weights 1), identical to ``fit_temperature(logits, labels)``.
+    interval : (float, float)
+        The surrogate's interval ``[a, b]`` in ``s`` (empty, ``(nan, nan)``, when the full fit hit a
+        bound and every resample goes to the exact solver).
+    degree : int
+        Chebyshev nodes ``Q`` used.
+    """
+
+    def __init__(
+        self,
+        logits: NDArray[np.float64],
+        labels: NDArray[np.int64],
+        cluster_of_row: NDArray[np.int64],
+        n_clusters: int,
+        *,
+        bounds: tuple[float, float] = DEFAULT_BOUNDS,
+        func: str = "BatchedTemperatureSolver",
+        tol: float = 1e-10,
+        max_iter: int = 100,
+    ) -> None:
+        low, high = _bounds(bounds, func=func)
+        self._d = _NLL(logits, labels).d
+        self._cluster_of_row = cluster_of_row
+        self._k = n_clusters
+        self.n_clusters = n_clusters
+        self._lo, self._hi = math.log(low), math.log(high)
+        self._tol, self._max_iter = tol, max_iter
+        self.fit: TemperatureFit = fit_validated(
+            logits, labels, tol=tol, max_iter=max_iter, low=low, high=high
+        )
+        self._row_counts = np.bincount(cluster_of_row, minlength=n_clusters).astype(np.float64)
+        self.interval = (math.nan, math.nan)
+        self.degree = 0
+        self._coeffs = np.zeros((n_clusters, 0))
+        self._errors = np.zeros(n_clusters)
+        if self.fit.converged:
+            self._build_surrogate()
+
+    # -- surrogate ---------------------------------------------------------------------------------
+    def _per_row(self, s: float) -> Sums:
+        value, grad, hess = _row_derivatives(self._d, np.array([math.exp(-s)]))
+        return value[0], grad[0], hess[0]
+
+    def _build_surrogate(self) -> None:
+        s0 = self.fit.log_temperature
+        _, g0, h0 = self._per_row(s0)
+        score = _cluster_sums(g0, self._cluster_of_row, self._k)
+        curvature = float(h0.sum())
+        se = math.sqrt(float(np.sum(score * score))) / curvature if curvature > 0 else math.inf
+        half = min(max(WIDTH_IN_SE * se, 1e-6), 2.0)
+        a, b = max(s0 - half, self._lo), min(s0 + half, self._hi)
+        mid, rad = 0.5 * (a + b), 0.5 * (b - a)
+        for q in _DEGREES:  # a loop over candidate degrees, until the interpolation error is tiny
+            x = np.cos(np.pi * (np.arange(q) + 0.5) / q)
+            nodes = np.stack([self._per_row(mid + rad * xj)[1] for xj in x], axis=1)  # (N, Q)
+            # coefficients of the interpolant through the first-kind Chebyshev nodes
+            basis = np.cos(np.pi * np.outer(np.arange(q), np.arange(q) + 0.5) / q) * (2.0 / q)
+            basis[0] *= 0.5
+            coeffs = np.einsum("nj,kj->nk", nodes, basis)
+            checks = np.cos(np.pi * (np.arange(q + 1) + 0.5 / (q + 1)) / (q + 1))
+            checks = np.concatenate([[-1.0, 1.0], checks])
+            exact = np.stack([self._per_row(mid + rad * xc)[1] for xc in checks], axis=1)
+            approx = chebyshev.chebval(checks, coeffs.T)  # (N, M)
+            row_error = _SAFETY * np.abs(approx - exact).max(axis=1)
+            errors = _cluster_sums(row_error, self._cluster_of_row, self._k)
+            if curvature > 0 and float(errors.sum()) / curvature <= 1e-3 * CERTIFIED_S_ERROR:
+                break
+        self.interval, self.degree = (a, b), q
+        self._mid, self._rad = mid, rad
+        self._coeffs = _cluster_sums(coeffs, self._cluster_of_row, self._k)  # (K, Q)
+        self._errors = errors
+
+    def _surrogate(
+        self, coeffs: NDArray[np.float64], errors: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]:
+        """Roots of the gradient polynomials (B, Q) and whether each is certified."""
+        n = coeffs.shape[0]
+        dcoeffs = np.asarray(chebyshev.chebder(coeffs, axis=1), dtype=np.float64)
+        lo_x, hi_x = -np.ones(n), np.ones(n)
+        g_lo, g_hi = _clenshaw(coeffs, lo_x), _clenshaw(coeffs, hi_x)
+        ok = (g_lo < -errors) & (g_hi > errors)
+        a, b = lo_x.copy(), hi_x.copy()
+        x = np.zeros(n)
+        active = ok.copy()
+        for _ in range(100):  # a loop over Newton iterations (each resample frozen on its own test)
+            if not active.any():
+                break
+            g = _clenshaw(coeffs[active], x[active])
+            h = _clenshaw(dcoeffs[active], x[active])
+            xa, xb, xs = a[active], b[active], x[active]
+            xa = np.where(g < 0, xs, xa)
+            xb = np.where(g < 0, xb, xs)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                newton = xs - g / h
+            inside = (h > 0) & (newton > xa) & (newton < xb)
+            new = np.where(inside, newton, 0.5 * (xa + xb))
+            done = (g == 0) | (np.abs(new - xs) <= 4e-16 * np.maximum(1.0, np.abs(xs))) | (xb - xa <= 4e-16)
+            idx = np.flatnonzero(active)
+            a[idx], b[idx] = xa, xb
+            x[idx] = np.where(g == 0, xs, new)
+            active[idx[done]] = False
+        h_final = _clenshaw(dcoeffs, x) / self._rad  # d g / d s (sum form)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = np.where(h_final > 0, errors / h_final, np.inf)
+        ok &= bound <= CERTIFIED_S_ERROR
+        return self._mid + self._rad * x, ok, bound
+
+    # -- exact solver ------------------------------------------------------------------------------
+    def _exact(
+        self, row_weights: Callable[[NDArray[np.intp]], NDArray[np.float64]], r: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.float64]]:
+        """``solve_log_temperature`` of :mod:`._temperature`, vectorised over ``r`` weightings.
+
+        ``row_weights(rows)`` gives the (len(rows), N) row weights of the weightings numbered ``rows``;
+        it is called a chunk at a time, so memory stays at about ``EXACT_CHUNK_ELEMENTS`` floats.
+        """
+        n, c = self._d.shape
+        step = max(1, EXACT_CHUNK_ELEMENTS // max(n * c, 1))
+
+        def objective(s: NDArray[np.float64], rows: NDArray[np.intp]) -> Sums:
+            out = np.empty((3, s.shape[0]))
+            for start in range(0, s.shape[0], step):  # a loop over chunks of weightings
+                sl = slice(start, start + step)
+                w = row_weights(rows[sl])
+                total = w.sum(axis=1)
+                for j, per_row in enumerate(_row_derivatives(self._d, np.exp(-s[sl]))):
+                    out[j, sl] = np.multiply(w, per_row).sum(axis=1) / total
+            return out[0], out[1], out[2]
+
+        return _rtsafe(objective, r, lo=self._lo, hi=self._hi, tol=self._tol, max_iter=self._max_iter)
+
+    # -- public ------------------------------------------------------------------------------------
+    def _solve(
+        self,
+        coeffs: NDArray[np.float64],
+        errors: NDArray[np.float64],
+        row_weights: Callable[[NDArray[np.intp]], NDArray[np.float64]],
+    ) -> BatchedSolution:
+        n = coeffs.shape[0]
+        s = np.full(n, math.nan)
+        bound = np.zeros(n, dtype=np.int8)
+        err = np.full(n, math.inf)
+        ok = np.zeros(n, dtype=bool)
+        if self.degree:
+            s, ok, err = self._surrogate(coeffs, errors)
+        fail = np.flatnonzero(~ok)
+        if fail.shape[0]:
+            s_f, bound_f, err_f = self._exact(lambda rows: row_weights(fail[rows]), fail.shape[0])
+            s[fail], bound[fail], err[fail] = s_f, bound_f, err_f
+        return BatchedSolution(s, ~ok, bound, err)
+
+    def solve(self, cluster_weights: NDArray[np.float64]) -> BatchedSolution:
+        """Fits under cluster weights of shape (B, n_clusters)."""
+        coeffs = (
+            _row_sums(cluster_weights, self._coeffs)
+            if self.degree
+            else np.zeros((cluster_weights.shape[0], 0))
+        )
+        errors = _row_sums(cluster_weights, self._errors[:, None])[:, 0]
+        return self._solve(coeffs, errors, lambda rows: cluster_weights[rows][:, self._cluster_of_row])
+
+    def jackknife(self) -> BatchedSolution:
+        """Leave-one-cluster-out fits, shape (n_clusters,)."""
+        total_c = self._coeffs.sum(axis=0, keepdims=True)
+        coeffs = total_c - self._coeffs
+        errors = self._errors.sum() - self._errors
+        cl = self._cluster_of_row
+        return self._solve(coeffs, errors, lambda rows: (cl[None, :] != rows[:, None]).astype(np.float64))
+
+
+def _rtsafe(
+    objective: Callable[[NDArray[np.float64], NDArray[np.intp]], Sums],
+    r: int,
+    *,
+    lo: float,
+    hi: float,
+    tol: float,
+    max_iter: int,
+) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.float64]]:
+    """Vectorised ``solve_log_temperature``: the same steps and stopping rules, resample by resample."""
+    everyone = np.arange(r)
+    _, g_lo, _ = objective(np.full(r, lo), everyone)
+    _, g_hi, _ = objective(np.full(r, hi), everyone)
+    at_lo = (g_lo >= 0.0) & (g_hi > 0.0)
+    at_hi = ~at_lo & (g_hi <= 0.0) & (g_lo < 0.0)
+    s = np.full(r, min(max(0.0, lo), hi))
+    s[at_lo], s[at_hi] = lo, hi
+    bound = np.where(at_lo, -1, np.where(at_hi, 1, 0)).astype(np.int8)
+    a, b = np.full(r, lo), np.full(r, hi)
+    step_old = np.full(r, hi - lo)
+    grad, hess = np.zeros(r), np.zeros(r)
+    active = np.flatnonzero(bound == 0)
+    if active.shape[0]:
+        _, grad[active], hess[active] = objective(s[active], active)
+    eps = float(np.finfo(np.float64).eps)
+    for _ in range(max_iter):  # a loop over Newton iterations
+        if not active.shape[0]:
+            break
+        g, h, sa = grad[active], hess[active], s[active]
+        done = np.abs(g) <= tol
+        live = active[~done]
+        if not live.shape[0]:
+            break
+        g, h, sa = g[~done], h[~done], sa[~done]
+        aa = np.where(g < 0.0, sa, a[live])
+        bb = np.where(g < 0.0, b[live], sa)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            newton = np.where(h > 0.0, sa - g / h, np.nan)
+        take = (aa < newton) & (newton < bb) & (np.abs(2.0 * g) <= np.abs(step_old[live] * h))
+        new_s = np.where(take, newton, 0.5 * (aa + bb))
+        step_old[live] = np.where(take, np.abs(newton - sa), 0.5 * (bb - aa))
+        a[live], b[live], s[live] = aa, bb, new_s
+        _, grad[live], hess[live] = objective(new_s, live)
+        pinned = bb - aa <= 4.0 * eps * np.maximum(1.0, np.abs(new_s))
+        active = live[~pinned]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.where(hess > 0, np.abs(grad) / hess, np.inf)
+    err[bound != 0] = 0.0
+    return s, bound, err
