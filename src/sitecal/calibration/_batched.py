@@ -106,10 +106,14 @@ def _cluster_sums(
 
 
 def _row_sums(weights: NDArray[np.float64], columns: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``weights @ columns`` (B, K) x (K, J) -> (B, J) with row-wise reductions (no BLAS blocking)."""
-    out = np.empty((weights.shape[0], columns.shape[1]))
-    for j in range(columns.shape[1]):  # a loop over columns
-        out[:, j] = np.multiply(weights, columns[:, j]).sum(axis=1)
+    """``weights @ columns`` (B, K) x (K, J) -> (B, J), each output row from its own weights only.
+
+    ``numpy.einsum`` without ``optimize`` runs one contiguous dot per (row, column), so a row's result
+    does not depend on which other rows share the batch; BLAS ``matmul`` blocks across rows and does.
+    """
+    out: NDArray[np.float64] = np.einsum(
+        "bk,jk->bj", weights, np.ascontiguousarray(columns.T), optimize=False
+    )
     return out
 
 
