@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sitecal.errors import DataError
-from sitecal.stats._resample import draw_weights, make_plan, weight_chunks
+from sitecal.stats._resample import DrawnSums, draw, draw_weights, make_plan, weight_chunks
 
 
 def test_strata_keep_their_cluster_counts() -> None:
@@ -42,3 +42,46 @@ def test_cluster_in_two_strata_is_an_error() -> None:
 def test_nan_cluster_ids_are_an_error() -> None:
     with pytest.raises(DataError, match="must not contain NaN"):
         make_plan(2, np.array([1.0, np.nan]), None, func="test")
+
+
+def test_drawn_sums_equal_weighted_sums_for_sparse_dense_and_constant_columns() -> None:
+    rng = np.random.default_rng(4)
+    k = 300
+    sums = np.zeros((k, 7))
+    sums[:, 0] = 1.0  # constant
+    sums[:, 1] = rng.normal(size=k)  # dense
+    bins = rng.integers(2, 7, size=(k, 3))  # up to three sparse entries per cluster (multi-row clusters)
+    np.add.at(sums, (np.repeat(np.arange(k), 3), bins.reshape(-1)), rng.normal(size=3 * k))
+    sums[rng.random(k) < 0.3, 2:] = 0.0  # some clusters with no sparse entry at all
+    drawn = DrawnSums(sums)
+    plan = make_plan(k, None, None, func="test")
+    draws = draw(plan, np.random.default_rng(1), 40)
+    np.testing.assert_allclose(drawn(draws.indices), draws.weights @ sums, rtol=1e-12, atol=1e-12)
+    assert drawn(draws.indices)[:, 0].tolist() == [float(k)] * 40
+
+
+def test_integer_draws_are_below_the_stratum_size() -> None:
+    # one stratum draws integers in [0, k); several strata floor(u * size) clamped to size - 1
+    plan = make_plan(10, np.arange(10) % 3, None, func="test")
+    d = draw(plan, np.random.default_rng(0), 2000)
+    assert d.indices.min() == 0 and d.indices.max() == plan.n_clusters - 1
+    strata = make_plan(9, None, np.array(list("aaabbbbcc")), func="test")
+    d = draw(strata, np.random.default_rng(0), 2000)
+    assert set(np.unique(d.indices[:, :3])) == {0, 1, 2} and set(np.unique(d.indices[:, 7:])) == {7, 8}
+
+
+def test_threads_do_not_change_a_single_bit() -> None:
+    from sitecal.metrics import softmax
+    from sitecal.stats import BootstrapSpec, bootstrap_metrics
+
+    rng = np.random.default_rng(2)
+    probs, y = softmax(rng.normal(size=(3000, 4)) * 2), rng.integers(0, 4, 3000)
+    patients = np.arange(3000) // 3
+    runs = [
+        bootstrap_metrics(
+            {"m": probs}, y, clusters=patients, spec=BootstrapSpec(n_resamples=64, chunk_size=5, workers=w)
+        )
+        for w in (1, 2, 3)
+    ]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0].replicates, other.replicates)

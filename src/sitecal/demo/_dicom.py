@@ -20,7 +20,6 @@ from ._scanners import ScannerProfile, Site
 __all__ = ["StudyHeader", "apply_presentation", "build_dataset", "presentation_values", "window_of"]
 
 
-
 @dataclass(frozen=True)
 class StudyHeader:
     """Per-study header values of one demo image (all synthetic)."""

@@ -16,9 +16,9 @@ from sitecal.stats._resample import (
     auto_chunk_size,
     make_evaluator,
     make_plan,
-    weight_chunks,
+    map_chunks,
 )
-from sitecal.stats._spec import BootstrapResult, Method, validated_options
+from sitecal.stats._spec import BootstrapResult, BootstrapSpec, Method, validated_options
 
 __all__ = ["Statistic", "as_data", "bootstrap_interval"]
 
@@ -56,6 +56,7 @@ def bootstrap_interval(
     method: Method = "percentile",
     seed: int = 0,
     chunk_size: int | None = None,
+    workers: int | None = None,
 ) -> BootstrapResult:
     r"""Bootstrap confidence interval for a statistic, resampling clusters within strata.
 
@@ -92,6 +93,10 @@ def bootstrap_interval(
     chunk_size : int, optional
         Resamples per batch (memory only). Results are bit-for-bit identical for every value with the
         built-in statistics, and with callables that treat rows of ``W`` independently.
+    workers : int, optional
+        Threads evaluating chunks in parallel (default: every available core). Speed only: results are
+        identical for every value. A plain callable must then be safe to call from several threads
+        (numpy code is); pass ``workers=1`` otherwise.
 
     Returns
     -------
@@ -130,9 +135,9 @@ def bootstrap_interval(
     evaluator = make_evaluator(statistic, arrays, plan)
     chunk = chunk or auto_chunk_size([evaluator], plan, b)
     estimate = evaluator.estimate()
-    replicates = np.concatenate(
-        [evaluator.replicates(w) for w in weight_chunks(plan, seed=s, n_resamples=b, chunk_size=chunk)]
-    )
+    threads = BootstrapSpec(workers=workers).n_workers
+    chunks = map_chunks(evaluator.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
+    replicates = np.concatenate([values for _, _, values in chunks])
     jackknife = evaluator.jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
     interval = compute_interval(
         estimate, replicates, jackknife, level=lvl, method=how, n_clusters=plan.n_clusters

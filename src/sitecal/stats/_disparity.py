@@ -18,7 +18,7 @@ from sitecal._validation import check_labels, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import SumMetricStatistic, metric_statistic
 from sitecal.stats._intervals import compute_interval
-from sitecal.stats._resample import _weighted_sums, auto_chunk_size, make_plan, weight_chunks
+from sitecal.stats._resample import DrawnSums, Draws, auto_chunk_size, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DisparityResult", "disparity_intervals"]
@@ -153,23 +153,32 @@ def disparity_intervals(
     n_groups, width = names.shape[0], terms.shape[1]
     sums = np.zeros((plan.n_clusters, n_groups, width))
     np.add.at(sums, (plan.cluster_of_row, codes), terms)
-    sums_t = np.ascontiguousarray(sums.reshape(plan.n_clusters, -1).T)  # (G*J, K)
+    drawn_sums = DrawnSums(sums.reshape(plan.n_clusters, -1))  # (K, G*J)
 
-    def values(cluster_weights: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Per-group metric and metric of the complement, each (B, G)."""
-        by_group = _weighted_sums(cluster_weights, sums_t).reshape(-1, n_groups, width)
+    def values(indices: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per-group metric and metric of the complement, each (B, G), from drawn cluster indices."""
+        by_group = drawn_sums(indices).reshape(-1, n_groups, width)
         return _apply(statistic, by_group), _apply(statistic, by_group.sum(axis=1, keepdims=True) - by_group)
 
-    ones = np.ones((1, plan.n_clusters))
-    est_group, est_rest = (v[0] for v in values(ones))
+    everyone = np.arange(plan.n_clusters, dtype=np.int64)[None, :]  # each cluster once, in order
+    est_group, est_rest = (v[0] for v in values(everyone))
     rep_group = np.empty((spec.n_resamples, n_groups))
     rep_rest = np.empty((spec.n_resamples, n_groups))
     chunk = spec.chunk_size or max(1, auto_chunk_size([], plan, spec.n_resamples) // max(n_groups, 1))
-    start = 0
-    for weights in weight_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk):
-        stop = start + weights.shape[0]
-        rep_group[start:stop], rep_rest[start:stop] = values(weights)
-        start = stop
+
+    def chunk_values(draws: Draws) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return values(draws.indices)
+
+    chunks = map_chunks(
+        chunk_values,
+        plan,
+        seed=spec.seed,
+        n_resamples=spec.n_resamples,
+        chunk_size=chunk,
+        workers=spec.n_workers,
+    )
+    for start, stop, (group_values, rest_values) in chunks:  # a loop over chunks
+        rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
     jk_group = jk_rest = None
     if spec.method == "bca" and plan.n_clusters > 1:
         total = sums.sum(axis=0, keepdims=True)

@@ -13,7 +13,7 @@ from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
 from sitecal.stats._intervals import compute_interval
-from sitecal.stats._resample import auto_chunk_size, make_evaluator, make_plan, weight_chunks
+from sitecal.stats._resample import Draws, auto_chunk_size, make_evaluator, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
@@ -215,13 +215,21 @@ def bootstrap_metrics(
 
     estimates = np.array([[e.estimate() for e in row] for row in evaluators])
     replicates = np.empty((len(names), len(sets), spec.n_resamples))
-    start = 0
-    for weights in weight_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk):
-        stop = start + weights.shape[0]
-        for i, row in enumerate(evaluators):  # loops over metrics and sets, not samples or resamples
-            for j, evaluator in enumerate(row):
-                replicates[i, j, start:stop] = evaluator.replicates(weights)
-        start = stop
+
+    def chunk_replicates(draws: Draws) -> NDArray[np.float64]:
+        # loops over metrics and sets, not samples or resamples
+        return np.array([[evaluator.replicates(draws) for evaluator in row] for row in evaluators])
+
+    chunks = map_chunks(
+        chunk_replicates,
+        plan,
+        seed=spec.seed,
+        n_resamples=spec.n_resamples,
+        chunk_size=chunk,
+        workers=spec.n_workers,
+    )
+    for start, stop, values in chunks:  # a loop over chunks
+        replicates[:, :, start:stop] = values
     jackknife = None
     if spec.method == "bca" and plan.n_clusters > 1:
         jackknife = _readonly(np.array([[e.jackknife(chunk) for e in row] for row in evaluators]))

@@ -22,7 +22,7 @@ from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
 from sitecal.stats._intervals import compute_interval
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, make_evaluator, make_plan, weight_chunks
+from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_evaluator, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
@@ -261,8 +261,8 @@ def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], l
     return names, stats
 
 
-def _chunks(plan: ClusterPlan, seed: int, spec: BootstrapSpec, chunk: int) -> Iterator[NDArray[np.float64]]:
-    return weight_chunks(plan, seed=seed, n_resamples=spec.n_resamples, chunk_size=chunk)
+def _chunks(plan: ClusterPlan, seed: int, spec: BootstrapSpec, chunk: int) -> Iterator[Draws]:
+    return draw_chunks(plan, seed=seed, n_resamples=spec.n_resamples, chunk_size=chunk)
 
 
 def refit_bootstrap(
@@ -381,17 +381,17 @@ def refit_bootstrap(
         _chunks(eval_plan, spec.seed, spec, chunk),
         strict=True,
     )
-    for fit_w, eval_w in streams:  # a loop over chunks of resamples
-        stop = start + fit_w.shape[0]
-        sol = solver.solve(fit_w)
+    for fit_draws, eval_draws in streams:  # a loop over chunks of resamples
+        stop = start + fit_draws.size
+        sol = solver.solve(fit_draws.weights)
         s_rep[start:stop] = sol.log_temperature
         n_exact += int(sol.exact.sum())
         n_bound += int(np.count_nonzero(sol.bound))
         max_err = max(max_err, float(sol.error_bound.max()))
         for i, evaluator in enumerate(before):  # a loop over metrics
-            replicates[i, 0, start:stop] = evaluator.replicates(eval_w)
+            replicates[i, 0, start:stop] = evaluator.replicates(eval_draws)
         replicates[:, 1, start:stop] = _after_metrics(
-            stats, ze, ye, sol.log_temperature, eval_w[:, eval_plan.cluster_of_row]
+            stats, ze, ye, sol.log_temperature, eval_draws.weights[:, eval_plan.cluster_of_row]
         )
         start = stop
 
@@ -499,7 +499,8 @@ def bootstrap_temperature(
     n_exact = n_bound = 0
     max_err = 0.0
     start = 0
-    for w in _chunks(plan, fit_stream_seed(spec.seed), spec, chunk):  # a loop over chunks
+    for draws in _chunks(plan, fit_stream_seed(spec.seed), spec, chunk):  # a loop over chunks
+        w = draws.weights
         sol = solver.solve(w)
         s_rep[start : start + w.shape[0]] = sol.log_temperature
         n_exact += int(sol.exact.sum())

@@ -1,7 +1,9 @@
 """The resampling engine: cluster plans, seeded weight draws, and statistic evaluators.
 
-A resample is a vector of integer weights over clusters (how many times each cluster was drawn);
-a row's weight is its cluster's. Statistics are evaluated for a whole chunk of resamples at once.
+A resample is a draw of clusters with replacement (``Draws.indices``), equivalently a vector of
+integer weights over clusters (how many times each cluster was drawn; a row's weight is its
+cluster's). Statistics are evaluated for a whole chunk of resamples at once: sums of per-cluster
+terms straight from the drawn indices (:class:`DrawnSums`), other statistics from row weights.
 
 Reproducibility: the draws for resample ``b`` are uniform doubles ``u[b, :]`` taken in order from
 ``numpy.random.default_rng(seed)``, whose stream of doubles does not depend on how it is split
@@ -12,9 +14,11 @@ depend on the batch shape), so the replicates are bit-for-bit the same too.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -23,16 +27,24 @@ from sitecal.errors import DataError
 
 __all__ = [
     "ClusterPlan",
+    "DrawnSums",
+    "Draws",
     "PreparedStatistic",
     "SufficientStatistic",
+    "draw",
+    "draw_chunks",
     "draw_weights",
     "make_evaluator",
     "make_plan",
+    "map_chunks",
     "weight_chunks",
 ]
 
-#: Elements per temporary array that the automatic chunk size aims at (32 MiB of float64).
-CHUNK_ELEMENTS = 1 << 22
+T = TypeVar("T")
+
+#: Elements per temporary array that the automatic chunk size aims at (16 MiB of float64: below
+#: glibc's largest mmap threshold, so freed chunks are reused instead of page-faulted in again).
+CHUNK_ELEMENTS = 1 << 21
 
 
 @runtime_checkable
@@ -163,39 +175,104 @@ def make_plan(n: int, clusters: ArrayLike | None, strata: ArrayLike | None, *, f
     )
 
 
-def draw_weights(plan: ClusterPlan, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
-    """Cluster weights of ``size`` resamples, shape (size, n_clusters), each stratum resampled apart.
+@dataclass(frozen=True, eq=False)
+class Draws:
+    """One chunk of resamples: the cluster drawn at each position, and (on demand) cluster weights.
+
+    Attributes
+    ----------
+    indices : numpy.ndarray of int64, shape (size, n_clusters)
+        ``indices[b, j]``: the cluster that replaces cluster ``j`` in resample ``b``.
+    n_clusters : int
+    """
+
+    indices: NDArray[np.int64]
+    n_clusters: int
+
+    @property
+    def size(self) -> int:
+        """Resamples in the chunk."""
+        return int(self.indices.shape[0])
+
+    @property
+    def weights(self) -> NDArray[np.float64]:
+        """How many times each cluster was drawn, shape (size, n_clusters), float64."""
+        size, k = self.size, self.n_clusters
+        flat = (self.indices + (np.arange(size, dtype=np.int64) * k)[:, None]).reshape(-1)
+        return np.bincount(flat, minlength=size * k).reshape(size, k).astype(np.float64)
+
+
+def draw(plan: ClusterPlan, rng: np.random.Generator, size: int) -> Draws:
+    """Draw ``size`` resamples, each stratum resampled apart.
 
     Draw ``j`` of a resample replaces cluster ``j`` by a cluster drawn uniformly, with replacement,
-    from cluster ``j``'s stratum: ``start + floor(u * size)`` with ``u`` uniform on [0, 1).
+    from cluster ``j``'s stratum. One stratum: ``rng.integers(0, n_clusters, (size, n_clusters))``.
+    Several: ``start + floor(u * stratum_size)`` with ``u = rng.random((size, n_clusters))``. Both
+    consume the stream element by element in row-major order, so resample ``b`` is the same however
+    the resamples are split into calls (a test pins this).
     """
     k = plan.n_clusters
-    u = rng.random((size, k))
-    offset = np.minimum(np.floor(u * plan.stratum_size).astype(np.int64), plan.stratum_size - 1)
-    drawn = plan.stratum_start + offset
-    flat = (drawn + (np.arange(size, dtype=np.int64) * k)[:, None]).reshape(-1)
-    return np.bincount(flat, minlength=size * k).reshape(size, k).astype(np.float64)
+    if plan.n_strata == 1:
+        return Draws(rng.integers(0, k, size=(size, k), dtype=np.int64), k)
+    indices = np.floor(rng.random((size, k)) * plan.stratum_size).astype(np.int64)
+    np.minimum(indices, plan.stratum_size - 1, out=indices)
+    indices += plan.stratum_start
+    return Draws(indices, k)
+
+
+def draw_weights(plan: ClusterPlan, rng: np.random.Generator, size: int) -> NDArray[np.float64]:
+    """Cluster weights of ``size`` resamples, shape (size, n_clusters) (see :func:`draw`)."""
+    return draw(plan, rng, size).weights
+
+
+def draw_chunks(plan: ClusterPlan, *, seed: int, n_resamples: int, chunk_size: int) -> Iterator[Draws]:
+    """Yield all resamples, ``chunk_size`` at a time, from one seeded stream."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_resamples, chunk_size):  # a loop over chunks
+        yield draw(plan, rng, min(chunk_size, n_resamples - start))
+
+
+def map_chunks(
+    func: Callable[[Draws], T],
+    plan: ClusterPlan,
+    *,
+    seed: int,
+    n_resamples: int,
+    chunk_size: int,
+    workers: int = 1,
+) -> Iterator[tuple[int, int, T]]:
+    """Yield ``(start, stop, func(draws))`` for consecutive chunks of resamples, in order.
+
+    The draws come from one seeded stream, taken in order in the calling thread, so the resamples
+    are those of :func:`draw_chunks`; with ``workers > 1``, ``func`` runs in a thread pool (numpy
+    releases the GIL in its loops), with at most ``2 * workers`` chunks in flight so that memory
+    stays bounded. ``func`` must not depend on the order in which chunks finish.
+    """
+    rng = np.random.default_rng(seed)
+
+    bounds = [(a, min(n_resamples, a + chunk_size)) for a in range(0, n_resamples, chunk_size)]
+    if workers <= 1 or len(bounds) == 1:
+        for start, stop in bounds:  # a loop over chunks
+            yield start, stop, func(draw(plan, rng, stop - start))
+        return
+    pending: deque[tuple[int, int, Future[T]]] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sitecal-bootstrap") as pool:
+        for start, stop in bounds:  # a loop over chunks
+            pending.append((start, stop, pool.submit(func, draw(plan, rng, stop - start))))
+            if len(pending) >= 2 * workers:
+                a, b, future = pending.popleft()
+                yield a, b, future.result()
+        while pending:
+            a, b, future = pending.popleft()
+            yield a, b, future.result()
 
 
 def weight_chunks(
     plan: ClusterPlan, *, seed: int, n_resamples: int, chunk_size: int
 ) -> Iterator[NDArray[np.float64]]:
     """Yield cluster weights for all resamples, ``chunk_size`` at a time, from one seeded stream."""
-    rng = np.random.default_rng(seed)
-    for start in range(0, n_resamples, chunk_size):  # a loop over chunks
-        yield draw_weights(plan, rng, min(chunk_size, n_resamples - start))
-
-
-def _weighted_sums(weights: NDArray[np.float64], sums_t: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``weights @ sums_t.T`` computed row by row with numpy reductions, shape (B, J).
-
-    Each output element is a pairwise sum over clusters that does not depend on the other rows of
-    the chunk, unlike a BLAS matrix product (gemv for one row, gemm otherwise).
-    """
-    out = np.empty((weights.shape[0], sums_t.shape[0]))
-    for j in range(sums_t.shape[0]):  # a loop over sufficient-statistic columns
-        out[:, j] = np.multiply(weights, sums_t[j]).sum(axis=1)
-    return out
+    for chunk in draw_chunks(plan, seed=seed, n_resamples=n_resamples, chunk_size=chunk_size):
+        yield chunk.weights
 
 
 class Evaluator:
@@ -206,11 +283,71 @@ class Evaluator:
     def estimate(self) -> float:
         raise NotImplementedError
 
-    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
+    def replicates(self, draws: Draws) -> NDArray[np.float64]:
         raise NotImplementedError
 
     def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
         raise NotImplementedError
+
+
+class DrawnSums:
+    """Per-resample sums of per-cluster columns, straight from the drawn cluster indices.
+
+    Resample ``b``'s sum of column ``j`` is ``sum_d S[indices[b, d], j]``. Columns that are nonzero
+    for most clusters are gathered and summed; the others (a binned metric's per-bin columns, where a
+    one-row cluster touches one bin) are stored per cluster as (column, value) pairs and summed with
+    one ``numpy.bincount`` over (resample, column), so a resample costs about one pass over its draws
+    whatever the number of bins. Each resample's sums are accumulated in draw order from its own
+    draws only, so they do not depend on the chunk.
+    """
+
+    def __init__(self, cluster_sums: NDArray[np.float64]) -> None:
+        k, j = cluster_sums.shape
+        self.n_columns = j
+        nonzero = cluster_sums != 0.0
+        constant = np.all(cluster_sums == cluster_sums[:1], axis=0)
+        sparse = (nonzero.sum(axis=0) * 4 <= k) & ~constant
+        # a constant column (the row count of one-row clusters) sums to value x draws, exactly
+        self._constant = [(int(c), float(cluster_sums[0, c]) * k) for c in np.flatnonzero(constant)]
+        self._dense = [
+            (int(c), np.ascontiguousarray(cluster_sums[:, c])) for c in np.flatnonzero(~(sparse | constant))
+        ]
+        self._sparse = np.flatnonzero(sparse)
+        values = cluster_sums[:, self._sparse]
+        rows, cols = np.nonzero(values)  # row-major: sorted by cluster, then column
+        per_cluster = np.bincount(rows, minlength=k)
+        width = max(1, int(per_cluster.max(initial=0)))
+        slot = np.arange(rows.shape[0]) - np.concatenate([[0], np.cumsum(per_cluster)[:-1]])[rows]
+        self._width = width
+        self._cols = np.full((k, width), self._sparse.shape[0], dtype=np.int64)  # padding: spare column
+        self._vals = np.zeros((k, width))
+        self._cols[rows, slot] = cols
+        self._vals[rows, slot] = values[rows, cols]
+        if width == 1:  # one entry per cluster: 1-D arrays gather faster
+            self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
+
+    def __call__(self, indices: NDArray[np.int64]) -> NDArray[np.float64]:
+        size = indices.shape[0]
+        out = np.empty((size, self.n_columns))
+        for c, value in self._constant:
+            out[:, c] = value
+        for c, column in self._dense:  # a loop over dense columns (row counts of clusters, scores)
+            out[:, c] = column[indices].sum(axis=1)
+        n_sparse = self._sparse.shape[0]
+        if n_sparse:
+            stride = n_sparse + 1
+            offset = np.arange(size, dtype=np.int64) * stride
+            if self._width == 1:
+                keys = self._cols[indices]
+                keys += offset[:, None]
+                vals = self._vals[indices]
+            else:
+                keys = self._cols[indices]
+                keys += offset[:, None, None]
+                vals = self._vals[indices]
+            sums = np.bincount(keys.reshape(-1), vals.reshape(-1), minlength=size * stride)
+            out[:, self._sparse] = sums.reshape(size, stride)[:, :n_sparse]
+        return out
 
 
 class _SumEvaluator(Evaluator):
@@ -225,10 +362,9 @@ class _SumEvaluator(Evaluator):
         order = np.argsort(plan.cluster_of_row, kind="stable")
         starts = np.searchsorted(plan.cluster_of_row[order], np.arange(plan.n_clusters))
         self._cluster_sums = np.add.reduceat(terms[order], starts, axis=0)  # (K, J)
-        self._cluster_sums_t = np.ascontiguousarray(self._cluster_sums.T)  # (J, K)
-        # the total as a resample with every weight 1 computes it, so that a resample that happens to
-        # draw every cluster once reproduces the estimate bit for bit
-        self._total = _weighted_sums(np.ones((1, plan.n_clusters)), self._cluster_sums_t)[0]
+        self._sums = DrawnSums(self._cluster_sums)
+        # the total as the resample that draws every cluster once, in order, computes it
+        self._total = self._sums(np.arange(plan.n_clusters, dtype=np.int64)[None, :])[0]
         self._statistic = statistic
 
     def _apply(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -237,8 +373,8 @@ class _SumEvaluator(Evaluator):
     def estimate(self) -> float:
         return float(self._apply(self._total[None, :])[0])
 
-    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
-        return self._apply(_weighted_sums(cluster_weights, self._cluster_sums_t))
+    def replicates(self, draws: Draws) -> NDArray[np.float64]:
+        return self._apply(self._sums(draws.indices))
 
     def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
         return self._apply(self._total[None, :] - self._cluster_sums)
@@ -271,8 +407,8 @@ class _RowEvaluator(Evaluator):
     def estimate(self) -> float:
         return float(self._apply(np.ones((1, self._plan.n)))[0])
 
-    def replicates(self, cluster_weights: NDArray[np.float64]) -> NDArray[np.float64]:
-        return self._apply(cluster_weights[:, self._plan.cluster_of_row])
+    def replicates(self, draws: Draws) -> NDArray[np.float64]:
+        return self._apply(draws.weights[:, self._plan.cluster_of_row])
 
     def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
         k = self._plan.n_clusters

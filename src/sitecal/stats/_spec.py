@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sitecal._validation import check_float, check_int, check_option
@@ -13,6 +14,14 @@ __all__ = ["METHODS", "BootstrapResult", "BootstrapSpec", "Method"]
 
 Method = Literal["percentile", "bca"]
 METHODS = ("percentile", "bca")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform reports it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def validated_options(
@@ -44,6 +53,9 @@ class BootstrapSpec:
     chunk_size : int or None, default None
         Resamples evaluated per batch (memory only: results are identical for any value). None picks
         a batch of about 4 million array elements.
+    workers : int or None, default None
+        Threads that evaluate chunks in parallel (speed only: results are identical for any value, so
+        it is not recorded by :meth:`to_dict`). None uses every core this process may run on.
     """
 
     n_resamples: int = 1000
@@ -51,6 +63,7 @@ class BootstrapSpec:
     method: str = "percentile"
     seed: int = 0
     chunk_size: int | None = None
+    workers: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         b, lvl, how, s, chunk = validated_options(
@@ -64,6 +77,15 @@ class BootstrapSpec:
         for name, value in (("n_resamples", b), ("level", lvl), ("method", how), ("seed", s)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "chunk_size", chunk)
+        if self.workers is not None:
+            object.__setattr__(
+                self, "workers", check_int(self.workers, name="workers", func="BootstrapSpec", minimum=1)
+            )
+
+    @property
+    def n_workers(self) -> int:
+        """Threads to use: ``workers``, or the cores available to this process."""
+        return self.workers if self.workers is not None else available_cores()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
