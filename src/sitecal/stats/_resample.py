@@ -14,6 +14,7 @@ depend on the batch shape), so the replicates are bit-for-bit the same too.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -304,6 +305,7 @@ class DrawnSums:
     def __init__(self, cluster_sums: NDArray[np.float64]) -> None:
         k, j = cluster_sums.shape
         self.n_columns = j
+        self._local = threading.local()
         nonzero = cluster_sums != 0.0
         constant = np.all(cluster_sums == cluster_sums[:1], axis=0)
         sparse = (nonzero.sum(axis=0) * 4 <= k) & ~constant
@@ -326,25 +328,33 @@ class DrawnSums:
         if width == 1:  # one entry per cluster: 1-D arrays gather faster
             self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
 
+    def _buffers(self, shape: tuple[int, ...]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """The calling thread's key and value buffers, reused across chunks of the same shape.
+
+        Reuse avoids the allocator handing back fresh pages (page faults) for every chunk.
+        """
+        cached = getattr(self._local, "buffers", None)
+        if cached is None or cached[0].shape != shape:
+            cached = (np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.float64))
+            self._local.buffers = cached
+        return cached
+
     def __call__(self, indices: NDArray[np.int64]) -> NDArray[np.float64]:
         size = indices.shape[0]
         out = np.empty((size, self.n_columns))
         for c, value in self._constant:
             out[:, c] = value
         for c, column in self._dense:  # a loop over dense columns (row counts of clusters, scores)
-            out[:, c] = column[indices].sum(axis=1)
+            out[:, c] = np.take(column, indices, mode="clip").sum(axis=1)
         n_sparse = self._sparse.shape[0]
         if n_sparse:
             stride = n_sparse + 1
             offset = np.arange(size, dtype=np.int64) * stride
-            if self._width == 1:
-                keys = self._cols[indices]
-                keys += offset[:, None]
-                vals = self._vals[indices]
-            else:
-                keys = self._cols[indices]
-                keys += offset[:, None, None]
-                vals = self._vals[indices]
+            keys, vals = self._buffers(indices.shape + self._cols.shape[1:])
+            # indices are in range by construction: mode="clip" skips numpy's bounds check (faster)
+            np.take(self._cols, indices, axis=0, mode="clip", out=keys)
+            keys += offset[:, None] if self._width == 1 else offset[:, None, None]
+            np.take(self._vals, indices, axis=0, mode="clip", out=vals)
             sums = np.bincount(keys.reshape(-1), vals.reshape(-1), minlength=size * stride)
             out[:, self._sparse] = sums.reshape(size, stride)[:, :n_sparse]
         return out
