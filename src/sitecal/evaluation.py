@@ -19,7 +19,13 @@ from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import DataError
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
-from sitecal.stats import BootstrapSpec, bootstrap_metrics, disparity_intervals
+from sitecal.stats import (
+    BootstrapSpec,
+    bootstrap_metrics,
+    bootstrap_temperature,
+    disparity_intervals,
+    refit_bootstrap,
+)
 
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
@@ -147,6 +153,7 @@ def evaluate(
         for value in _ordered_groups(values):
             plan.append((name, value, values == value))
 
+    fit_rows = _FitRows(data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit])
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in attributes}
     overall: dict[str, Any] = {}
     for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
@@ -161,11 +168,26 @@ def evaluate(
             spec=spec,
             temperature=temperatures.temperature_for(group) if attribute == per else None,
         )
+        if attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
+            _add_temperature_uncertainty(
+                entry,
+                None if per is None else group,
+                temperatures,
+                fit_rows,
+                logits[mask],
+                labels[mask],
+                patients[mask],
+                protocol=protocol,
+                spec=spec,
+            )
         if attribute == OVERALL:
             overall = entry
         else:
             results[attribute].append(entry)
 
+    global_interval = bootstrap_temperature(
+        fit_rows.logits, fit_rows.labels, clusters=fit_rows.patients, spec=spec
+    ).temperature
     disparities = {
         name: _disparities(
             name, prob_sets, labels, patients, data.attributes[name][held], protocol=protocol, spec=spec
@@ -198,6 +220,7 @@ def evaluate(
             "patients_evaluation": len(set(patients.tolist())),
         },
         "calibration_attribute": per,
+        "global_temperature_interval": _interval(global_interval) | {"n_fit": int(fit.sum())},
         "ece": {"n_bins": ev.n_bins, "binning": "width", "kind": "top-label", "edges": "(lo, hi]"},
         "bootstrap": {
             "n_resamples": spec.n_resamples,
@@ -206,7 +229,8 @@ def evaluate(
             "seed": spec.seed,
             "cluster": "patient",
             "strata": stratify,
-            "refit": False,
+            "refit": ev.bootstrap.refit,
+            "refit_scope": (per or OVERALL) if ev.bootstrap.refit else None,
         },
         "min_group_size": ev.min_group_size,
         "metrics": list(ev.metrics),
@@ -261,11 +285,81 @@ def _group_result(
         "n_patients": len(set(patients.tolist())),
         "small": bool(len(labels) < ev.min_group_size),
         "temperature": None if temperature is None else float(temperature),
+        "temperature_interval": None,
+        "refit": False,
         "metrics": metrics,
         "reliability": {
             stage: reliability_curve(p, labels, n_bins=ev.n_bins).to_dict() for stage, p in prob_sets.items()
         },
     }
+
+
+@dataclass(frozen=True)
+class _FitRows:
+    logits: np.ndarray
+    labels: np.ndarray
+    patients: np.ndarray
+    groups: np.ndarray
+
+
+def _add_temperature_uncertainty(
+    entry: dict[str, Any],
+    group: str | None,
+    temperatures: GroupTemperatures,
+    fit_rows: _FitRows,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    patients: np.ndarray,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+) -> None:
+    """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
+
+    The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
+    row for a group that uses the global temperature. A shrunk temperature has no interval (its penalty
+    weight is chosen from the data, which the batched refit does not repeat) and keeps fixed-T intervals.
+    """
+    source = "global_fallback" if group is None else _source(temperatures, group)
+    entry["temperature"] = (
+        temperatures.temperature_for(group) if group is not None else (temperatures.global_fit.temperature)
+    )
+    entry["temperature_source"] = "global" if group is None else source
+    if source == "shrunk":
+        entry["temperature_interval"] = {
+            "note": "no interval: a shrunk temperature's penalty weight is chosen from the data, which the "
+            "bootstrap does not repeat; its after-calibration intervals hold T fixed"
+        }
+        return
+    rows = fit_rows.groups == group if source == "own" else np.ones(fit_rows.labels.shape[0], dtype=bool)
+    ev = protocol.evaluation
+    if not ev.bootstrap.refit:
+        res = bootstrap_temperature(
+            fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
+        )
+        entry["temperature_interval"] = _interval(res.temperature) | {"n_fit": int(rows.sum())}
+        return
+    res = refit_bootstrap(
+        fit_rows.logits[rows],
+        fit_rows.labels[rows],
+        logits,
+        labels,
+        fit_clusters=fit_rows.patients[rows],
+        eval_clusters=patients,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
+    )
+    entry["temperature_interval"] = _interval(res.temperature) | {"n_fit": int(rows.sum())}
+    for metric in ev.metrics:
+        entry["metrics"][metric]["after"] = _interval(res.get(metric, "after"))
+        entry["metrics"][metric]["difference"] = _interval(res.difference(metric, "after", "before"))
+    entry["refit"] = True
+
+
+def _source(temperatures: GroupTemperatures, group: str) -> str:
+    known = temperatures.groups.get(group)
+    return "global_fallback" if known is None else known.source
 
 
 def _disparities(

@@ -175,6 +175,11 @@ class BootstrapSettings(_Strict):
     level: float = Field(default=0.95, gt=0.5, lt=1.0)
     method: Literal["percentile", "bca"] = "percentile"
     seed: int = 0
+    refit: bool = Field(
+        default=False,
+        description="refit the temperature in every resample, so that intervals after calibration of the "
+        "calibration groups include the temperature's uncertainty",
+    )
 
 
 class EvaluationSettings(_Strict):

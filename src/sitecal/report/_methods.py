@@ -89,7 +89,17 @@ def _bootstrap_text(ctx: Context) -> str:
     )
     refit = boot.get("refit")
     if refit is True:
-        text += " The temperature was refitted in every resample, so the intervals include its uncertainty."
+        scope = boot.get("refit_scope")
+        where = (
+            f"each {para_text(ctx.attribute_label(scope).lower())} group"
+            if scope and scope != "overall"
+            else "the overall figures"
+        )
+        text += (
+            f" For {where}, the temperature was refitted on resampled fit-split patients in every resample "
+            "(one batched solve), so the intervals after calibration include its uncertainty; other "
+            "subgroups hold the fitted temperatures fixed."
+        )
     elif refit is False:
         text += (
             " Temperatures were held fixed across resamples: the intervals do not include their uncertainty."
@@ -168,6 +178,26 @@ def methods(ctx: Context) -> list[Flowable]:
     return [ctx.h1("Methods"), key_values(ctx, rows, label_width=0.22)]
 
 
+_GLOBAL = "\0global"  # key of the global temperature's interval (not a possible group name)
+
+
+def _temperature_intervals(ctx: Context) -> dict[str, Mapping[str, Any]]:
+    """Interval of each calibration group's temperature from evaluation.json (global: ``_GLOBAL``)."""
+    ev = ctx.evaluation
+    per = ctx.calibration.get("per")
+    out: dict[str, Mapping[str, Any]] = {}
+    for entry in (ev.get("subgroups") or {}).get(per, []) if per else []:
+        found = entry.get("temperature_interval")
+        if isinstance(found, Mapping):
+            out[str(entry.get("group"))] = found
+            if entry.get("temperature_source") == "global_fallback":
+                out.setdefault(_GLOBAL, found)
+    overall = ev.get("global_temperature_interval")
+    if isinstance(overall, Mapping):
+        out[_GLOBAL] = overall
+    return out
+
+
 def fitted_temperatures(ctx: Context) -> list[Flowable]:
     """Temperature per calibration group with its n, source and fit-split NLL, then the global one."""
     cal = ctx.calibration
@@ -191,11 +221,20 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
             )
         return f"{format_value(before)} → {format_value(after)}"
 
+    intervals = _temperature_intervals(ctx)
+
+    def interval_text(name: str) -> str:
+        found = intervals.get(name)
+        if not found or found.get("low") is None:
+            return "—"
+        return f"{format_value(found['low'])} – {format_value(found['high'])}"
+
     rows: list[list[Any]] = [
         [
             ctx.head(per),
             ctx.head("n (fit split)", right=True),
             ctx.head("T", right=True),
+            ctx.head(f"{ctx.level_text()} interval of T", right=True),
             ctx.head("Source"),
             ctx.head("NLL on fit split, before → after"),
         ]
@@ -208,6 +247,7 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
                 ctx.cell(name),
                 ctx.cell(format_count(entry.get("n")), style=ctx.styles.cell_num),
                 ctx.cell(format_value(entry["temperature"]), style=ctx.styles.cell_num),
+                ctx.cell(interval_text(name), style=ctx.styles.cell_num),
                 ctx.cell(sources.get(str(source), words(source)) if source else NOT_RECORDED),
                 ctx.cell(nll_pair(entry)),
             ]
@@ -220,6 +260,7 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
             ctx.p("<b>Global (all fit studies)</b>", ctx.styles.cell),
             ctx.cell(format_count(glob.get("n")), style=ctx.styles.cell_num),
             ctx.p(f"<b>{format_value(glob['temperature'])}</b>", ctx.styles.cell_num),
+            ctx.cell(interval_text(_GLOBAL), style=ctx.styles.cell_num),
             ctx.cell("fit on all"),
             ctx.cell(nll_pair(glob)),
         ]
@@ -230,12 +271,14 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
         ctx.p(
             f"One temperature per {para_text(per.lower())}, fitted on the fit split "
             f"(calibration.json). The NLL columns are measured on the same fit studies and show how much the "
-            "fit improved them; the honest measure is on the evaluation split in the Results section."
+            "fit improved them; the honest measure is on the evaluation split in the Results section. "
+            "The interval of T resamples the patients of the rows it was fitted on (the group's own, or "
+            "the whole fit split for the global temperature); a shrunk temperature has none."
         ),
         KeepTogether(
             ctx.table_block(
                 f"Temperatures per {para_text(per.lower())}.",
-                table(rows, [w * 0.34, w * 0.13, w * 0.1, w * 0.18, w * 0.25]),
+                table(rows, [w * 0.25, w * 0.11, w * 0.09, w * 0.16, w * 0.16, w * 0.23]),
             )
         ),
     ]
