@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal.errors import DataError
-from sitecal.stats._intervals import compute_interval
+from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import (
     PreparedStatistic,
     SufficientStatistic,
@@ -139,21 +139,12 @@ def bootstrap_interval(
     chunks = map_chunks(evaluator.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
     replicates = np.concatenate([values for _, _, values in chunks])
     jackknife = evaluator.jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
-    interval = compute_interval(
-        estimate, replicates, jackknife, level=lvl, method=how, n_clusters=plan.n_clusters
-    )
-    return BootstrapResult(
-        estimate=estimate,
-        low=interval.low,
-        high=interval.high,
-        level=lvl,
-        method=how,
-        n_resamples=b,
-        seed=s,
+    return interval_result(
+        estimate,
+        replicates,
+        jackknife,
+        spec=BootstrapSpec(n_resamples=b, level=lvl, method=how, seed=s),
         n=plan.n,
         n_clusters=plan.n_clusters,
         n_strata=plan.n_strata,
-        standard_error=interval.standard_error,
-        bias=interval.bias,
-        note=interval.note,
     )

@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import SumMetricStatistic, metric_statistic
-from sitecal.stats._intervals import compute_interval
+from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import DrawnSums, Draws, auto_chunk_size, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -189,23 +189,8 @@ def disparity_intervals(
     def result(
         estimate: float, reps: NDArray[np.float64], jk: NDArray[np.float64] | None, n: int
     ) -> BootstrapResult:
-        interval = compute_interval(
-            estimate, reps, jk, level=spec.level, method=spec.method, n_clusters=plan.n_clusters
-        )
-        return BootstrapResult(
-            estimate=estimate,
-            low=interval.low,
-            high=interval.high,
-            level=spec.level,
-            method=spec.method,
-            n_resamples=spec.n_resamples,
-            seed=spec.seed,
-            n=n,
-            n_clusters=plan.n_clusters,
-            n_strata=plan.n_strata,
-            standard_error=interval.standard_error,
-            bias=interval.bias,
-            note=interval.note,
+        return interval_result(
+            estimate, reps, jk, spec=spec, n=n, n_clusters=plan.n_clusters, n_strata=plan.n_strata
         )
 
     cols = np.array(judged)

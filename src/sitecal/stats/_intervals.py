@@ -9,7 +9,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr, ndtri
 
-__all__ = ["Interval", "compute_interval"]
+from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+
+__all__ = ["Interval", "compute_interval", "interval_result"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,35 @@ def compute_interval(
         levels.append(float(ndtr(z0 + num / shrink)))
     low, high = np.quantile(replicates, levels)
     return Interval(float(low), float(high), se, bias, "")
+
+
+def interval_result(
+    estimate: float,
+    replicates: NDArray[np.float64],
+    jackknife: NDArray[np.float64] | None,
+    *,
+    spec: BootstrapSpec,
+    n: int,
+    n_clusters: int,
+    n_strata: int,
+    note: str = "",
+) -> BootstrapResult:
+    """The interval of ``spec``'s method from the replicates, as a :class:`BootstrapResult`."""
+    interval = compute_interval(
+        estimate, replicates, jackknife, level=spec.level, method=spec.method, n_clusters=n_clusters
+    )
+    return BootstrapResult(
+        estimate=estimate,
+        low=interval.low,
+        high=interval.high,
+        level=spec.level,
+        method=spec.method,
+        n_resamples=spec.n_resamples,
+        seed=spec.seed,
+        n=n,
+        n_clusters=n_clusters,
+        n_strata=n_strata,
+        standard_error=interval.standard_error,
+        bias=interval.bias,
+        note=" ".join(x for x in (interval.note, note) if x),
+    )

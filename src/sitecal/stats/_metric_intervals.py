@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
-from sitecal.stats._intervals import compute_interval
+from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, auto_chunk_size, make_evaluator, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -61,28 +61,14 @@ class MetricIntervals:
     def _result(
         self, estimate: float, replicates: NDArray[np.float64], jackknife: NDArray[np.float64] | None
     ) -> BootstrapResult:
-        interval = compute_interval(
+        return interval_result(
             estimate,
             replicates,
             jackknife,
-            level=self.spec.level,
-            method=self.spec.method,
-            n_clusters=self.n_clusters,
-        )
-        return BootstrapResult(
-            estimate=estimate,
-            low=interval.low,
-            high=interval.high,
-            level=self.spec.level,
-            method=self.spec.method,
-            n_resamples=self.spec.n_resamples,
-            seed=self.spec.seed,
+            spec=self.spec,
             n=self.n,
             n_clusters=self.n_clusters,
             n_strata=self.n_strata,
-            standard_error=interval.standard_error,
-            bias=interval.bias,
-            note=interval.note,
         )
 
     def get(self, metric: str, prob_set: str) -> BootstrapResult:

@@ -20,7 +20,7 @@ from sitecal._validation import check_int, check_labels, check_logits, check_opt
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, TemperatureFit
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
-from sitecal.stats._intervals import compute_interval
+from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_evaluator, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -55,23 +55,15 @@ def _result(
     plan: ClusterPlan,
     note: str = "",
 ) -> BootstrapResult:
-    interval = compute_interval(
-        estimate, replicates, jackknife, level=spec.level, method=spec.method, n_clusters=plan.n_clusters
-    )
-    return BootstrapResult(
-        estimate=estimate,
-        low=interval.low,
-        high=interval.high,
-        level=spec.level,
-        method=spec.method,
-        n_resamples=spec.n_resamples,
-        seed=spec.seed,
+    return interval_result(
+        estimate,
+        replicates,
+        jackknife,
+        spec=spec,
         n=plan.n,
         n_clusters=plan.n_clusters,
         n_strata=plan.n_strata,
-        standard_error=interval.standard_error,
-        bias=interval.bias,
-        note=" ".join(x for x in (interval.note, note) if x),
+        note=note,
     )
 
 
