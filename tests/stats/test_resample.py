@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from sitecal.errors import DataError
-from sitecal.stats._resample import DrawnSums, draw, draw_weights, make_plan, weight_chunks
+from sitecal.stats._drawn_sums import DrawnSums
+from sitecal.stats._resample import draw, draw_weights, make_plan, weight_chunks
 
 
 def test_strata_keep_their_cluster_counts() -> None:

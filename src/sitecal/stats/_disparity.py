@@ -17,8 +17,9 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import SumMetricStatistic, metric_statistic
+from sitecal.stats._drawn_sums import DrawnSums
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import DrawnSums, Draws, auto_chunk_size, make_plan, map_chunks
+from sitecal.stats._resample import Draws, auto_chunk_size, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DisparityResult", "disparity_intervals"]
