@@ -6,6 +6,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_PROTOCOL = REPO / "protocols" / "demo.yaml"
+#: The site secret of the tests' demo runs (a real site's key is random and secret).
+TEST_PSEUDONYM_KEY = "sitecal-test-key-" + "0123456789abcdef" * 3
 
 
 @pytest.fixture
@@ -16,7 +18,9 @@ def demo_protocol_text() -> str:
 def write_demo_protocol(root: Path, manifest: object, *, n_resamples: int = 200, **sections: dict) -> Path:
     """A copy of protocols/demo.yaml pointed at a generated cohort, writing its run folders under ``root``.
 
-    ``sections`` update protocol sections by name, e.g. ``calibration={"min_group_size": 30}``.
+    ``sections`` update protocol sections by name, e.g. ``calibration={"min_group_size": 30}``. The
+    pseudonymisation key is a fixed test key, so the patient split (seeded over pseudonymised keys) and every
+    number downstream are the same on every machine and every run.
     """
     import yaml
 
@@ -25,6 +29,11 @@ def write_demo_protocol(root: Path, manifest: object, *, n_resamples: int = 200,
     protocol["data"]["labels"] = str(manifest.labels_csv)  # type: ignore[attr-defined]
     protocol["report"]["output_dir"] = str(root / "reports")
     protocol["evaluation"]["bootstrap"]["n_resamples"] = n_resamples
+    key_file = root / "test-pseudonym-key"
+    if not key_file.exists():
+        key_file.write_text(TEST_PSEUDONYM_KEY + "\n")
+        key_file.chmod(0o600)
+    protocol["privacy"] = {"key_file": str(key_file)}
     for section, values in sections.items():
         protocol[section].update(values)
     path = root / "protocol.yaml"
