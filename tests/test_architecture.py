@@ -17,6 +17,7 @@ LAYER = {
     "provenance": 1,
     "_pseudonym": 1,
     "_io": 1,
+    "_dicomfile": 1,
     "__init__": 1,
     "metrics": 2,
     "stats": 2,

@@ -105,6 +105,10 @@ class InputSettings(_Strict):
     """How each image becomes a model input."""
 
     transforms: list[TransformSettings] = Field(default_factory=list)
+    voi: Literal["none", "window"] = Field(
+        default="none",
+        description="'window': apply each image's VOI LUT or first window (to [0, 1]) before the transforms",
+    )
     batch_size: int = Field(default=32, ge=1)
     num_workers: int = Field(default=0, ge=0)
 

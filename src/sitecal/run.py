@@ -81,7 +81,7 @@ def run_protocol(
         pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
         cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
         model = load_model(protocol.model, loaded.model_path)
-        transforms = build_transforms(protocol.inputs.transforms)
+        transforms = build_transforms(protocol.inputs.transforms, voi=protocol.inputs.voi)
         inference = predict_files(
             model,
             [s.path for s in cohort.studies],
@@ -143,7 +143,7 @@ def run_protocol(
                 "instances": instances_sha256(s.instance_uid for s in studies),
             },
             model={"name": model.name, "format": model.format, "file": model.path.name},
-            transforms_sha256=transform_fingerprint(protocol.inputs.transforms),
+            transforms_sha256=transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi),
             pseudonym_key=pseudonymize.fingerprint,
             device=device,
         )

@@ -34,7 +34,7 @@ def test_scan_reads_headers_and_explains_every_exclusion(tmp_path: Path) -> None
         assert [i.path.name for i in result.instances] == ["copy-of-good.dcm"]
         reasons = {str(e.path): e.reason for e in result.exclusions}
         assert reasons == {
-            "a/good.dcm": "duplicate SOPInstanceUID (kept the first file)",
+            "a/good.dcm": "duplicate file: identical copy of an instance already in the cohort",
             "a/truncated.dcm": "truncated file",
             "a/notes.dcm": "not a DICOM file",
             "a/nopixels.dcm": "no pixel data (not an image)",
@@ -44,15 +44,16 @@ def test_scan_reads_headers_and_explains_every_exclusion(tmp_path: Path) -> None
         assert "PixelData" not in values
 
 
-def test_pydicom_test_files_never_crash_the_scan(tmp_path: Path) -> None:
-    import pydicom.data
-
-    # the files bundled with pydicom (get_testdata_files would try to download the others)
-    root = tmp_path / "all"
+def test_a_reused_sop_instance_uid_with_other_content_is_a_uid_clash(tmp_path: Path) -> None:
+    root = tmp_path / "dicom"
     root.mkdir()
-    files = sorted((Path(pydicom.data.__file__).parent / "test_files").rglob("*.dcm"))
-    for i, f in enumerate(files):
-        shutil.copy(f, root / f"{i:03d}.dcm")
+    source = Path(get_testdata_file("CT_small.dcm"))
+    shutil.copy(source, root / "a.dcm")
+    ds = pydicom.dcmread(source)
+    ds.SeriesDescription = "re-exported"  # same SOPInstanceUID, different file
+    ds.save_as(root / "b.dcm")
     result = scan_folder(root, workers=1)
-    assert len(result.instances) + len(result.exclusions) == len(files)
-    assert all(e.reason for e in result.exclusions)
+    assert [i.path.name for i in result.instances] == ["a.dcm"]
+    (clash,) = result.exclusions
+    assert str(clash.path) == "b.dcm"
+    assert clash.reason.startswith("duplicate SOPInstanceUID with different content")

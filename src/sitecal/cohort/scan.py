@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pydicom
-from pydicom.errors import InvalidDicomError
+from pydicom.uid import DeflatedExplicitVRLittleEndian
 from tqdm import tqdm
 
+from sitecal._dicomfile import NotDicom, open_dicom
 from sitecal.cohort._records import Exclusion
 from sitecal.errors import DataError
 
@@ -98,7 +100,8 @@ def scan_folder(
     -------
     ScanResult
         Instances sorted by path, and one :class:`Exclusion` per file that is not a usable DICOM image,
-        with its reason. Duplicate SOPInstanceUIDs are kept once (the first path), the rest excluded.
+        with its reason. An SOPInstanceUID found in several files is kept once (the first path); every
+        other file with it is an exclusion, as an identical copy or as a UID clash (different content).
     """
     if not root.is_dir():
         raise DataError(f"{root}: DICOM folder not found. Check data.dicom_dir in the protocol.")
@@ -119,7 +122,7 @@ def scan_folder(
                     bar.update()
     instances: list[InstanceHeader] = []
     exclusions: list[Exclusion] = []
-    seen: set[str] = set()
+    seen: dict[str, Path] = {}
     for path, outcome in zip(paths, outcomes, strict=True):
         relative = path.relative_to(root)
         if isinstance(outcome, Unusable):
@@ -131,16 +134,37 @@ def scan_folder(
         elif outcome["SOPInstanceUID"] in seen:
             exclusions.append(
                 Exclusion(
-                    stage="scan", reason="duplicate SOPInstanceUID (kept the first file)", path=relative
+                    stage="scan",
+                    reason=_duplicate_reason(path, seen[outcome["SOPInstanceUID"]]),
+                    path=relative,
+                    study_uid=outcome.get("StudyInstanceUID"),
                 )
             )
         else:
-            seen.add(outcome["SOPInstanceUID"])
+            seen[outcome["SOPInstanceUID"]] = path
             instances.append(InstanceHeader(path=path, values=outcome))
     logger.info("scanned %d files: %d instances, %d excluded", len(paths), len(instances), len(exclusions))
     return ScanResult(
         root=root, files_found=len(paths), instances=tuple(instances), exclusions=tuple(exclusions)
     )
+
+
+def _duplicate_reason(path: Path, kept: Path) -> str:
+    """Why a second file with an SOPInstanceUID already seen is excluded: a copy, or a UID clash."""
+    if _digest(path) == _digest(kept):
+        return "duplicate file: identical copy of an instance already in the cohort"
+    return (
+        "duplicate SOPInstanceUID with different content: the first file by path is kept; "
+        "check the export for re-used UIDs"
+    )
+
+
+def _digest(path: Path) -> bytes:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.digest()
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -155,11 +179,12 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
     """Read one file's header; return the wanted values as text, or why it cannot be used.
 
     Pixel data is not read: large values are deferred, and a declared pixel-data length that runs past the
-    end of the file marks the file as truncated.
+    end of the file marks the file as truncated. Files without preamble or File Meta Information are read
+    (:func:`sitecal._dicomfile.open_dicom`).
     """
     try:
-        ds = pydicom.dcmread(path, defer_size=1024)
-    except InvalidDicomError:
+        ds = open_dicom(path, defer_size=1024)
+    except NotDicom:
         return Unusable("not a DICOM file")
     except (EOFError, OSError) as exc:
         return Unusable(
@@ -176,13 +201,18 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
     raw = ds._dict.get(0x7FE00010) if 0x7FE00010 in ds else None
     length = getattr(raw, "length", None)
     tell = getattr(raw, "value_tell", None)
+    deflated = ds.file_meta.get("TransferSyntaxUID") == DeflatedExplicitVRLittleEndian
     if (
-        length is not None
+        not deflated  # offsets are then into the inflated stream
+        and length is not None
         and tell is not None
         and length != 0xFFFFFFFF
         and tell + length > path.stat().st_size
     ):
         return Unusable("truncated file", _text(ds, "StudyInstanceUID"))
+    bad = _image_module_problem(ds)
+    if bad:
+        return Unusable(bad, _text(ds, "StudyInstanceUID"))
     values: dict[str, str] = {}
     for keyword in keywords:
         try:
@@ -195,6 +225,37 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
     if missing:
         return Unusable(f"missing required tag {missing[0]}")
     return values
+
+
+#: Image Pixel module attributes (PS3.3 C.7.6.3) that decoding depends on; Rows and Columns are required.
+_IMAGE_MODULE = (
+    "Rows",
+    "Columns",
+    "SamplesPerPixel",
+    "BitsAllocated",
+    "BitsStored",
+    "PixelRepresentation",
+    "NumberOfFrames",
+)
+
+
+def _image_module_problem(ds: pydicom.Dataset) -> str | None:
+    """Why the image's pixel description cannot be used, or ``None``."""
+    if "PixelData" not in ds:  # float pixel data has no Rows/Columns constraints worth checking here
+        return None
+    for keyword in _IMAGE_MODULE:
+        try:
+            value = ds.get(keyword)
+            number = None if value in (None, "") else int(value)
+        except (TypeError, ValueError):
+            return f"malformed value in tag {keyword} (not an integer)"
+        except Exception:  # a value pydicom cannot even parse
+            return f"malformed value in tag {keyword}"
+        if number is None and keyword in ("Rows", "Columns"):
+            return f"missing required tag {keyword} of an image"
+        if number is not None and number < (1 if keyword != "PixelRepresentation" else 0):
+            return f"implausible value in tag {keyword} ({number})"
+    return None
 
 
 def _text(ds: pydicom.Dataset, keyword: str) -> str | None:

@@ -14,7 +14,7 @@ from monai.data import DataLoader, Dataset
 from monai.transforms import Compose
 from tqdm import tqdm
 
-from sitecal.errors import ModelError
+from sitecal.errors import DicomError, ModelError
 from sitecal.inference.models import LoadedModel
 
 __all__ = ["InferenceResult", "predict_files"]
@@ -46,6 +46,9 @@ class _SafeDataset(Dataset):
 
 
 def _reason(exc: BaseException) -> str:
+    for cause in (exc, exc.__cause__, exc.__context__):  # MONAI's LoadImage wraps the reader's error
+        if isinstance(cause, DicomError):
+            return str(cause)
     text = f"{type(exc).__name__}: {exc}".lower()
     if "truncat" in text or "eof" in text or ("buffer" in text and "size" in text):
         return "pixel data truncated or unreadable"

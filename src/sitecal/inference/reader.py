@@ -16,10 +16,12 @@ import numpy as np
 import pydicom
 from monai.data.image_reader import ImageReader
 from monai.utils import ensure_tuple
+from pydicom.pixels import apply_color_lut, apply_voi
 
+from sitecal._dicomfile import decoded_pixels, open_dicom
 from sitecal.errors import DicomError
 
-__all__ = ["DicomImageReader", "apply_presentation", "presentation_values"]
+__all__ = ["DicomImageReader", "apply_presentation", "presentation_values", "window"]
 
 
 def apply_presentation(
@@ -59,18 +61,46 @@ def apply_presentation(
     return (values * slope + intercept).astype(np.float32)
 
 
-def presentation_values(ds: pydicom.Dataset) -> np.ndarray:
+def window(values: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
+    """The VOI window of PS3.3 C.11.2.1.2 on modality values, with output range [0, 1].
+
+    ``function`` is the VOI LUT Function (0028,1056): ``LINEAR`` (the default), ``LINEAR_EXACT`` or
+    ``SIGMOID``.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    function = function.upper() or "LINEAR"
+    if function == "SIGMOID":
+        return np.exp(-np.logaddexp(0.0, -4.0 * (x - center) / width))  # 1 / (1 + e^-z), no overflow
+    if function == "LINEAR_EXACT":
+        return np.clip((x - center) / width + 0.5, 0.0, 1.0)
+    if function != "LINEAR":
+        raise DicomError(f"VOILUTFunction (0028,1056) {function!r} is not LINEAR, LINEAR_EXACT or SIGMOID.")
+    if width < 1:
+        raise DicomError(f"WindowWidth (0028,1051) must be at least 1 for a LINEAR window. Got {width}.")
+    if width == 1:  # a threshold at the centre
+        return (x > center - 0.5).astype(np.float64)
+    return np.clip((x - (center - 0.5)) / (width - 1) + 0.5, 0.0, 1.0)
+
+
+def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray:
     """Pixel values of an image as the pipeline sees it before the protocol's transforms.
 
     The one image convention of sitecal (the bundled model was trained with it): ``stored`` is the decoded
     Pixel Data, not transposed; for MONOCHROME1 it is first inverted (:func:`apply_presentation`), so
     higher always means brighter; then ``value = stored * RescaleSlope + RescaleIntercept`` (slope 1 and
-    intercept 0 when absent). Colour images (SamplesPerPixel > 1) are returned as decoded, as float32.
+    intercept 0 when absent). Colour images are returned as RGB: YBR is converted by pydicom's decoders,
+    PALETTE COLOR through its lookup tables.
+
+    With ``voi="window"`` (the protocol's ``inputs.voi``), a greyscale image instead gets its first VOI
+    transform: the VOI LUT Sequence if present, else the first Window Center/Width (:func:`window`), on
+    the modality values, scaled to [0, 1] and, for MONOCHROME1, reversed (``1 - y``).
 
     Parameters
     ----------
     ds : pydicom.Dataset
         A dataset with pixel data.
+    voi : {"none", "window"}
+        Whether to apply the file's VOI transform.
 
     Returns
     -------
@@ -80,7 +110,8 @@ def presentation_values(ds: pydicom.Dataset) -> np.ndarray:
     Raises
     ------
     DicomError
-        If Pixel Data is missing or cannot be decoded (truncated, unsupported transfer syntax).
+        If Pixel Data is missing or cannot be decoded (truncated, corrupt, unsupported transfer syntax),
+        or ``voi="window"`` and the image has no VOI transform; the message is the exclusion reason.
 
     Examples
     --------
@@ -97,35 +128,92 @@ def presentation_values(ds: pydicom.Dataset) -> np.ndarray:
         raise DicomError(
             "The dataset has no Pixel Data (7FE0,0010). Read the file without stop_before_pixels."
         )
-    try:
-        stored = ds.pixel_array
-    except Exception as exc:  # pydicom raises several types for truncated or undecodable pixel data
-        raise DicomError(f"Pixel Data (7FE0,0010) cannot be decoded ({type(exc).__name__}).") from exc
+    stored = decoded_pixels(ds)
+    photometric = str(ds.get("PhotometricInterpretation", "")).strip()
+    if photometric == "PALETTE COLOR":
+        try:
+            return np.asarray(apply_color_lut(stored, ds), dtype=np.float32)
+        except Exception as exc:  # malformed or missing palette tables
+            raise DicomError(
+                "PALETTE COLOR lookup tables (0028,1101-1203) are missing or malformed "
+                f"({type(exc).__name__})."
+            ) from exc
     if int(ds.get("SamplesPerPixel", 1)) > 1:
         return np.asarray(stored, dtype=np.float32)
-    photometric = str(ds.get("PhotometricInterpretation", "")).strip()
     if photometric not in ("MONOCHROME1", "MONOCHROME2"):
         raise DicomError(
-            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1 or "
-            f"MONOCHROME2. Got {photometric!r} (palette images are not supported yet)."
+            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1, MONOCHROME2 "
+            f"or PALETTE COLOR. Got {photometric!r}."
         )
-    slope = ds.get("RescaleSlope", 1.0)
-    intercept = ds.get("RescaleIntercept", 0.0)
+    slope = _number(ds, "RescaleSlope", 1.0)
+    intercept = _number(ds, "RescaleIntercept", 0.0)
+    bits_stored = int(ds.get("BitsStored", ds.get("BitsAllocated", 16)))
+    signed = int(ds.get("PixelRepresentation", 0)) == 1
+    if voi == "window":
+        modality = np.asarray(stored, dtype=np.float64) * slope + intercept
+        shown = _voi(modality, ds, stored)
+        return (1.0 - shown if photometric == "MONOCHROME1" else shown).astype(np.float32)
     return apply_presentation(
         stored,
         photometric=photometric,
-        bits_stored=int(ds.get("BitsStored", ds.get("BitsAllocated", 16))),
-        slope=1.0 if slope in (None, "") else float(slope),
-        intercept=0.0 if intercept in (None, "") else float(intercept),
-        signed=int(ds.get("PixelRepresentation", 0)) == 1,
+        bits_stored=bits_stored,
+        slope=slope,
+        intercept=intercept,
+        signed=signed,
     )
+
+
+def _number(ds: pydicom.Dataset, keyword: str, default: float) -> float:
+    value = ds.get(keyword, default)
+    if value in (None, ""):
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise DicomError(f"{keyword} must be a number. Got {value!r}.") from None
+
+
+def _voi(modality: np.ndarray, ds: pydicom.Dataset, stored: np.ndarray) -> np.ndarray:
+    """The first VOI transform of ``ds`` on its modality values, in [0, 1]."""
+    if ds.get("VOILUTSequence"):
+        item = ds.VOILUTSequence[0]
+        bits = int(item.LUTDescriptor[2])
+        return apply_voi(modality, ds, index=0).astype(np.float64) / float(2**bits - 1)
+    if "WindowCenter" in ds and "WindowWidth" in ds:
+        center, width = (_first(ds, keyword) for keyword in ("WindowCenter", "WindowWidth"))
+        return window(modality, center, width, str(ds.get("VOILUTFunction", "LINEAR")))
+    raise DicomError(
+        "inputs.voi is 'window' but the image has neither a VOI LUT Sequence (0028,3010) nor Window Center "
+        "and Width (0028,1050/1051). Set inputs.voi to 'none' or exclude such images."
+    )
+
+
+def _first(ds: pydicom.Dataset, keyword: str) -> float:
+    element = ds[keyword]
+    value = element.value[0] if element.VM > 1 else element.value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise DicomError(f"{keyword} must be a number. Got {value!r}.") from None
 
 
 class DicomImageReader(ImageReader):
     """Read DICOM files named explicitly, for ``monai.transforms.LoadImage(reader=DicomImageReader())``.
 
-    One file gives one image; several files are stacked along a new first axis in the order given.
+    One file gives one image; several files are stacked along a new first axis in the order given. Files
+    without preamble or File Meta Information are read too (:func:`sitecal._dicomfile.open_dicom`).
+
+    Parameters
+    ----------
+    voi : {"none", "window"}
+        Passed to :func:`presentation_values` (the protocol's ``inputs.voi``).
     """
+
+    def __init__(self, voi: str = "none") -> None:
+        super().__init__()
+        if voi not in ("none", "window"):
+            raise ValueError(f"voi must be 'none' or 'window'. Got {voi!r}.")
+        self.voi = voi
 
     def verify_suffix(self, filename: Sequence[str | Path] | str | Path) -> bool:
         """Accept any name: DICOM files often have no suffix, and sitecal passes only scanned DICOM files."""
@@ -133,14 +221,20 @@ class DicomImageReader(ImageReader):
 
     def read(self, data: Sequence[str | Path] | str | Path, **kwargs: Any) -> list[pydicom.Dataset]:
         """Read the files with pixel data (``kwargs`` go to ``pydicom.dcmread``)."""
-        return [pydicom.dcmread(str(path), **kwargs) for path in ensure_tuple(data)]
+        datasets = []
+        for path in ensure_tuple(data):
+            try:
+                datasets.append(open_dicom(str(path), **kwargs))
+            except Exception as exc:  # the scan admitted the file; it changed or is unreadable now
+                raise DicomError(f"file can no longer be read as DICOM ({type(exc).__name__})") from exc
+        return datasets
 
     def get_data(self, img: Any) -> tuple[np.ndarray, dict[str, Any]]:
         """Return the presentation-value array and minimal metadata."""
         datasets = ensure_tuple(img)
-        arrays = [presentation_values(ds) for ds in datasets]
+        arrays = [presentation_values(ds, voi=self.voi) for ds in datasets]
         array = arrays[0] if len(arrays) == 1 else np.stack(arrays, axis=0)
-        colour = int(datasets[0].get("SamplesPerPixel", 1)) > 1
+        colour = _is_colour(datasets[0])
         meta: dict[str, Any] = {
             "spatial_shape": np.asarray(array.shape[:-1] if colour else array.shape),
             "original_channel_dim": -1 if colour else "no_channel",
@@ -148,3 +242,10 @@ class DicomImageReader(ImageReader):
             "original_affine": np.eye(array.ndim + (0 if colour else 1)),
         }
         return array, meta
+
+
+def _is_colour(ds: pydicom.Dataset) -> bool:
+    return (
+        int(ds.get("SamplesPerPixel", 1)) > 1
+        or str(ds.get("PhotometricInterpretation", "")) == "PALETTE COLOR"
+    )

@@ -25,7 +25,7 @@ def _available() -> dict[str, type]:
     }
 
 
-def dicom_loader() -> mt.LoadImage:
+def dicom_loader(voi: str = "none") -> mt.LoadImage:
     """``monai.transforms.LoadImage`` with :class:`DicomImageReader` as its only reader.
 
     ``LoadImage`` instantiates every default reader first (some warn when their optional decoders are
@@ -34,13 +34,15 @@ def dicom_loader() -> mt.LoadImage:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loader = mt.LoadImage(reader=DicomImageReader(), image_only=True, dtype=None)
+        loader = mt.LoadImage(reader=DicomImageReader(voi=voi), image_only=True, dtype=None)
     loader.readers = [reader for reader in loader.readers if isinstance(reader, DicomImageReader)]
     return loader
 
 
-def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -> mt.Compose:
-    """Compose ``LoadImage(DicomImageReader)`` (when ``load``) and the protocol's array transforms.
+def build_transforms(
+    specs: Sequence[TransformSettings], *, load: bool = True, voi: str = "none"
+) -> mt.Compose:
+    """Compose ``LoadImage(DicomImageReader(voi))`` (when ``load``) and the protocol's array transforms.
 
     Raises
     ------
@@ -51,7 +53,7 @@ def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -
     available = _available()
     chain: list[mt.Transform] = []
     if load:
-        chain.append(dicom_loader())
+        chain.append(dicom_loader(voi))
     for i, spec in enumerate(specs):
         cls = available.get(spec.name)
         if cls is None:
@@ -70,13 +72,14 @@ def build_transforms(specs: Sequence[TransformSettings], *, load: bool = True) -
     return mt.Compose(chain)
 
 
-def transform_fingerprint(specs: Sequence[TransformSettings]) -> str:
-    """sha256 of the canonical JSON of the transform chain (reader included by name and version)."""
+def transform_fingerprint(specs: Sequence[TransformSettings], voi: str = "none") -> str:
+    """sha256 of the canonical JSON of the transform chain (reader included by name, version and VOI)."""
     import monai
 
     canonical = json.dumps(
         {
-            "reader": "sitecal.DicomImageReader/1",
+            "reader": "sitecal.DicomImageReader/2",
+            "voi": voi,
             "monai": monai.__version__,
             "transforms": [{"name": s.name, "args": s.args} for s in specs],
         },
