@@ -1,4 +1,7 @@
-"""Subgroup attributes from DICOM header values: normalisation, ages, age bands, explicit ``unknown``."""
+"""Subgroup attributes from DICOM header values: normalisation, vendors, ages, age bands, intersections.
+
+Every value is text; an absent or empty tag is the explicit group :data:`UNKNOWN`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +10,54 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import date
 from itertools import pairwise
+from types import MappingProxyType
 
-__all__ = ["UNKNOWN", "age_band", "age_band_labels", "attribute_value", "parse_age_years"]
+__all__ = [
+    "INTERSECTION_SEPARATOR",
+    "UNKNOWN",
+    "VENDORS",
+    "age_band",
+    "age_band_labels",
+    "attribute_value",
+    "intersection_value",
+    "normalise_manufacturer",
+    "normalise_text",
+    "parse_age_years",
+]
 
 #: The group of studies whose tag is absent or empty. It is reported like any other group.
 UNKNOWN = "unknown"
 
-_AGE = re.compile(r"^\s*(\d{1,3})\s*([DWMY])?\s*$", re.IGNORECASE)
+#: Joins the components of an intersection value: ``"F × 40–59"``.
+INTERSECTION_SEPARATOR = " × "
+
+#: Canonical vendor → the names its ``Manufacturer`` values start with, as compared: lower case, every run
+#: of punctuation and whitespace one space. A value matches the longest alias that its leading whole words
+#: spell ("siemens healthcare gmbh" → "siemens"; "generic imaging" matches nothing).
+VENDORS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "Siemens": ("siemens",),
+        "GE": ("ge", "general electric"),
+        "Philips": ("philips",),
+        "Canon/Toshiba": ("canon", "toshiba"),
+        "Fujifilm": ("fujifilm", "fuji"),
+        "Carestream/Kodak": ("carestream", "kodak", "eastman kodak"),
+        "Agfa": ("agfa",),
+        "Konica Minolta": ("konica", "konica minolta"),
+        "Hologic": ("hologic", "lorad"),
+        "Samsung": ("samsung",),
+    }
+)
+_VENDOR_OF_ALIAS = MappingProxyType(
+    {alias: vendor for vendor, aliases in VENDORS.items() for alias in aliases}
+)
+_NOT_WORD = re.compile(r"[\W_]+")
+
+# DICOM AS is nnnD|W|M|Y; the unpadded "75Y" and the bare number "65" (years) are accepted too, but not
+# "75 Y" or "75y": a value that does not follow the form falls back to the dates.
+_AGE = re.compile(r"^(\d{1,3})([DWMY])?$")
 _UNIT_YEARS = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
+_MAX_YEARS = 130
 _SEX = {"M": "M", "MALE": "M", "F": "F", "FEMALE": "F", "O": "O", "OTHER": "O"}
 
 
@@ -26,32 +69,72 @@ def normalise_text(value: str | None) -> str:
     return text or UNKNOWN
 
 
+def normalise_manufacturer(value: str | None) -> str:
+    """The canonical vendor of a ``Manufacturer`` value (see :data:`VENDORS`), else its normalised text.
+
+    Examples
+    --------
+    >>> normalise_manufacturer("Siemens Healthcare GmbH"), normalise_manufacturer("TOSHIBA_MEC")
+    ('Siemens', 'Canon/Toshiba')
+    >>> normalise_manufacturer("  Acme   Imaging "), normalise_manufacturer(None)
+    ('Acme Imaging', 'unknown')
+    """
+    words = _NOT_WORD.sub(" ", str(value or "").casefold()).split()
+    if not words:
+        return UNKNOWN
+    for n in range(len(words), 0, -1):
+        vendor = _VENDOR_OF_ALIAS.get(" ".join(words[:n]))
+        if vendor is not None:
+            return vendor
+    return normalise_text(value)
+
+
 def parse_age_years(
     age: str | None, study_date: str | None = None, birth_date: str | None = None
 ) -> float | None:
-    """Age in years from PatientAge (``nnnD|W|M|Y``, ``"75Y"``, ``"65"``), else StudyDate − PatientBirthDate.
+    """Age in years from PatientAge, else from StudyDate − PatientBirthDate.
 
-    Returns ``None`` when neither gives a plausible age (0–130 years).
+    Parameters
+    ----------
+    age : str or None
+        PatientAge: ``nnnD``, ``nnnW``, ``nnnM`` or ``nnnY`` (days are 1/365.25 year, weeks 7/365.25,
+        months 1/12), or the unpadded ``"75Y"`` and ``"65"`` (years). Anything else (``"75 Y"``, ``"75y"``,
+        ``"45.5"``) is not used.
+    study_date, birth_date : str or None
+        DICOM dates ``YYYYMMDD``, used when ``age`` is missing, malformed or implausible. The age is then
+        the whole years completed on the study date; someone born on 29 February turns a year older on
+        1 March in common years.
+
+    Returns
+    -------
+    float or None
+        ``None`` when neither gives a plausible age (0–130 years).
+
+    Examples
+    --------
+    >>> parse_age_years("006M"), parse_age_years(None, "20200531", "19700601")
+    (0.5, 49.0)
     """
-    if age:
-        match = _AGE.match(age)
-        if match:
-            years = int(match.group(1)) * _UNIT_YEARS[(match.group(2) or "Y").upper()]
-            if 0 <= years <= 130:
-                return years
+    match = _AGE.match(age.strip()) if age else None
+    if match:
+        years = int(match.group(1)) * _UNIT_YEARS[match.group(2) or "Y"]
+        if years <= _MAX_YEARS:
+            return years
     if study_date and birth_date:
         try:
             studied, born = _dicom_date(study_date), _dicom_date(birth_date)
         except ValueError:
             return None
-        years = (studied - born).days / 365.25
-        if 0 <= years <= 130:
-            return years
+        whole = studied.year - born.year - ((studied.month, studied.day) < (born.month, born.day))
+        if 0 <= whole <= _MAX_YEARS:
+            return float(whole)
     return None
 
 
 def _dicom_date(value: str) -> date:
     value = value.strip()
+    if not re.fullmatch(r"\d{8}", value):
+        raise ValueError(value)
     return date(int(value[0:4]), int(value[4:6]), int(value[6:8]))
 
 
@@ -80,7 +163,13 @@ def age_band(years: float | None, edges: Sequence[float]) -> str:
 
 
 def attribute_value(keyword: str, values: Mapping[str, str], bands: Sequence[float] | None = None) -> str:
-    """The normalised subgroup value of tag ``keyword`` for one instance's header ``values``."""
+    """The normalised subgroup value of tag ``keyword`` for one instance's header ``values``.
+
+    Text is trimmed with runs of whitespace collapsed; PatientSex becomes ``M``, ``F`` or ``O``;
+    Manufacturer becomes its canonical vendor (:func:`normalise_manufacturer`); PatientAge becomes whole
+    years, or its band among ``bands`` (falling back to StudyDate − PatientBirthDate); any other tag with
+    ``bands`` is read as a number and banded. Missing, empty or unusable values are :data:`UNKNOWN`.
+    """
     if keyword == "PatientAge":
         years = parse_age_years(
             values.get("PatientAge"), values.get("StudyDate"), values.get("PatientBirthDate")
@@ -96,4 +185,19 @@ def attribute_value(keyword: str, values: Mapping[str, str], bands: Sequence[flo
         return age_band(number, bands)
     if keyword == "PatientSex":
         return _SEX.get(normalise_text(values.get(keyword)).upper(), UNKNOWN)
+    if keyword == "Manufacturer":
+        return normalise_manufacturer(values.get(keyword))
     return normalise_text(values.get(keyword))
+
+
+def intersection_value(components: Sequence[str]) -> str:
+    """The value of an intersection of subgroups: ``"F × 40–59"``; :data:`UNKNOWN` if any component is.
+
+    Examples
+    --------
+    >>> intersection_value(["F", "40–59"]), intersection_value(["F", "unknown"])
+    ('F × 40–59', 'unknown')
+    """
+    if UNKNOWN in components:
+        return UNKNOWN
+    return INTERSECTION_SEPARATOR.join(components)
