@@ -117,24 +117,37 @@ class DataSettings(_Strict):
     """Where the studies and their ground truth are."""
 
     dicom_dir: str
-    labels: str
+    labels: str = Field(description="ground truth: a CSV file, or a Parquet file ending in .parquet")
     key: Literal["StudyInstanceUID", "AccessionNumber"] = "StudyInstanceUID"
     key_column: str | None = Field(default=None, description="labels column holding the key; default: key")
     label_column: str = "label"
 
 
 class SubgroupSettings(_Strict):
-    """A subgroup attribute read from a DICOM tag (by keyword)."""
+    """A subgroup attribute: a DICOM tag (by keyword), or the intersection of other subgroups.
 
-    tag: str
+    A tag's values are normalised (see ``sitecal.cohort.attributes``), then banded (``bands``) and renamed
+    through ``mapping``: a CSV file (relative to the protocol) with the columns ``value,group``, compared
+    ignoring case and extra spaces. Values the mapping does not list become ``unmapped``; absent values stay
+    ``unknown``. An intersection's value joins its subgroups' values, ``"F × 40–59"``, and is ``unknown``
+    when any of them is.
+    """
+
+    tag: str | None = None
+    intersection: list[str] | None = Field(
+        default=None, description="names of two or more tag subgroups, e.g. [sex, age_band]"
+    )
     bands: list[float] | None = Field(default=None, description="age band edges in years, for PatientAge")
+    mapping: str | None = Field(default=None, description="CSV 'value,group' renaming values, e.g. stations")
     label: str | None = None
 
     @field_validator("tag")
     @classmethod
-    def _known_tag(cls, value: str) -> str:
+    def _known_tag(cls, value: str | None) -> str | None:
         from pydicom.datadict import keyword_dict
 
+        if value is None:
+            return value
         if value not in keyword_dict:
             guess = _spelling_guess(value, keyword_dict)
             raise ValueError(f"'{value}' is not a DICOM keyword.{guess}")
@@ -151,6 +164,58 @@ class SubgroupSettings(_Strict):
         if value is not None and (len(value) < 2 or any(b <= a for a, b in pairwise(value))):
             raise ValueError("bands must be at least two strictly increasing numbers, e.g. [0, 40, 60, 80]")
         return value
+
+    @field_validator("intersection")
+    @classmethod
+    def _two_or_more(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) < 2:
+            raise ValueError(
+                f"an intersection combines two or more subgroups, e.g. [sex, age_band]. Got {value}"
+            )
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"an intersection names each subgroup once. Got {value}")
+        return value
+
+    @field_validator("mapping")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError(
+                "give the path of a CSV file with the columns 'value,group', or leave mapping out"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _tag_or_intersection(self) -> SubgroupSettings:
+        if (self.tag is None) == (self.intersection is None):
+            raise ValueError(
+                "give exactly one of 'tag' (a DICOM keyword) or 'intersection' (a list of two or more other "
+                "subgroups)"
+            )
+        for name in ("bands", "mapping"):
+            if self.intersection is not None and getattr(self, name) is not None:
+                raise ValueError(
+                    f"'{name}' applies to a tag; an intersection combines the values of its subgroups as "
+                    f"they are. Put '{name}' on the subgroups it combines."
+                )
+        return self
+
+
+def _check_intersections(subgroups: Mapping[str, SubgroupSettings]) -> None:
+    """Every intersection names subgroups defined under ``subgroups`` that are tags, not intersections."""
+    names = list(subgroups)
+    for name, settings in subgroups.items():
+        parts = settings.intersection or []
+        for i, part in enumerate(parts):
+            _check_reference(part, names, "subgroups", name, "intersection", i)
+            nested = subgroups[part].intersection
+            if nested is not None:
+                flat = [p for q in parts for p in (subgroups[q].intersection or [q])]
+                raise _ReferenceError(
+                    ("subgroups", name, "intersection", i),
+                    f"'{part}' is itself an intersection (of {', '.join(nested)}). List tag subgroups "
+                    f"instead: [{', '.join(dict.fromkeys(flat))}].",
+                )
 
 
 class SplitSettings(_Strict):
@@ -277,6 +342,7 @@ class Protocol(_Strict):
     @model_validator(mode="after")
     def _references(self) -> Protocol:
         names = list(self.subgroups)
+        _check_intersections(self.subgroups)
         _check_reference(self.calibration.per, names, "calibration", "per")
         _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
         for i, name in enumerate(self.evaluation.subgroups or []):

@@ -17,6 +17,7 @@ from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, scan_folder
+from sitecal.cohort.mapping import read_mappings
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.inference import build_transforms, file_sha256, load_model, predict_files, transform_fingerprint
 from sitecal.protocol import LoadedProtocol, protocol_summary
@@ -181,9 +182,9 @@ def _cohort(
     loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None, progress: bool
 ) -> Cohort:
     protocol = loaded.protocol
-    scan = scan_folder(
-        loaded.dicom_dir, [s.tag for s in protocol.subgroups.values()], workers=workers, progress=progress
-    )
+    mappings = read_mappings(protocol.subgroups, loaded.resolve)  # before the scan: fail fast
+    tags = [s.tag for s in protocol.subgroups.values() if s.tag is not None]
+    scan = scan_folder(loaded.dicom_dir, tags, workers=workers, progress=progress)
     labels = read_labels(
         loaded.labels_path,
         key_column=protocol.data.key_column or protocol.data.key,
@@ -191,7 +192,12 @@ def _cohort(
         class_names=protocol.model.class_names,
     )
     return build_cohort(
-        scan, labels, subgroups=protocol.subgroups, key=protocol.data.key, pseudonymize=pseudonymize
+        scan,
+        labels,
+        subgroups=protocol.subgroups,
+        mappings=mappings,
+        key=protocol.data.key,
+        pseudonymize=pseudonymize,
     )
 
 

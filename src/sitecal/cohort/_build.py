@@ -7,8 +7,9 @@ from dataclasses import replace
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort._records import Cohort, Exclusion, Study
-from sitecal.cohort.attributes import attribute_value
+from sitecal.cohort.attributes import attribute_value, intersection_value
 from sitecal.cohort.labels import LabelTable
+from sitecal.cohort.mapping import ValueMapping
 from sitecal.cohort.scan import InstanceHeader, ScanResult
 from sitecal.cohort.series import group_by_study
 from sitecal.protocol import SubgroupSettings
@@ -23,6 +24,7 @@ def build_cohort(
     labels: LabelTable,
     *,
     subgroups: Mapping[str, SubgroupSettings],
+    mappings: Mapping[str, ValueMapping] | None = None,
     key: str,
     pseudonymize: Pseudonymizer,
 ) -> Cohort:
@@ -35,7 +37,10 @@ def build_cohort(
     labels : LabelTable
         Ground truth by ``key``.
     subgroups : mapping
-        Subgroup name → settings (tag, optional bands).
+        Subgroup name → settings: a tag (optional bands and mapping) or an intersection of tag subgroups.
+    mappings : mapping, optional
+        Subgroup name → its :class:`ValueMapping` (from :func:`read_mappings`), for every subgroup that
+        declares a ``mapping``; applied after normalisation and banding.
     key : str
         The header field that joins labels (StudyInstanceUID or AccessionNumber).
     pseudonymize : Pseudonymizer
@@ -46,7 +51,19 @@ def build_cohort(
     Cohort
         Labelled studies, and exclusions for extra instances, studies without label and labels without
         study. Patients without PatientID count as one patient per study.
+
+    Raises
+    ------
+    ValueError
+        When a subgroup declares a mapping that ``mappings`` does not hold.
     """
+    mappings = dict(mappings or {})
+    for name, settings in subgroups.items():
+        if settings.mapping is not None and name not in mappings:
+            raise ValueError(
+                f"subgroup '{name}' declares mapping '{settings.mapping}': read it with "
+                "sitecal.cohort.mapping.read_mappings and pass it in mappings="
+            )
     exclusions = [
         replace(e, key=pseudonymize("study", e.study_uid)) if e.study_uid and e.key is None else e
         for e in scan.exclusions
@@ -76,10 +93,12 @@ def build_cohort(
             exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key))
             continue
         matched.add(join_value)  # type: ignore[arg-type]
-        studies.append(_study(chosen, label, study_key, subgroups, scan, pseudonymize))
-    for line, reason in labels.bad_rows:
+        studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize))
+    for line, reason in labels.bad_rows:  # a CSV line or a Parquet row
         exclusions.append(
-            Exclusion(stage="labels", reason=f"unusable label row: {reason}", key=f"line {line}")
+            Exclusion(
+                stage="labels", reason=f"unusable label row: {reason}", key=f"{labels.numbered_by} {line}"
+            )
         )
     for unmatched in sorted(set(labels.labels) - matched - excluded_keys):
         exclusions.append(
@@ -101,6 +120,7 @@ def _study(
     label: int,
     study_key: str,
     subgroups: Mapping[str, SubgroupSettings],
+    mappings: Mapping[str, ValueMapping],
     scan: ScanResult,
     pseudonymize: Pseudonymizer,
 ) -> Study:
@@ -109,7 +129,7 @@ def _study(
     patient_key = (
         pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
     )
-    attributes = {name: attribute_value(s.tag, values, s.bands) for name, s in subgroups.items()}
+    attributes = _attributes(values, subgroups, mappings)
     relative = instance.path.relative_to(scan.root)
     identifiers = [values[k] for k in _IDENTIFYING if k in values]
     return Study(
@@ -121,3 +141,20 @@ def _study(
         attributes=attributes,
         label=label,
     )
+
+
+def _attributes(
+    values: Mapping[str, str], subgroups: Mapping[str, SubgroupSettings], mappings: Mapping[str, ValueMapping]
+) -> dict[str, str]:
+    """Subgroup name → value in protocol order: tags normalised, banded, mapped; then intersections."""
+    tagged = {}
+    for name, s in subgroups.items():
+        if s.tag is not None:
+            value = attribute_value(s.tag, values, s.bands)
+            tagged[name] = mappings[name].group(value) if name in mappings else value
+    return {
+        name: tagged[name]
+        if s.intersection is None
+        else intersection_value([tagged[p] for p in s.intersection])
+        for name, s in subgroups.items()
+    }
