@@ -96,8 +96,10 @@ def decode_failure(exc: BaseException, ds: pydicom.Dataset) -> str:
         return f"unsupported transfer syntax: {syntax} has no pixel decoder"
     if "missing dependencies" in text:
         return f"no decoder installed for {syntax}: reinstall sitecal with its decoder plugins"
-    if isinstance(exc, (EOFError, BufferError)) or "truncat" in text or "shorter than" in text:
-        return f"pixel data truncated ({syntax})"
+    if isinstance(exc, (EOFError, BufferError)) or any(
+        phrase in text for phrase in ("truncat", "shorter than", "less than expected")
+    ):
+        return f"Pixel Data (7FE0,0010) truncated: shorter than Rows x Columns x frames need ({syntax})"
     if isinstance(exc, RuntimeError) and "all available plugins" in text:
-        return f"pixel data corrupt: no installed decoder could decode it ({syntax})"
+        return f"Pixel Data (7FE0,0010) corrupt: no installed decoder could decode it ({syntax})"
     return f"pixel description invalid: {type(exc).__name__} reading the image module tags ({syntax})"

@@ -50,8 +50,11 @@ def test_presentation_values_errors_name_the_tag() -> None:
     with pytest.raises(DicomError, match=r"Pixel Data \(7FE0,0010\)"):
         presentation_values(Dataset())
     ds = _grey(np.zeros((2, 2)), "MONOCHROME2", 12)
-    ds.PhotometricInterpretation = "PALETTE COLOR"
-    with pytest.raises(DicomError, match=r"PhotometricInterpretation \(0028,0004\).*'PALETTE COLOR'"):
+    ds.PhotometricInterpretation = "PALETTE COLOR"  # without its lookup tables
+    with pytest.raises(DicomError, match=r"PALETTE COLOR lookup tables \(0028,1101-1203\)"):
+        presentation_values(ds)
+    ds.PhotometricInterpretation = "YBR_FULL"  # a colour space for three samples, not one
+    with pytest.raises(DicomError, match=r"PhotometricInterpretation \(0028,0004\).*'YBR_FULL'"):
         presentation_values(ds)
 
 

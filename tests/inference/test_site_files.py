@@ -45,9 +45,10 @@ SCAN_REASONS = {
     "MR_small_RLE.dcm": "duplicate SOPInstanceUID with different content",
 }
 #: Files with a usable header whose pixel data no installed decoder can decode (malformed streams).
+_CORRUPT = "Pixel Data (7FE0,0010) corrupt: no installed decoder could decode it"
 UNDECODABLE = {
-    "JPEG-lossy.dcm": "pixel data corrupt: no installed decoder could decode it (JPEG Extended",
-    "JPEG2000-embedded-sequence-delimiter.dcm": "pixel data corrupt: no installed decoder could decode it",
+    "JPEG-lossy.dcm": f"{_CORRUPT} (JPEG Extended",
+    "JPEG2000-embedded-sequence-delimiter.dcm": f"{_CORRUPT} (JPEG 2000",
 }
 
 

@@ -82,6 +82,9 @@ def window(values: np.ndarray, center: float, width: float, function: str = "LIN
     return np.clip((x - (center - 0.5)) / (width - 1) + 0.5, 0.0, 1.0)
 
 
+_SINGLE_SAMPLE = ("MONOCHROME1", "MONOCHROME2", "PALETTE COLOR")
+
+
 def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray:
     """Pixel values of an image as the pipeline sees it before the protocol's transforms.
 
@@ -128,8 +131,13 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
         raise DicomError(
             "The dataset has no Pixel Data (7FE0,0010). Read the file without stop_before_pixels."
         )
-    stored = decoded_pixels(ds)
     photometric = str(ds.get("PhotometricInterpretation", "")).strip()
+    if int(ds.get("SamplesPerPixel", 1)) == 1 and photometric not in _SINGLE_SAMPLE:
+        raise DicomError(
+            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1, MONOCHROME2 "
+            f"or PALETTE COLOR. Got {photometric!r}."
+        )
+    stored = decoded_pixels(ds)
     if photometric == "PALETTE COLOR":
         try:
             return np.asarray(apply_color_lut(stored, ds), dtype=np.float32)
@@ -140,11 +148,6 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
             ) from exc
     if int(ds.get("SamplesPerPixel", 1)) > 1:
         return np.asarray(stored, dtype=np.float32)
-    if photometric not in ("MONOCHROME1", "MONOCHROME2"):
-        raise DicomError(
-            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1, MONOCHROME2 "
-            f"or PALETTE COLOR. Got {photometric!r}."
-        )
     slope = _number(ds, "RescaleSlope", 1.0)
     intercept = _number(ds, "RescaleIntercept", 0.0)
     bits_stored = int(ds.get("BitsStored", ds.get("BitsAllocated", 16)))
