@@ -16,8 +16,7 @@ import numpy as np
 from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
-from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, scan_folder
-from sitecal.cohort.mapping import read_mappings
+from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, read_mappings, scan_folder
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.inference import build_transforms, file_sha256, load_model, predict_files, transform_fingerprint
 from sitecal.protocol import LoadedProtocol, protocol_summary
