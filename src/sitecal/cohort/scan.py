@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pydicom
+from pydicom.tag import Tag
 from pydicom.uid import DeflatedExplicitVRLittleEndian
 from tqdm import tqdm
 
@@ -198,7 +199,7 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
         return Unusable("DICOMDIR media directory, not an image")
     if not any(tag in ds for tag in (0x7FE00010, 0x7FE00008, 0x7FE00009)):
         return Unusable("no pixel data (not an image)", _text(ds, "StudyInstanceUID"))
-    raw = ds._dict.get(0x7FE00010) if 0x7FE00010 in ds else None
+    raw = ds._dict.get(Tag(0x7FE00010)) if 0x7FE00010 in ds else None
     length = getattr(raw, "length", None)
     tell = getattr(raw, "value_tell", None)
     deflated = ds.file_meta.get("TransferSyntaxUID") == DeflatedExplicitVRLittleEndian

@@ -9,14 +9,14 @@ returns ``(Rows, Columns)`` float32 arrays (no transposition) in the convention 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from os import PathLike
 from typing import Any
 
 import numpy as np
 import pydicom
 from monai.data.image_reader import ImageReader
-from monai.utils import ensure_tuple
-from pydicom.pixels import apply_color_lut, apply_voi
+from monai.utils.misc import ensure_tuple
+from pydicom.pixels.processing import apply_color_lut, apply_voi
 
 from sitecal._dicomfile import decoded_pixels, open_dicom
 from sitecal.errors import DicomError
@@ -218,11 +218,13 @@ class DicomImageReader(ImageReader):
             raise ValueError(f"voi must be 'none' or 'window'. Got {voi!r}.")
         self.voi = voi
 
-    def verify_suffix(self, filename: Sequence[str | Path] | str | Path) -> bool:
+    def verify_suffix(self, filename: Sequence[PathLike[str] | str] | PathLike[str] | str) -> bool:
         """Accept any name: DICOM files often have no suffix, and sitecal passes only scanned DICOM files."""
         return True
 
-    def read(self, data: Sequence[str | Path] | str | Path, **kwargs: Any) -> list[pydicom.Dataset]:
+    def read(
+        self, data: Sequence[PathLike[str] | str] | PathLike[str] | str, **kwargs: Any
+    ) -> list[pydicom.Dataset]:
         """Read the files with pixel data (``kwargs`` go to ``pydicom.dcmread``)."""
         datasets = []
         for path in ensure_tuple(data):
