@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -43,6 +43,7 @@ def test_per_row_temperature() -> None:
     logits=arrays(np.float64, st.tuples(st.integers(1, 20), st.integers(2, 6)), elements=st.floats(-50, 50)),
     t=st.floats(0.05, 100.0),
 )
+@example(logits=np.array([[0.0, 2.220446049250313e-16, 0.0]]), t=2.0)
 def test_temperature_never_changes_argmax(logits: np.ndarray, t: float) -> None:
     # row-wise: where the argmax is unique, scaling by 1/T keeps it. "Unique" as float64 probabilities can
     # tell: the top two come out as exp(0) and exp(-gap / T), equal once gap / T is below about 1e-16
