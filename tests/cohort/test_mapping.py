@@ -20,6 +20,13 @@ def _csv(tmp_path: Path, text: str, name: str = "stations.csv") -> Path:
     return path
 
 
+def _error(path: Path) -> str:
+    """The message of the DataError that reading the mapping file ``path`` raises."""
+    with pytest.raises(DataError) as info:
+        read_mapping(path, field=FIELD)
+    return str(info.value)
+
+
 def test_values_are_normalised_and_matched_without_case(tmp_path: Path) -> None:
     path = _csv(
         tmp_path, "\ufeffvalue,group,note\nCT01-ER,Emergency,new in 2023\n  ct02   north , Radiology ,\n"
@@ -40,9 +47,7 @@ def test_repeated_value_with_the_same_group_is_accepted(tmp_path: Path) -> None:
 
 def test_value_given_two_groups_names_both_lines(tmp_path: Path) -> None:
     path = _csv(tmp_path, "value,group\nCT01-ER,Emergency\nCT02,Radiology\nct01-er,ICU\n")
-    with pytest.raises(DataError) as info:
-        read_mapping(path, field=FIELD)
-    assert str(info.value) == (
+    assert _error(path) == (
         f"{path}:4: value 'ct01-er' is mapped to 'ICU' here and to 'Emergency' on line 2 "
         "(values are compared ignoring case and extra spaces). Keep one row for it."
     )
@@ -54,16 +59,12 @@ def test_value_given_two_groups_names_both_lines(tmp_path: Path) -> None:
 )
 def test_empty_cell_names_line_and_column(tmp_path: Path, text: str, line: int, column: str) -> None:
     path = _csv(tmp_path, text)
-    with pytest.raises(DataError) as info:
-        read_mapping(path, field=FIELD)
-    assert str(info.value) == f"{path}:{line}: empty '{column}'. Fill it in or delete the row."
+    assert _error(path) == f"{path}:{line}: empty '{column}'. Fill it in or delete the row."
 
 
 def test_missing_column_names_file_columns_and_field(tmp_path: Path) -> None:
     path = _csv(tmp_path, "value,site\nCT01,Emergency\n")
-    with pytest.raises(DataError) as info:
-        read_mapping(path, field=FIELD)
-    assert str(info.value) == (
+    assert _error(path) == (
         f"{path}:1: no column 'group' (columns: value, site). "
         f"The file named by {FIELD} needs the header 'value,group'."
     )

@@ -124,6 +124,7 @@ def scan_folder(
     instances: list[InstanceHeader] = []
     exclusions: list[Exclusion] = []
     seen: dict[str, Path] = {}
+    digests: dict[Path, bytes] = {}  # of files met in duplicate checks, each read once
     for path, outcome in zip(paths, outcomes, strict=True):
         relative = path.relative_to(root)
         if isinstance(outcome, Unusable):
@@ -136,7 +137,7 @@ def scan_folder(
             exclusions.append(
                 Exclusion(
                     stage="scan",
-                    reason=_duplicate_reason(path, seen[outcome["SOPInstanceUID"]]),
+                    reason=_duplicate_reason(path, seen[outcome["SOPInstanceUID"]], digests),
                     path=relative,
                     study_uid=outcome.get("StudyInstanceUID"),
                 )
@@ -150,9 +151,12 @@ def scan_folder(
     )
 
 
-def _duplicate_reason(path: Path, kept: Path) -> str:
+def _duplicate_reason(path: Path, kept: Path, digests: dict[Path, bytes]) -> str:
     """Why a second file with an SOPInstanceUID already seen is excluded: a copy, or a UID clash."""
-    if _digest(path) == _digest(kept):
+    for file in (path, kept):
+        if file not in digests:
+            digests[file] = _digest(file)
+    if digests[path] == digests[kept]:
         return "duplicate file: identical copy of an instance already in the cohort"
     return (
         "duplicate SOPInstanceUID with different content: the first file by path is kept; "

@@ -46,15 +46,11 @@ class _SafeDataset(Dataset):
 
 
 def _reason(exc: BaseException) -> str:
-    for cause in (exc, exc.__cause__, exc.__context__):  # MONAI's LoadImage wraps the reader's error
+    # the reader names every read and decode failure (a DicomError); MONAI's Compose may wrap it
+    for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, DicomError):
             return str(cause)
-    text = f"{type(exc).__name__}: {exc}".lower()
-    if "truncat" in text or "eof" in text or ("buffer" in text and "size" in text):
-        return "pixel data truncated or unreadable"
-    if "decod" in text or "transfer syntax" in text or "plugin" in text:
-        return "pixel data cannot be decoded (unsupported transfer syntax)"
-    return f"image cannot be loaded ({type(exc).__name__})"
+    return f"image cannot be loaded: a transform failed ({type(exc).__name__})"
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
