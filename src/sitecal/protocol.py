@@ -38,6 +38,7 @@ __all__ = [
     "PrivacySettings",
     "Protocol",
     "ReportSettings",
+    "SeriesRules",
     "SplitSettings",
     "SubgroupSettings",
     "TransformSettings",
@@ -109,8 +110,53 @@ class InputSettings(_Strict):
         default="none",
         description="'window': apply each image's VOI LUT or first window (to [0, 1]) before the transforms",
     )
+    kind: Literal["image", "volume"] = Field(
+        default="image",
+        description="'image': one image per study; 'volume': one series per study (data.series)",
+    )
     batch_size: int = Field(default=32, ge=1)
     num_workers: int = Field(default=0, ge=0)
+    logit_cache: bool = Field(
+        default=True, description="reuse logits computed before for the same model, transforms and image"
+    )
+    logit_cache_dir: str | None = Field(
+        default=None, description="default: <report.output_dir>/.sitecal-logit-cache"
+    )
+
+
+class SeriesRules(_Strict):
+    """Which series of a study is the volume analysed (``inputs.kind: volume``).
+
+    A series qualifies when every stated rule holds for its first instance by path: ``modality`` lists the
+    accepted Modality values, ``series_description`` is a regular expression searched in SeriesDescription
+    (``(?i)`` for case-insensitive), ``body_part`` lists BodyPartExamined values (compared ignoring case),
+    and it has at least ``min_slices`` slices (instances, or frames of a multi-frame instance). Among the
+    qualifying series of a study, :data:`sitecal.cohort.series.SERIES_TIE_BREAK` picks one.
+    """
+
+    modality: list[str] | None = Field(default=None, description="accepted Modality values, e.g. [CT]")
+    series_description: str | None = Field(
+        default=None, description="regular expression searched in SeriesDescription, e.g. '(?i)axial'"
+    )
+    body_part: list[str] | None = Field(default=None, description="accepted BodyPartExamined values")
+    min_slices: int = Field(default=1, ge=1)
+
+    @field_validator("series_description")
+    @classmethod
+    def _a_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc}): {value!r}") from None
+        return value
+
+    @field_validator("modality", "body_part")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not [v for v in value if v.strip()]:
+            raise ValueError("list at least one value, or leave the rule out")
+        return value
 
 
 class DataSettings(_Strict):
@@ -121,6 +167,9 @@ class DataSettings(_Strict):
     key: Literal["StudyInstanceUID", "AccessionNumber"] = "StudyInstanceUID"
     key_column: str | None = Field(default=None, description="labels column holding the key; default: key")
     label_column: str = "label"
+    series: SeriesRules | None = Field(
+        default=None, description="series selection rules, for inputs.kind: volume"
+    )
 
 
 class SubgroupSettings(_Strict):
@@ -343,6 +392,10 @@ class Protocol(_Strict):
     def _references(self) -> Protocol:
         names = list(self.subgroups)
         _check_intersections(self.subgroups)
+        if self.data.series is not None and self.inputs.kind != "volume":
+            raise _ReferenceError(
+                ("data", "series"), "series rules choose a volume: set inputs.kind: volume, or remove them"
+            )
         _check_reference(self.calibration.per, names, "calibration", "per")
         _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
         for i, name in enumerate(self.evaluation.subgroups or []):
@@ -422,6 +475,16 @@ class LoadedProtocol:
     def output_root(self) -> Path:
         """The folder that receives run folders."""
         return self.resolve(self.protocol.report.output_dir)
+
+    @property
+    def logit_cache_dir(self) -> Path | None:
+        """The logit cache folder, or ``None`` when ``inputs.logit_cache`` is off."""
+        inputs = self.protocol.inputs
+        if not inputs.logit_cache:
+            return None
+        if inputs.logit_cache_dir is not None:
+            return self.resolve(inputs.logit_cache_dir)
+        return self.output_root / ".sitecal-logit-cache"
 
     @property
     def key_file(self) -> Path:

@@ -48,8 +48,12 @@ def provenance_document(
     transforms_sha256: str,
     device: str,
     pseudonym_key: str,
+    logits: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The ``provenance.json`` document."""
+    """The ``provenance.json`` document.
+
+    ``logits`` counts where the analysed logits came from (``{"cached": n, "computed": m}``).
+    """
     return {
         "sitecal_version": sitecal_version,
         "python": platform.python_version(),
@@ -65,4 +69,5 @@ def provenance_document(
         "transforms_sha256": transforms_sha256,
         "device": device,
         "pseudonym_key_fingerprint": pseudonym_key,
+        **({"logits": dict(logits)} if logits is not None else {}),
     }

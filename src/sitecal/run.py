@@ -18,8 +18,16 @@ from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, read_mappings, scan_folder
 from sitecal.evaluation import EvaluationData, evaluate
-from sitecal.inference import build_transforms, file_sha256, load_model, predict_files, transform_fingerprint
-from sitecal.protocol import LoadedProtocol, protocol_summary
+from sitecal.inference import (
+    LogitCache,
+    build_transforms,
+    file_sha256,
+    image_key,
+    load_model,
+    predict_files,
+    transform_fingerprint,
+)
+from sitecal.protocol import LoadedProtocol, SeriesRules, protocol_summary
 from sitecal.provenance import instances_sha256, provenance_document
 from sitecal.report import ReportInputs, render_report
 
@@ -82,16 +90,23 @@ def run_protocol(
         cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
         model = load_model(protocol.model, loaded.model_path)
         transforms = build_transforms(protocol.inputs.transforms, voi=protocol.inputs.voi)
+        transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
+        cache_dir = loaded.logit_cache_dir
+        n_classes = len(protocol.model.class_names)
+        volume = protocol.inputs.kind == "volume"
         inference = predict_files(
             model,
-            [s.path for s in cohort.studies],
+            [list(s.files) if volume else s.path for s in cohort.studies],
             transforms,
-            n_classes=len(protocol.model.class_names),
+            n_classes=n_classes,
             batch_size=protocol.inputs.batch_size,
             num_workers=protocol.inputs.num_workers,
             device=device,
             progress=progress,
+            cache=LogitCache(cache_dir, model.sha256, transforms_sha256, n_classes) if cache_dir else None,
+            keys=[image_key(pseudonymize, s.instance_uids) for s in cohort.studies],
         )
+        logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
         studies = [cohort.studies[i] for i in inference.ok]
         exclusions = list(cohort.exclusions) + [
             Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key)
@@ -140,12 +155,13 @@ def run_protocol(
                 "model": model.sha256,
                 "protocol": loaded.sha256,
                 "labels": file_sha256(loaded.labels_path),
-                "instances": instances_sha256(s.instance_uid for s in studies),
+                "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
             },
             model={"name": model.name, "format": model.format, "file": model.path.name},
-            transforms_sha256=transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi),
+            transforms_sha256=transforms_sha256,
             pseudonym_key=pseudonymize.fingerprint,
             device=device,
+            logits={"cached": inference.n_cached, "computed": inference.n_computed},
         )
         _write_tables(
             folder,
@@ -197,6 +213,7 @@ def _cohort(
         mappings=mappings,
         key=protocol.data.key,
         pseudonymize=pseudonymize,
+        series=(protocol.data.series or SeriesRules()) if protocol.inputs.kind == "volume" else None,
     )
 
 

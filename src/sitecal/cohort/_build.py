@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort._records import Cohort, Exclusion, Study
@@ -11,8 +13,8 @@ from sitecal.cohort.attributes import attribute_value, intersection_value
 from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import ValueMapping
 from sitecal.cohort.scan import InstanceHeader, ScanResult
-from sitecal.cohort.series import group_by_study
-from sitecal.protocol import SubgroupSettings
+from sitecal.cohort.series import group_by_study, select_series
+from sitecal.protocol import SeriesRules, SubgroupSettings
 
 __all__ = ["build_cohort"]
 
@@ -27,6 +29,7 @@ def build_cohort(
     mappings: Mapping[str, ValueMapping] | None = None,
     key: str,
     pseudonymize: Pseudonymizer,
+    series: SeriesRules | None = None,
 ) -> Cohort:
     """Assemble studies from scanned instances, attach subgroup attributes and labels.
 
@@ -45,6 +48,10 @@ def build_cohort(
         The header field that joins labels (StudyInstanceUID or AccessionNumber).
     pseudonymize : Pseudonymizer
         Keyed hash for every identifier that is kept.
+    series : SeriesRules, optional
+        Given for volumes: each study's image is the series these rules choose
+        (:func:`sitecal.cohort.series.select_series`); a study with no qualifying series is excluded.
+        Without it, one image per study (:func:`sitecal.cohort.series.group_by_study`).
 
     Returns
     -------
@@ -74,19 +81,11 @@ def build_cohort(
     )
     studies: list[Study] = []
     matched: set[str] = set()
-    grouped = group_by_study(scan.instances)
-    for chosen, others in grouped:
-        study_key = pseudonymize("study", chosen.study_instance_uid)
-        for other in others:
-            exclusions.append(
-                Exclusion(
-                    stage="studies",
-                    reason="additional image in study (one image per study is analysed)",
-                    path=other.path.relative_to(scan.root),
-                    key=study_key,
-                )
-            )
-        join_value = chosen.values.get(key)
+    chosen_per_study = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
+    for chosen in chosen_per_study:
+        first = chosen[0]
+        study_key = pseudonymize("study", first.study_instance_uid)
+        join_value = first.values.get(key)
         label = labels.labels.get(join_value) if join_value else None
         if label is None:
             reason = "study has no label" if join_value else f"study has no {key} to join labels"
@@ -109,14 +108,72 @@ def build_cohort(
         exclusions=tuple(exclusions),
         files_found=scan.files_found,
         dicom_instances=len(scan.instances),
-        n_studies_found=len(grouped),
+        n_studies_found=len({i.study_instance_uid for i in scan.instances}),
         n_labelled=len(studies),
         attributes=tuple(subgroups),
     )
 
 
+def _choose(
+    scan: ScanResult,
+    series: SeriesRules | None,
+    key: str,
+    pseudonymize: Pseudonymizer,
+    exclusions: list[Exclusion],
+    excluded_keys: set[str],
+) -> list[tuple[InstanceHeader, ...]]:
+    """The instances each study is analysed on, in order of StudyInstanceUID; exclusions for the rest.
+
+    The join value (``key``) of a study excluded for want of a qualifying series goes into
+    ``excluded_keys``, so that its label is accounted for by that exclusion.
+    """
+    chosen: list[tuple[InstanceHeader, ...]] = []
+    if series is None:
+        for image, others in group_by_study(scan.instances):
+            study_key = pseudonymize("study", image.study_instance_uid)
+            exclusions.extend(
+                Exclusion(
+                    stage="studies",
+                    reason="additional image in study (one image per study is analysed)",
+                    path=other.path.relative_to(scan.root),
+                    key=study_key,
+                )
+                for other in others
+            )
+            chosen.append((image,))
+        return chosen
+    for choice in select_series(scan.instances, series):
+        study_key = pseudonymize("study", choice.study_instance_uid)
+        exclusions.extend(
+            Exclusion(stage="series", reason=reason, path=_folder(group, scan.root), key=study_key)
+            for group, reason in choice.passed_over
+        )
+        if choice.chosen is None:
+            exclusions.append(
+                Exclusion(
+                    stage="series",
+                    reason="study has no series that meets data.series",
+                    key=study_key,
+                    study_uid=choice.study_instance_uid,
+                )
+            )
+            join_value = choice.passed_over[0][0][0].values.get(key)
+            if join_value:
+                excluded_keys.add(join_value)
+        else:
+            chosen.append(choice.chosen)
+    return chosen
+
+
+def _folder(files: Sequence[InstanceHeader], root: Path) -> Path:
+    """The folder holding a series' files, relative to the DICOM folder (the file itself for one file)."""
+    if len(files) == 1:
+        return files[0].path.relative_to(root)
+    return Path(os.path.commonpath([f.path for f in files])).relative_to(root)
+
+
 def _study(
-    instance: InstanceHeader,
+    instances: tuple[InstanceHeader, ...],
     label: int,
     study_key: str,
     subgroups: Mapping[str, SubgroupSettings],
@@ -124,20 +181,20 @@ def _study(
     scan: ScanResult,
     pseudonymize: Pseudonymizer,
 ) -> Study:
-    values = instance.values
+    values = instances[0].values
     patient_id = values.get("PatientID")
     patient_key = (
         pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
     )
     attributes = _attributes(values, subgroups, mappings)
-    relative = instance.path.relative_to(scan.root)
+    relative = _folder(instances, scan.root)
     identifiers = [values[k] for k in _IDENTIFYING if k in values]
     return Study(
         study_key=study_key,
         patient_key=patient_key,
-        path=instance.path,
+        files=tuple(i.path for i in instances),
         relative_path=pseudonymize.path(relative, identifiers),
-        instance_uid=instance.sop_instance_uid,
+        instance_uids=tuple(i.sop_instance_uid for i in instances),
         attributes=attributes,
         label=label,
     )

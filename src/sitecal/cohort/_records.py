@@ -29,17 +29,24 @@ class Exclusion:
 class Study:
     """One study entering the analysis.
 
-    ``study_key`` and ``patient_key`` are pseudonyms; ``instance_uid`` (the image used) stays in memory for
-    caching and provenance hashing and is never written in clear.
+    ``study_key`` and ``patient_key`` are pseudonyms. ``files`` are what the model reads: the one image,
+    or the chosen series' files (in scan order; the reader orders the slices). ``instance_uids`` (their
+    SOPInstanceUIDs, same order) stay in memory for caching and provenance hashing and are never written
+    in clear. ``relative_path`` is the pseudonymised file, or the folder holding the series' files.
     """
 
     study_key: str
     patient_key: str
-    path: Path
+    files: tuple[Path, ...]
     relative_path: str
-    instance_uid: str
+    instance_uids: tuple[str, ...]
     attributes: dict[str, str]
     label: int
+
+    @property
+    def path(self) -> Path:
+        """The image's file (a volume's first file by path)."""
+        return self.files[0]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sitecal.inference.cache import LogitCache, image_key
 from sitecal.inference.models import LoadedModel, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
 from sitecal.inference.reader import DicomImageReader, presentation_values
@@ -11,8 +12,10 @@ __all__ = [
     "DicomImageReader",
     "InferenceResult",
     "LoadedModel",
+    "LogitCache",
     "build_transforms",
     "file_sha256",
+    "image_key",
     "load_model",
     "predict_files",
     "presentation_values",

@@ -20,6 +20,7 @@ from pydicom.pixels.processing import apply_color_lut, apply_voi
 
 from sitecal._dicomfile import decoded_pixels, open_dicom
 from sitecal.errors import DicomError
+from sitecal.inference._slices import order_slices
 
 __all__ = ["DicomImageReader", "apply_presentation", "presentation_values", "window"]
 
@@ -203,7 +204,8 @@ def _first(ds: pydicom.Dataset, keyword: str) -> float:
 class DicomImageReader(ImageReader):
     """Read DICOM files named explicitly, for ``monai.transforms.LoadImage(reader=DicomImageReader())``.
 
-    One file gives one image; several files are stacked along a new first axis in the order given. Files
+    One file gives one image; several files are a series, stacked along a new first axis in slice order
+    (ImagePositionPatient along the orientation normal, not InstanceNumber or the order given). Files
     without preamble or File Meta Information are read too (:func:`sitecal._dicomfile.open_dicom`).
 
     Parameters
@@ -235,16 +237,30 @@ class DicomImageReader(ImageReader):
         return datasets
 
     def get_data(self, img: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        """Return the presentation-value array and minimal metadata."""
+        """Return the presentation-value array and minimal metadata.
+
+        Several files are a series: its slices are ordered along the orientation normal
+        (:func:`sitecal.inference._slices.order_slices`) and stacked to ``(slices, Rows, Columns)``, with
+        the patient-space affine of that index order.
+        """
         datasets = ensure_tuple(img)
-        arrays = [presentation_values(ds, voi=self.voi) for ds in datasets]
-        array = arrays[0] if len(arrays) == 1 else np.stack(arrays, axis=0)
+        if len(datasets) == 1:
+            array = presentation_values(datasets[0], voi=self.voi)
+            affine = np.eye(array.ndim + (0 if _is_colour(datasets[0]) else 1))
+        else:
+            if any(_is_colour(ds) or int(ds.get("NumberOfFrames", 1) or 1) > 1 for ds in datasets):
+                raise DicomError(
+                    "a series of colour or multi-frame images cannot be stacked into one volume."
+                )
+            order, geometry = order_slices(datasets)
+            array = np.stack([presentation_values(datasets[i], voi=self.voi) for i in order], axis=0)
+            affine = geometry.affine
         colour = _is_colour(datasets[0])
         meta: dict[str, Any] = {
             "spatial_shape": np.asarray(array.shape[:-1] if colour else array.shape),
             "original_channel_dim": -1 if colour else "no_channel",
-            "affine": np.eye(array.ndim + (0 if colour else 1)),
-            "original_affine": np.eye(array.ndim + (0 if colour else 1)),
+            "affine": affine,
+            "original_affine": affine.copy(),
         }
         return array, meta
 

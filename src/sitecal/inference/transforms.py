@@ -69,7 +69,7 @@ def build_transforms(
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"inputs.transforms[{i}] ({spec.name}): invalid arguments: {exc}") from None
     chain.append(mt.EnsureType(data_type="tensor", dtype=None, track_meta=False))
-    return mt.Compose(chain)
+    return mt.Compose(chain, map_items=False)  # a list of files is one series, not several items
 
 
 def transform_fingerprint(specs: Sequence[TransformSettings], voi: str = "none") -> str:
@@ -78,7 +78,7 @@ def transform_fingerprint(specs: Sequence[TransformSettings], voi: str = "none")
 
     canonical = json.dumps(
         {
-            "reader": "sitecal.DicomImageReader/2",
+            "reader": "sitecal.DicomImageReader/3",
             "voi": voi,
             "monai": monai.__version__,
             "transforms": [{"name": s.name, "args": s.args} for s in specs],
