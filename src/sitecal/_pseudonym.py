@@ -58,8 +58,11 @@ class Pseudonymizer:
 
     def __call__(self, kind: str, value: str) -> str:
         """The pseudonym of ``value`` as a ``kind`` identifier (patient, study, instance, series, path)."""
-        digest = hmac.new(self.key, f"{kind}\0{value}".encode(), hashlib.sha256).hexdigest()
-        return f"{_PREFIX[kind]}-{digest[:16]}"
+        return f"{_PREFIX[kind]}-{self.digest(kind, value)[:16]}"
+
+    def digest(self, kind: str, value: str) -> str:
+        """The full keyed hash (64 hex digits) behind :meth:`__call__`, where 16 digits are too few."""
+        return hmac.new(self.key, f"{kind}\0{value}".encode(), hashlib.sha256).hexdigest()
 
     @property
     def fingerprint(self) -> str:

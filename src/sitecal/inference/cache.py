@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import secrets
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ _MERGE_ABOVE = 64
 
 def image_key(pseudonymize: Pseudonymizer, instance_uids: Iterable[str]) -> str:
     """The cache key of an image (one SOPInstanceUID) or a volume (its slices' UIDs, in any order)."""
-    return pseudonymize("image", "\n".join(sorted(instance_uids)))
+    return pseudonymize.digest("instance", "\n".join(sorted(instance_uids)))
 
 
 class LogitCache:
@@ -75,9 +76,9 @@ class LogitCache:
         chunks = sorted(self.folder.glob("chunk-*.npz"))
         for chunk in chunks:
             try:
-                with np.load(chunk, allow_pickle=False) as npz:
+                with chunk.open("rb") as fh, np.load(fh, allow_pickle=False) as npz:
                     keys, logits = npz["keys"], npz["logits"]
-            except (OSError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
                 logger.warning("logit cache: skipped unreadable chunk %s (%s)", chunk.name, exc)
                 continue
             if logits.ndim != 2 or logits.shape != (len(keys), self.n_classes):
