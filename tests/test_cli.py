@@ -46,12 +46,21 @@ def test_check_reports_missing_inputs_in_one_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = DEMO_PROTOCOL.read_text().replace("../demo-data", str(tmp_path / "absent"))
+    text = text.replace(
+        "site: {tag: InstitutionName, label: Site}",
+        "site: {tag: InstitutionName, label: Site, mapping: sites.csv}\n"
+        "  station: {tag: StationName, mapping: stations.csv}",
+    )
+    (tmp_path / "stations.csv").write_text("value,group\nCT01,\n")
     path = tmp_path / "p.yaml"
     path.write_text(text)
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"sitecal: error: {path}: the protocol is valid but:")
     assert "data.dicom_dir: folder not found" in err and "data.labels: file not found" in err
+    lines = err.splitlines()
+    assert any("subgroups.site.mapping" in line and "sites.csv" in line for line in lines), err
+    assert any("subgroups.station.mapping" in line and "stations.csv" in line for line in lines), err
 
 
 def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,6 +101,7 @@ def _check(path: Path) -> int:
 
 
 def _missing_inputs(loaded: object) -> list[str]:
+    from sitecal.cohort.mapping import read_mapping
     from sitecal.inference import build_transforms
     from sitecal.protocol import LoadedProtocol
 
@@ -112,6 +113,12 @@ def _missing_inputs(loaded: object) -> list[str]:
         problems.append(f"  data.labels: file not found: {loaded.labels_path}")
     if not loaded.model_path.exists():
         problems.append(f"  model.path: file not found: {loaded.model_path}")
+    for name, subgroup in loaded.protocol.subgroups.items():
+        if subgroup.mapping is not None:
+            try:
+                read_mapping(loaded.resolve(subgroup.mapping), field=f"subgroups.{name}.mapping")
+            except SitecalError as exc:
+                problems.append(f"  subgroups.{name}.mapping: {exc}")
     try:
         build_transforms(loaded.protocol.inputs.transforms, load=False)
     except SitecalError as exc:
