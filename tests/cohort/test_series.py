@@ -64,8 +64,8 @@ def test_tie_break_most_slices_then_series_number_then_uid() -> None:
         [*_series("3", "a", 20, SeriesNumber="7"), *_series("3", "b", 20, SeriesNumber="3")], rules
     )
     assert numbered[0].chosen[0].values["SeriesInstanceUID"] == "3.b"  # type: ignore[index]
-    by_uid = select_series([*_series("4", "b", 20), *_series("4", "a", 20)], rules)
-    assert by_uid[0].chosen[0].values["SeriesInstanceUID"] == "4.a"  # type: ignore[index]
+    by_uid = select_series([*_series("4", "10", 20), *_series("4", "9", 20)], rules)
+    assert by_uid[0].chosen[0].values["SeriesInstanceUID"] == "4.9"  # type: ignore[index]
     ((_, reason),) = by_uid[0].passed_over
     assert SERIES_TIE_BREAK in reason
 

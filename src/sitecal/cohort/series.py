@@ -22,7 +22,9 @@ __all__ = [
 #: How the image of a study with several instances is chosen (stated in the report).
 SELECTION_RULE = "lowest InstanceNumber, then lowest SOPInstanceUID"
 #: How one series is chosen among the qualifying series of a study (stated in the report).
-SERIES_TIE_BREAK = "most slices, then lowest SeriesNumber, then lowest SeriesInstanceUID"
+SERIES_TIE_BREAK = (
+    "most slices, then lowest SeriesNumber, then lowest SeriesInstanceUID (compared as numbers, part by part)"
+)
 
 
 def _order(instance: InstanceHeader) -> tuple[int, str]:
@@ -106,13 +108,18 @@ def slice_count(series: Sequence[InstanceHeader]) -> int:
     return sum(max(1, _integer(i.values.get("NumberOfFrames"), 1)) for i in series)
 
 
-def _tie_break(series: tuple[InstanceHeader, ...]) -> tuple[int, int, str]:
+def _tie_break(series: tuple[InstanceHeader, ...]) -> tuple[int, int, tuple[tuple[int, int, str], ...]]:
     first = series[0].values
     return (
         -slice_count(series),
         _integer(first.get("SeriesNumber"), 2**31),
-        first.get("SeriesInstanceUID", ""),
+        uid_order(first.get("SeriesInstanceUID", "")),
     )
+
+
+def uid_order(uid: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key of a UID: component by component as numbers ("1.2.10" after "1.2.9")."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in uid.split("."))
 
 
 def _failed_rule(
