@@ -44,7 +44,7 @@ ALLOWED = {
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
     "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
-    "cli": {"run", "protocol", "inference", "demo"},
+    "cli": {"run", "protocol", "cohort", "inference", "demo"},  # `check` reads the mapping files
 }
 
 

@@ -17,6 +17,7 @@ from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, read_mappings, scan_folder
+from sitecal.cohort.series import describe_selection
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.inference import (
     LogitCache,
@@ -88,6 +89,7 @@ def run_protocol(
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
         pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
         cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
+        series_rules = _series_rules(loaded)
         model = load_model(protocol.model, loaded.model_path)
         transforms = build_transforms(protocol.inputs.transforms, voi=protocol.inputs.voi)
         transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
@@ -182,7 +184,7 @@ def run_protocol(
                 evaluation=outcome.document,
                 calibration=calibration,
                 provenance=provenance,
-                protocol=protocol_summary(loaded),
+                protocol={**protocol_summary(loaded), "image_selection": describe_selection(series_rules)},
             ),
             folder,
             page_size=protocol.report.page_size,
@@ -213,8 +215,14 @@ def _cohort(
         mappings=mappings,
         key=protocol.data.key,
         pseudonymize=pseudonymize,
-        series=(protocol.data.series or SeriesRules()) if protocol.inputs.kind == "volume" else None,
+        series=_series_rules(loaded),
     )
+
+
+def _series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
+    """The series rules of a volume protocol (defaults when it states none); ``None`` for images."""
+    protocol = loaded.protocol
+    return (protocol.data.series or SeriesRules()) if protocol.inputs.kind == "volume" else None
 
 
 def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:

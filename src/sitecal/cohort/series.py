@@ -14,6 +14,7 @@ __all__ = [
     "SELECTION_RULE",
     "SERIES_TIE_BREAK",
     "SeriesChoice",
+    "describe_selection",
     "group_by_study",
     "select_series",
     "slice_count",
@@ -97,10 +98,29 @@ def select_series(instances: Sequence[InstanceHeader], rules: SeriesRules) -> li
             else:
                 passed_over.append((tuple(group), reason))
         qualifying.sort(key=_tie_break)
-        for group in qualifying[1:]:
-            passed_over.append((group, f"another series of the study was chosen ({SERIES_TIE_BREAK})"))
+        for other in qualifying[1:]:
+            passed_over.append((other, f"another series of the study was chosen ({SERIES_TIE_BREAK})"))
         choices.append(SeriesChoice(study_uid, qualifying[0] if qualifying else None, tuple(passed_over)))
     return choices
+
+
+def describe_selection(rules: SeriesRules | None) -> str:
+    """The image-selection rule in words, for the report: one image per study, or the series rules."""
+    if rules is None:
+        return f"One image per study (by {SELECTION_RULE}); the study's other images are excluded."
+    stated = []
+    if rules.modality is not None:
+        stated.append(f"Modality one of {', '.join(rules.modality)}")
+    if rules.series_description is not None:
+        stated.append(f"SeriesDescription matching the regular expression {rules.series_description!r}")
+    if rules.body_part is not None:
+        stated.append(f"BodyPartExamined one of {', '.join(rules.body_part)}")
+    stated.append(f"at least {rules.min_slices} slice{'s' if rules.min_slices != 1 else ''}")
+    return (
+        "One series per study, read as a volume with its slices ordered by ImagePositionPatient along the "
+        f"orientation normal. A series qualifies with {'; '.join(stated)}. Among qualifying series: "
+        f"{SERIES_TIE_BREAK}. A study without a qualifying series is excluded."
+    )
 
 
 def slice_count(series: Sequence[InstanceHeader]) -> int:

@@ -158,7 +158,11 @@ def methods(ctx: Context) -> list[Flowable]:
         if minimum is not None
         else f"Minimum group size: {NOT_RECORDED}."
     )
-    rows = [
+    rows = []
+    selection = ctx.protocol.get("image_selection")
+    if selection:
+        rows.append(("Images analysed", ctx.p(para_text(selection), ctx.styles.cell)))
+    rows += [
         ("Calibration", ctx.p(calibration, ctx.styles.cell)),
         ("Calibration groups", ctx.p(grouping, ctx.styles.cell)),
         ("Fit / evaluation split", ctx.p(_split_text(ctx), ctx.styles.cell)),
