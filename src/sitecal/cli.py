@@ -21,6 +21,8 @@ __all__ = ["main"]
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_DEMO_PROTOCOL = Path("protocols/demo.yaml")
 _DEMO_STAMP = ".sitecal-demo.json"
+_DEMO_STUDIES = 2000
+_CT_DEMO_STUDIES = 300
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,11 +40,19 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a protocol and the files it names, without running")
     check.add_argument("protocol", type=Path, help="protocol YAML file")
 
-    demo = sub.add_parser("demo", help="generate the synthetic demo cohort and run protocols/demo.yaml on it")
+    demo = sub.add_parser(
+        "demo",
+        help="generate the synthetic demo cohort and run protocols/demo.yaml (or demo-ct.yaml) on it",
+    )
     demo.add_argument(
         "--protocol", type=Path, default=DEFAULT_DEMO_PROTOCOL, help="demo protocol (default: %(default)s)"
     )
-    demo.add_argument("--studies", type=int, default=2000, help="number of studies (default: %(default)s)")
+    demo.add_argument(
+        "--studies",
+        type=int,
+        default=None,
+        help=f"number of studies (default: {_DEMO_STUDIES} radiographs, {_CT_DEMO_STUDIES} CT studies)",
+    )
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     demo.add_argument("--generate-only", action="store_true", help="generate the cohort, do not run")
     _run_options(demo)
@@ -158,29 +168,41 @@ def _demo(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             f"{args.protocol}: demo protocol not found. Run 'sitecal demo' from the repository root, "
             "or pass --protocol PATH/TO/demo.yaml."
         )
-    if args.studies < 50:
-        raise _InputError(f"--studies must be at least 50. Got {args.studies}.")
     loaded = load_protocol(args.protocol)
+    ct = loaded.protocol.inputs.kind == "volume"
+    n_studies = args.studies if args.studies is not None else (_CT_DEMO_STUDIES if ct else _DEMO_STUDIES)
+    if n_studies < 50:
+        raise _InputError(f"--studies must be at least 50. Got {n_studies}.")
     out_dir = loaded.dicom_dir.parent
     if loaded.labels_path != out_dir / "labels.csv":
         raise _InputError(
             f"{args.protocol}: for the demo, data.labels must be labels.csv beside data.dicom_dir "
             f"({out_dir / 'labels.csv'})."
         )
-    _ensure_demo_data(out_dir, n_studies=args.studies, seed=args.seed, progress=not args.no_progress)
+    _ensure_demo_data(
+        out_dir,
+        n_studies=n_studies,
+        seed=args.seed,
+        progress=not args.no_progress,
+        ct=ct,
+    )
     if args.generate_only:
         print(f"Demo cohort: {out_dir}")
         return EXIT_PASS
     return _run(args.protocol, args, argv)
 
 
-def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: bool) -> None:
-    """Generate the demo cohort unless the same one (size, seed, version) is already there."""
+def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: bool, ct: bool = False) -> None:
+    """Generate the demo cohort unless the same one (kind, size, seed, version) is already there.
+
+    ``ct``: the CT volume cohort (for a volume protocol) instead of the radiographs.
+    """
     import shutil
 
     from sitecal.demo import generate_demo
+    from sitecal.demo.ct import generate_ct_demo
 
-    stamp = {"n_studies": n_studies, "seed": seed, "sitecal": __version__}
+    stamp = {"n_studies": n_studies, "seed": seed, "sitecal": __version__, **({"kind": "ct"} if ct else {})}
     stamp_path = out_dir / _DEMO_STAMP
     if stamp_path.is_file():
         try:
@@ -195,14 +217,14 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
                 "Point the demo protocol's data paths at an empty folder."
             )
         stamp_path.unlink()
-        for child in ("dicom", "labels.csv"):
+        for child in ("dicom", "labels.csv", "manifest.json"):
             target = out_dir / child
             if target.is_dir():
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
-    generate_demo(out_dir, n_studies=n_studies, seed=seed, progress=progress)
+    (generate_ct_demo if ct else generate_demo)(out_dir, n_studies=n_studies, seed=seed, progress=progress)
     stamp_path.write_text(json.dumps(stamp) + "\n")
 
 
