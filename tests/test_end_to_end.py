@@ -38,6 +38,7 @@ def test_run_writes_every_artifact(demo_run: dict) -> None:
     folder = demo_run["folder"]
     for name in (
         "report.pdf",
+        "report.dcm",
         "evaluation.json",
         "calibration.json",
         "cohort.csv",
@@ -133,6 +134,20 @@ def test_no_identifier_in_clear_in_the_run_folder(demo_run: dict) -> None:
     for name, text in texts.items():
         found = [p.pattern for p in patterns if p.search(text)]
         assert not found, f"{name} contains identifiers {found[:3]}"
+
+
+def test_report_dcm_of_a_run_passes_dciodvfy_and_carries_the_document_id(demo_run: dict) -> None:
+    import shutil
+
+    folder = demo_run["folder"]
+    tool = shutil.which("dciodvfy")
+    assert tool, "dciodvfy (Debian package dicom3tools) is required: .ci/run installs it"
+    done = subprocess.run([tool, str(folder / "report.dcm")], capture_output=True, text=True, check=False)
+    assert [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("Error")] == []
+    ds = pydicom.dcmread(folder / "report.dcm")
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert ds.StudyID == provenance["document_id"]
+    assert ds.EncapsulatedDocument[: ds.EncapsulatedDocumentLength] == (folder / "report.pdf").read_bytes()
 
 
 def test_misspelt_key_exits_2_naming_file_line_field(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, requires, version
 from typing import Any
 
-__all__ = ["dependency_versions", "instances_sha256", "provenance_document"]
+__all__ = ["dependency_versions", "document_id", "instances_sha256", "provenance_document"]
 
 
 def dependency_versions() -> dict[str, str]:
@@ -34,6 +34,16 @@ def dependency_versions() -> dict[str, str]:
 def instances_sha256(instance_uids: Iterable[str]) -> str:
     """sha256 of the sorted SOP Instance UIDs analysed, one per line: names the data set, reveals no UID."""
     return hashlib.sha256("\n".join(sorted(instance_uids)).encode()).hexdigest()
+
+
+def document_id(sha256: Mapping[str, str]) -> str:
+    """The report's document ID, ``SC-`` and 12 hex digits of a hash of the run's input hashes.
+
+    ``sha256`` is provenance's hash table (protocol, model, labels, instances): the same protocol, model
+    and data give the same ID, any change another one.
+    """
+    canonical = "\n".join(f"{name} {value}" for name, value in sorted(sha256.items()))
+    return "SC-" + hashlib.sha256(canonical.encode()).hexdigest()[:12].upper()
 
 
 def provenance_document(
@@ -65,6 +75,7 @@ def provenance_document(
         "run_folder": run_folder,
         "seeds": dict(seeds),
         "sha256": dict(sha256),
+        "document_id": document_id(sha256),
         "model": dict(model),
         "transforms_sha256": transforms_sha256,
         "device": device,

@@ -31,6 +31,7 @@ from sitecal.inference import (
 from sitecal.protocol import LoadedProtocol, SeriesRules, protocol_summary
 from sitecal.provenance import instances_sha256, provenance_document
 from sitecal.report import ReportInputs, render_report
+from sitecal.report.dicom_pdf import write_report_dicom
 
 __all__ = ["RunResult", "run_protocol"]
 
@@ -188,6 +189,13 @@ def run_protocol(
             ),
             folder,
             page_size=protocol.report.page_size,
+        )
+        write_report_dicom(
+            folder / "report.pdf",
+            folder / "report.dcm",
+            document_id=provenance["document_id"],
+            title=protocol.report.title,
+            created_utc=provenance["created_utc"],
         )
         logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
         return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
