@@ -99,6 +99,7 @@ def title_page(ctx: Context) -> list[Flowable]:
         key_values(
             ctx,
             [
+                ("Document ID", provenance.get("document_id")),
                 ("Protocol", protocol["name"]),
                 ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
                 ("Model", model),

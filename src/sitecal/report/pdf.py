@@ -184,9 +184,10 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     title = str(protocol.get("title") or f"Calibration validation: protocol {protocol['name']}")
     sha = short_sha(protocol.get("sha256") or inputs.evaluation.get("protocol", {}).get("sha256"))
     run_folder = inputs.provenance.get("run_folder")
+    document = inputs.provenance.get("document_id")
     running = _Running(
         title=title,
-        right=f"Validation report · protocol {protocol['name']}",
+        right=(f"Document {document} · " if document else "") + f"protocol {protocol['name']}",
         footer_left=f"Protocol sha256 {sha}"
         + (f" · run {run_folder}" if run_folder else "")
         + f" · sitecal {inputs.provenance.get('sitecal_version') or __version__}",
