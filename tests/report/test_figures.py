@@ -89,6 +89,9 @@ def test_forest_figure_has_a_row_per_group_and_the_thresholds(raw: dict[str, Any
 def test_report_layer_imports_only_what_the_layer_rule_allows() -> None:
     allowed_third_party = {"numpy", "matplotlib", "reportlab"}
     for path in sorted(REPORT_SRC.glob("*.py")):
+        # report.dcm is written with pydicom (DESIGN.md: the report stage wraps the PDF as DICOM); the
+        # report still never reads a DICOM input
+        allowed = allowed_third_party | ({"pydicom"} if path.name == "dicom_pdf.py" else set())
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names: list[str] = []
@@ -100,6 +103,6 @@ def test_report_layer_imports_only_what_the_layer_rule_allows() -> None:
                 top = name.split(".")[0]
                 assert "pyplot" not in name, f"{path.name} imports pyplot"
                 if top != "sitecal":  # sitecal imports: tests/test_architecture.py
-                    assert top in allowed_third_party or top in sys.stdlib_module_names, (
+                    assert top in allowed or top in sys.stdlib_module_names, (
                         f"{path.name}: {name}"
                     )
