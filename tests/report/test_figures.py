@@ -45,6 +45,22 @@ def test_report_figures_exist_and_are_at_least_200_dpi(report: ReportArtifacts) 
         assert dpi_x >= 199.5 and dpi_y >= 199.5  # 200 dpi is stored as 7874 px/m = 199.9996 dpi
 
 
+def test_every_figure_has_a_reproducible_svg_beside_it(
+    report: ReportArtifacts, raw: dict[str, Any], tmp_path: Path
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    for path in report.figures:
+        svg = path.with_suffix(".svg")
+        root = ET.fromstring(svg.read_bytes())
+        assert root.tag.endswith("svg") and root.iter()  # well-formed XML
+        assert b"<dc:date>" not in svg.read_bytes()
+    fig = forest_figure(raw["evaluation"], width_in=6.0)
+    save_png(fig, tmp_path / "a.png")
+    save_png(fig, tmp_path / "b.png")
+    assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
+
+
 def test_reliability_figure_draws_empty_bins_as_gaps(raw: dict[str, Any], tmp_path: Path) -> None:
     group = raw["evaluation"]["subgroups"]["scanner"][0]
     fig = reliability_figure(group, title="Scanner: $x$ <b>")
@@ -103,6 +119,4 @@ def test_report_layer_imports_only_what_the_layer_rule_allows() -> None:
                 top = name.split(".")[0]
                 assert "pyplot" not in name, f"{path.name} imports pyplot"
                 if top != "sitecal":  # sitecal imports: tests/test_architecture.py
-                    assert top in allowed or top in sys.stdlib_module_names, (
-                        f"{path.name}: {name}"
-                    )
+                    assert top in allowed or top in sys.stdlib_module_names, f"{path.name}: {name}"

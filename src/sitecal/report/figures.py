@@ -16,6 +16,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -294,7 +295,10 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = "ece", width_i
 
 
 def save_png(fig: Figure, path: Path, *, dpi: int = FIGURE_DPI) -> Path:
-    """Write ``fig`` as a PNG at ``dpi``, atomically (temporary file in the same folder, then rename).
+    """Write ``fig`` as a PNG at ``dpi`` and as an SVG beside it (``path`` with suffix ``.svg``).
+
+    The SVG is for slides and notebooks. Each file is written atomically (temporary file in the same
+    folder, then rename); the same figure gives the same bytes (no dates; fixed SVG ids).
 
     Raises
     ------
@@ -307,5 +311,11 @@ def save_png(fig: Figure, path: Path, *, dpi: int = FIGURE_DPI) -> Path:
         # only; the tables print the full text. That is not a reason to fail the report.
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
         fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": "sitecal report (matplotlib)"})
+        vector = BytesIO()
+        with matplotlib.rc_context({"svg.hashsalt": "sitecal", "svg.fonttype": "path"}):
+            fig.savefig(
+                vector, format="svg", metadata={"Date": None, "Creator": "sitecal report (matplotlib)"}
+            )
     write_bytes_atomic(path, buffer.getvalue())
+    write_bytes_atomic(path.with_suffix(".svg"), vector.getvalue())
     return path
