@@ -76,13 +76,26 @@ class TransformSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    """The model under validation."""
+    """The model under validation.
+
+    ``format`` says what ``path`` holds (see :func:`sitecal.inference.load_model`):
+
+    - ``safetensors`` or ``state_dict``: weights only (a safetensors file, or a ``.pt`` read with
+      ``torch.load(weights_only=True)``); ``architecture`` names the class and ``architecture_args`` its
+      keyword arguments.
+    - ``torch_export``: a ``.pt2`` program written by ``torch.export.save``.
+    - ``torchscript``: a TorchScript archive (a program: load it only from a provider you trust).
+    - ``monai_bundle``: a MONAI bundle folder; the network comes from its ``configs/inference.json``
+      (or ``.yaml``) ``network_def`` and its ``models/`` weights, so ``architecture`` is not given.
+    """
 
     name: str = "model"
-    format: Literal["safetensors", "state_dict", "torch_export", "torchscript"]
-    path: str
+    format: Literal["safetensors", "state_dict", "torch_export", "torchscript", "monai_bundle"]
+    path: str = Field(description="the model file, or the bundle folder for monai_bundle")
     architecture: str | None = Field(
-        default=None, description="'package.module:ClassName', required for safetensors and state_dict"
+        default=None,
+        description="'package.module:ClassName', required for safetensors and state_dict; "
+        "not allowed for monai_bundle",
     )
     architecture_args: dict[str, Any] = Field(default_factory=dict)
     class_names: list[str] = Field(min_length=2)
@@ -92,6 +105,11 @@ class ModelSettings(_Strict):
         if self.format in ("safetensors", "state_dict") and not self.architecture:
             raise ValueError(
                 f"format '{self.format}' holds weights only: add 'architecture: package.module:ClassName'"
+            )
+        if self.format == "monai_bundle" and (self.architecture or self.architecture_args):
+            raise ValueError(
+                "format 'monai_bundle' builds the network from the bundle's network_def: "
+                "remove 'architecture' and 'architecture_args'"
             )
         if self.architecture and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.architecture):
             raise ValueError(
