@@ -199,8 +199,6 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
     """
     import shutil
 
-    from sitecal.demo import generate_demo
-    from sitecal.demo.ct import generate_ct_demo
 
     stamp = {"n_studies": n_studies, "seed": seed, "sitecal": __version__, **({"kind": "ct"} if ct else {})}
     stamp_path = out_dir / _DEMO_STAMP
@@ -224,7 +222,14 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
             elif target.exists():
                 target.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
-    (generate_ct_demo if ct else generate_demo)(out_dir, n_studies=n_studies, seed=seed, progress=progress)
+    if ct:
+        from sitecal.demo.ct import generate_ct_demo
+
+        generate_ct_demo(out_dir, n_studies=n_studies, seed=seed, progress=progress)
+    else:
+        from sitecal.demo import generate_demo
+
+        generate_demo(out_dir, n_studies=n_studies, seed=seed, progress=progress)
     stamp_path.write_text(json.dumps(stamp) + "\n")
 
 
