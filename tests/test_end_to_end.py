@@ -175,3 +175,16 @@ def test_disparities_between_scanners_have_their_own_interval(demo_run: dict) ->
     assert gap["range"]["estimate"] == pytest.approx(max(values.values()) - min(values.values()), abs=1e-12)
     assert gap["range"]["low"] <= gap["range"]["high"]
     assert gap["highest"] == max(values, key=values.get)
+
+
+def test_one_global_temperature_runs_to_a_report(demo_run: dict, tmp_path: Path) -> None:
+    import yaml
+
+    path = write_demo_protocol(tmp_path, demo_run["manifest"], n_resamples=50, calibration={"per": None})
+    protocol = yaml.safe_load(path.read_text())
+    protocol["acceptance"] = [c for c in protocol["acceptance"] if c["scope"] == "overall"]
+    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+    assert main(["run", str(path), "--no-progress"]) in (0, 1)
+    (folder,) = (tmp_path / "reports").glob("demo-*")
+    assert json.loads((folder / "calibration.json").read_text())["per"] is None
+    assert (folder / "report.pdf").is_file() and (folder / "report.dcm").is_file()

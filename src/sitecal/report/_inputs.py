@@ -170,7 +170,7 @@ def check_inputs(inputs: ReportInputs) -> None:
 
     cal = _Checker("calibration.json")
     cal.need(inputs.calibration, "method", "str", "")
-    cal.need(inputs.calibration, "per", "str", "")
+    cal.need(inputs.calibration, "per", "str", "", nullable=True)  # null: one global temperature
     cal.need(cal.need(inputs.calibration, "global_fit", "mapping", ""), "temperature", "number", "global_fit")
     groups = cal.need(inputs.calibration, "groups", "mapping", "")
     for name in groups:
