@@ -1,6 +1,6 @@
 """Inference: sitecal's predict_files against the bare model on preloaded tensors, and its memory as N grows.
 
-Files: N generated 512x512 int16 CT files with a clinical-size header (default 128; see ``_ct_files.py``),
+Files: N generated 512x512 int16 CT files with a clinical-size header (default 96; see ``_ct_files.py``),
 preprocessed by the chain a CT protocol would give: ``LoadImage(DicomImageReader)``, EnsureChannelFirst
 (no_channel), Resize to 224x224, NormalizeIntensity (``sitecal.inference.build_transforms``).
 
@@ -29,7 +29,7 @@ fork + exec) and that of its largest DataLoader worker (``ru_maxrss`` of RUSAGE_
 A pipeline that held every decoded image would grow by about 3N MiB (each file is 1 MiB as float32, read);
 streamed, the 4N peak stays within a few MiB of the N peak. Target (issue): flat.
 
-Run:  python benchmarks/bench_inference.py            (N = 128, memory N = 100; about 3 minutes on 2 cores)
+Run:  python benchmarks/bench_inference.py            (N = 96, memory N = 100; about 2.5 minutes on 2 cores)
       python benchmarks/bench_inference.py --quick    (N = 48, 1 pass, memory N = 50)
 """
 
@@ -233,7 +233,7 @@ def main() -> None:
         _child(folder, int(n), int(workers), int(batch_size))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--files", type=int, default=128, help="files for throughput (default 128)")
+    parser.add_argument("--files", type=int, default=96, help="files for throughput (default 96)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2, help="best of this many passes (default 2)")
     parser.add_argument("--workers", default="0,1,2", help="num_workers values to try (default 0,1,2)")

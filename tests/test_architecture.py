@@ -40,7 +40,7 @@ ALLOWED = {
     "protocol": set(),
     "cohort": {"protocol"},
     "inference": {"protocol"},
-    "demo": {"inference", "metrics", "calibration"},
+    "demo": {"inference", "metrics", "calibration", "protocol"},  # the CT demo builds its transform specs
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
     "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
