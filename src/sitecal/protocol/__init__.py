@@ -1,0 +1,51 @@
+"""The validation protocol: its schema and :func:`load_protocol`.
+
+A protocol is a YAML file read with ``yaml.safe_load`` semantics (``yaml.SafeLoader``), validated by the
+pydantic models below. Every error names the file, the line and the dotted field, and says what to do::
+
+    protocols/site.yaml:14: calibration.pre: unknown field. Did you mean 'per'?
+
+Paths in the protocol (``data.dicom_dir``, ``data.labels``, ``model.path``, ``report.output_dir``) are
+relative to the protocol file's folder. ``model.path`` may also name a file shipped inside the package as
+``sitecal:demo/demo_cnn.safetensors``.
+"""
+
+from sitecal.protocol._inputs import (
+    DataSettings,
+    InputSettings,
+    ModelSettings,
+    SeriesRules,
+    SubgroupSettings,
+    TransformSettings,
+)
+from sitecal.protocol._load import LoadedProtocol, load_protocol, protocol_summary
+from sitecal.protocol._schema import (
+    AcceptanceCriterion,
+    BootstrapSettings,
+    CalibrationSettings,
+    EvaluationSettings,
+    PrivacySettings,
+    Protocol,
+    ReportSettings,
+    SplitSettings,
+)
+
+__all__ = [
+    "AcceptanceCriterion",
+    "BootstrapSettings",
+    "CalibrationSettings",
+    "DataSettings",
+    "EvaluationSettings",
+    "InputSettings",
+    "LoadedProtocol",
+    "ModelSettings",
+    "PrivacySettings",
+    "Protocol",
+    "ReportSettings",
+    "SeriesRules",
+    "SplitSettings",
+    "SubgroupSettings",
+    "TransformSettings",
+    "load_protocol",
+    "protocol_summary",
+]

@@ -1,0 +1,235 @@
+"""Protocol schema, the input side: the model, how images become inputs, where the data are, subgroups."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sitecal.protocol._base import (
+    _IDENTIFYING_TAGS,
+    _check_reference,
+    _ReferenceError,
+    _spelling_guess,
+    _Strict,
+)
+
+
+class TransformSettings(_Strict):
+    """One MONAI array transform, by class name in ``monai.transforms``, with keyword arguments."""
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSettings(_Strict):
+    """The model under validation.
+
+    ``format`` says what ``path`` holds (see :func:`sitecal.inference.load_model`):
+
+    - ``safetensors`` or ``state_dict``: weights only (a safetensors file, or a ``.pt`` read with
+      ``torch.load(weights_only=True)``); ``architecture`` names the class and ``architecture_args`` its
+      keyword arguments.
+    - ``torch_export``: a ``.pt2`` program written by ``torch.export.save``.
+    - ``torchscript``: a TorchScript archive (a program: load it only from a provider you trust).
+    - ``monai_bundle``: a MONAI bundle folder; the network comes from its ``configs/inference.json``
+      (or ``.yaml``) ``network_def`` and its ``models/`` weights, so ``architecture`` is not given.
+    """
+
+    name: str = "model"
+    format: Literal["safetensors", "state_dict", "torch_export", "torchscript", "monai_bundle"]
+    path: str = Field(description="the model file, or the bundle folder for monai_bundle")
+    architecture: str | None = Field(
+        default=None,
+        description="'package.module:ClassName', required for safetensors and state_dict; "
+        "not allowed for monai_bundle",
+    )
+    architecture_args: dict[str, Any] = Field(default_factory=dict)
+    class_names: list[str] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _architecture_for_weights(self) -> ModelSettings:
+        if self.format in ("safetensors", "state_dict") and not self.architecture:
+            raise ValueError(
+                f"format '{self.format}' holds weights only: add 'architecture: package.module:ClassName'"
+            )
+        if self.format == "monai_bundle" and (self.architecture or self.architecture_args):
+            raise ValueError(
+                "format 'monai_bundle' builds the network from the bundle's network_def: "
+                "remove 'architecture' and 'architecture_args'"
+            )
+        if self.architecture and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.architecture):
+            raise ValueError(
+                f"architecture must look like 'package.module:ClassName'. Got {self.architecture!r}"
+            )
+        if len(set(self.class_names)) != len(self.class_names):
+            raise ValueError("class_names must be distinct")
+        return self
+
+
+class InputSettings(_Strict):
+    """How each image becomes a model input."""
+
+    transforms: list[TransformSettings] = Field(default_factory=list)
+    voi: Literal["none", "window"] = Field(
+        default="none",
+        description="'window': apply each image's VOI LUT or first window (to [0, 1]) before the transforms",
+    )
+    kind: Literal["image", "volume"] = Field(
+        default="image",
+        description="'image': one image per study; 'volume': one series per study (data.series)",
+    )
+    batch_size: int = Field(default=32, ge=1)
+    num_workers: int = Field(default=0, ge=0)
+    logit_cache: bool = Field(
+        default=True, description="reuse logits computed before for the same model, transforms and image"
+    )
+    logit_cache_dir: str | None = Field(
+        default=None, description="default: <report.output_dir>/.sitecal-logit-cache"
+    )
+
+
+class SeriesRules(_Strict):
+    """Which series of a study is the volume analysed (``inputs.kind: volume``).
+
+    A series qualifies when every stated rule holds for its first instance by path: ``modality`` lists the
+    accepted Modality values, ``series_description`` is a regular expression searched in SeriesDescription
+    (``(?i)`` for case-insensitive), ``body_part`` lists BodyPartExamined values (compared ignoring case),
+    and it has at least ``min_slices`` slices (instances, or frames of a multi-frame instance). Among the
+    qualifying series of a study, :data:`sitecal.cohort.series.SERIES_TIE_BREAK` picks one.
+    """
+
+    modality: list[str] | None = Field(default=None, description="accepted Modality values, e.g. [CT]")
+    series_description: str | None = Field(
+        default=None, description="regular expression searched in SeriesDescription, e.g. '(?i)axial'"
+    )
+    body_part: list[str] | None = Field(default=None, description="accepted BodyPartExamined values")
+    min_slices: int = Field(default=1, ge=1)
+
+    @field_validator("series_description")
+    @classmethod
+    def _a_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc}): {value!r}") from None
+        return value
+
+    @field_validator("modality", "body_part")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not [v for v in value if v.strip()]:
+            raise ValueError("list at least one value, or leave the rule out")
+        return value
+
+
+class DataSettings(_Strict):
+    """Where the studies and their ground truth are."""
+
+    dicom_dir: str
+    labels: str = Field(description="ground truth: a CSV file, or a Parquet file ending in .parquet")
+    key: Literal["StudyInstanceUID", "AccessionNumber"] = "StudyInstanceUID"
+    key_column: str | None = Field(default=None, description="labels column holding the key; default: key")
+    label_column: str = "label"
+    series: SeriesRules | None = Field(
+        default=None, description="series selection rules, for inputs.kind: volume"
+    )
+
+
+class SubgroupSettings(_Strict):
+    """A subgroup attribute: a DICOM tag (by keyword), or the intersection of other subgroups.
+
+    A tag's values are normalised (see ``sitecal.cohort.attributes``), then banded (``bands``) and renamed
+    through ``mapping``: a CSV file (relative to the protocol) with the columns ``value,group``, compared
+    ignoring case and extra spaces. Values the mapping does not list become ``unmapped``; absent values stay
+    ``unknown``. An intersection's value joins its subgroups' values, ``"F × 40–59"``, and is ``unknown``
+    when any of them is.
+    """
+
+    tag: str | None = None
+    intersection: list[str] | None = Field(
+        default=None, description="names of two or more tag subgroups, e.g. [sex, age_band]"
+    )
+    bands: list[float] | None = Field(default=None, description="age band edges in years, for PatientAge")
+    mapping: str | None = Field(default=None, description="CSV 'value,group' renaming values, e.g. stations")
+    label: str | None = None
+
+    @field_validator("tag")
+    @classmethod
+    def _known_tag(cls, value: str | None) -> str | None:
+        from pydicom.datadict import keyword_dict
+
+        if value is None:
+            return value
+        if value not in keyword_dict:
+            guess = _spelling_guess(value, keyword_dict)
+            raise ValueError(f"'{value}' is not a DICOM keyword.{guess}")
+        if value in _IDENTIFYING_TAGS or value.endswith("UID"):
+            raise ValueError(
+                f"'{value}' identifies patients or studies and cannot be a subgroup: it would appear in "
+                "clear in the report. Use a site mapping or another tag."
+            )
+        return value
+
+    @field_validator("bands")
+    @classmethod
+    def _increasing(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (len(value) < 2 or any(b <= a for a, b in pairwise(value))):
+            raise ValueError("bands must be at least two strictly increasing numbers, e.g. [0, 40, 60, 80]")
+        return value
+
+    @field_validator("intersection")
+    @classmethod
+    def _two_or_more(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) < 2:
+            raise ValueError(
+                f"an intersection combines two or more subgroups, e.g. [sex, age_band]. Got {value}"
+            )
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"an intersection names each subgroup once. Got {value}")
+        return value
+
+    @field_validator("mapping")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError(
+                "give the path of a CSV file with the columns 'value,group', or leave mapping out"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _tag_or_intersection(self) -> SubgroupSettings:
+        if (self.tag is None) == (self.intersection is None):
+            raise ValueError(
+                "give exactly one of 'tag' (a DICOM keyword) or 'intersection' (a list of two or more other "
+                "subgroups)"
+            )
+        for name in ("bands", "mapping"):
+            if self.intersection is not None and getattr(self, name) is not None:
+                raise ValueError(
+                    f"'{name}' applies to a tag; an intersection combines the values of its subgroups as "
+                    f"they are. Put '{name}' on the subgroups it combines."
+                )
+        return self
+
+
+def _check_intersections(subgroups: Mapping[str, SubgroupSettings]) -> None:
+    """Every intersection names subgroups defined under ``subgroups`` that are tags, not intersections."""
+    names = list(subgroups)
+    for name, settings in subgroups.items():
+        parts = settings.intersection or []
+        for i, part in enumerate(parts):
+            _check_reference(part, names, "subgroups", name, "intersection", i)
+            nested = subgroups[part].intersection
+            if nested is not None:
+                flat = [p for q in parts for p in (subgroups[q].intersection or [q])]
+                raise _ReferenceError(
+                    ("subgroups", name, "intersection", i),
+                    f"'{part}' is itself an intersection (of {', '.join(nested)}). List tag subgroups "
+                    f"instead: [{', '.join(dict.fromkeys(flat))}].",
+                )

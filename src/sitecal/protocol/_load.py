@@ -1,0 +1,235 @@
+"""Reading a protocol file: YAML (safe loader, no duplicate keys) → schema, errors as ``file:line: field``."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sitecal.errors import ProtocolError
+from sitecal.protocol._base import _ReferenceError, _spelling_guess
+from sitecal.protocol._schema import Protocol
+
+
+@dataclass(frozen=True)
+class LoadedProtocol:
+    """A validated protocol with where it came from and its paths resolved."""
+
+    protocol: Protocol
+    path: Path
+    text: str
+    sha256: str
+
+    def resolve(self, value: str) -> Path:
+        """Resolve a protocol path relative to the protocol file's folder (``sitecal:`` = package data)."""
+        if value.startswith("sitecal:"):
+            from importlib.resources import files
+
+            return Path(str(files("sitecal").joinpath(value.removeprefix("sitecal:"))))
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.path.parent / path).resolve()
+
+    @property
+    def dicom_dir(self) -> Path:
+        """The folder of DICOM files to scan."""
+        return self.resolve(self.protocol.data.dicom_dir)
+
+    @property
+    def labels_path(self) -> Path:
+        """The ground-truth table."""
+        return self.resolve(self.protocol.data.labels)
+
+    @property
+    def model_path(self) -> Path:
+        """The model file (or folder)."""
+        return self.resolve(self.protocol.model.path)
+
+    @property
+    def output_root(self) -> Path:
+        """The folder that receives run folders."""
+        return self.resolve(self.protocol.report.output_dir)
+
+    @property
+    def logit_cache_dir(self) -> Path | None:
+        """The logit cache folder, or ``None`` when ``inputs.logit_cache`` is off."""
+        inputs = self.protocol.inputs
+        if not inputs.logit_cache:
+            return None
+        if inputs.logit_cache_dir is not None:
+            return self.resolve(inputs.logit_cache_dir)
+        return self.output_root / ".sitecal-logit-cache"
+
+    @property
+    def key_file(self) -> Path:
+        """The site secret for pseudonymisation."""
+        key_file = self.protocol.privacy.key_file
+        return self.resolve(key_file) if key_file else self.output_root / ".sitecal-pseudonym-key"
+
+
+def load_protocol(path: str | Path) -> LoadedProtocol:
+    """Read, parse and validate a protocol file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The YAML protocol.
+
+    Returns
+    -------
+    LoadedProtocol
+        The validated protocol, its text and sha256.
+
+    Raises
+    ------
+    ProtocolError
+        When the file is missing or unreadable, is not valid YAML, has duplicate keys, or does not follow the
+        schema. The message lists every problem as ``file:line: field: what is wrong``.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: protocol file not found. Check the path.") from None
+    except OSError as exc:
+        raise ProtocolError(f"{path}: cannot read the protocol ({exc.strerror}).") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(
+            f"{path}: the protocol is not UTF-8 text (byte {exc.start}). Save it as UTF-8."
+        ) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is None:
+            raise ProtocolError(f"{path}: the protocol is empty. Start from protocols/demo.yaml.")
+        _reject_duplicate_keys(root, path)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProtocolError(
+            f"{where}: invalid YAML: {problem}. Fix the syntax and run 'sitecal check' again."
+        ) from None
+    if not isinstance(data, dict):
+        raise ProtocolError(
+            f"{path}:1: the protocol must be a mapping of fields (name:, model:, data:, ...)."
+        )
+    try:
+        protocol = Protocol.model_validate(data)
+    except ValidationError as exc:
+        raise ProtocolError(_format_validation_error(exc, root, path)) from None
+    return LoadedProtocol(
+        protocol=protocol, path=path.resolve(), text=text, sha256=hashlib.sha256(raw).hexdigest()
+    )
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: Path) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value)
+            if name in seen:
+                raise ProtocolError(
+                    f"{path}:{key.start_mark.line + 1}: '{name}' appears twice in the same mapping "
+                    f"(first on line {seen[name]}). Keep one."
+                )
+            seen[name] = key.start_mark.line + 1
+            _reject_duplicate_keys(value, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _reject_duplicate_keys(item, path)
+
+
+def _format_validation_error(exc: ValidationError, root: yaml.Node, path: Path) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        message = error["msg"]
+        if error["type"] in ("literal_error", "int_parsing", "float_parsing", "bool_parsing", "string_type"):
+            message += f". Got {error.get('input')!r}"
+        ctx = error.get("ctx") or {}
+        inner = ctx.get("error")
+        if isinstance(inner, _ReferenceError):
+            loc, message = loc + inner.loc, str(inner)
+        elif message.startswith("Value error, "):
+            message = message.removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field." + _spelling_guess(str(loc[-1]), _allowed_fields(loc[:-1]))
+        elif error["type"] == "missing":
+            message = "required field is missing."
+        line = _line_of(root, loc)
+        field = ".".join(str(part) for part in loc) or "(top level)"
+        lines.append(f"{path}:{line}: {field}: {message}")
+    lines.append("Fix the protocol and run 'sitecal check' again.")
+    return "\n".join(lines)
+
+
+def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the deepest YAML node on ``loc`` (the key itself for mapping entries)."""
+    node: yaml.Node = root
+    line = int(root.start_mark.line) + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    node, line = value, int(key.start_mark.line) + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = int(node.start_mark.line) + 1
+        else:
+            return line
+    return line
+
+
+def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at ``loc`` in the schema, for spelling guesses."""
+    model: Any = Protocol
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        if field is None:
+            # a free-form mapping (subgroups: {name: SubgroupSettings})
+            model = _mapping_value_model(model, part)
+            continue
+        model = _model_of(field.annotation)
+    return list(model.model_fields) if model is not None and hasattr(model, "model_fields") else []
+
+
+def _model_of(annotation: Any) -> Any:
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _mapping_value_model(model: Any, part: Any) -> Any:
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def protocol_summary(loaded: LoadedProtocol) -> Mapping[str, Any]:
+    """The protocol facts the report prints (plain data)."""
+    p = loaded.protocol
+    return {
+        "name": p.name,
+        "title": p.report.title,
+        "intended_use": p.intended_use,
+        "sha256": loaded.sha256,
+        "yaml_text": loaded.text,
+        "sign_off": list(p.report.sign_off),
+        "source_path": loaded.path.name,
+    }

@@ -1,0 +1,170 @@
+"""Protocol schema, the analysis side: split, calibration, evaluation, acceptance, report, and the whole."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sitecal.protocol._base import _NAME_PATTERN, MetricName, _check_reference, _ReferenceError, _Strict
+from sitecal.protocol._inputs import (
+    DataSettings,
+    InputSettings,
+    ModelSettings,
+    SubgroupSettings,
+    _check_intersections,
+)
+
+_ALL_METRICS: tuple[MetricName, ...] = ("ece", "nll", "brier", "accuracy")
+_ECE_ONLY: tuple[MetricName, ...] = ("ece",)
+
+
+class SplitSettings(_Strict):
+    """The seeded, patient-level split into a fit part (temperatures) and an evaluation part."""
+
+    by: Literal["patient"] = "patient"
+    fit_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    seed: int
+    stratify: str | None = Field(default=None, description="subgroup name; default: calibration.per")
+
+
+class CalibrationSettings(_Strict):
+    """Temperature scaling, one temperature per group of ``per``."""
+
+    method: Literal["temperature"] = "temperature"
+    per: str | None = None
+    min_group_size: int = Field(default=50, ge=1)
+    fallback: Literal["global", "shrink"] = "global"
+    split: SplitSettings
+
+
+class BootstrapSettings(_Strict):
+    """Patient-level bootstrap of every metric."""
+
+    n_resamples: int = Field(default=1000, ge=50)
+    level: float = Field(default=0.95, gt=0.5, lt=1.0)
+    method: Literal["percentile", "bca"] = "percentile"
+    seed: int = 0
+    refit: bool = Field(
+        default=False,
+        description="refit the temperature in every resample, so that intervals after calibration of the "
+        "calibration groups include the temperature's uncertainty",
+    )
+
+
+class EvaluationSettings(_Strict):
+    """What is measured on the evaluation split."""
+
+    metrics: list[MetricName] = Field(default_factory=lambda: list(_ALL_METRICS), min_length=1)
+    n_bins: int = Field(default=15, ge=1)
+    min_group_size: int = Field(default=30, ge=1)
+    subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")
+    disparity_metrics: list[MetricName] = Field(
+        default_factory=lambda: list(_ECE_ONLY), description="metrics whose gaps between groups get intervals"
+    )
+    bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
+
+
+class AcceptanceCriterion(_Strict):
+    """One go-live criterion, e.g. the upper CI of ECE after calibration below 0.05 in every scanner group."""
+
+    id: str = Field(pattern=_NAME_PATTERN)
+    description: str | None = None
+    metric: MetricName
+    stage: Literal["before", "after"] = "after"
+    statistic: Literal["estimate", "low", "high"] = "high"
+    below: float | None = None
+    above: float | None = None
+    scope: str = "overall"
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> AcceptanceCriterion:
+        if (self.below is None) == (self.above is None):
+            raise ValueError("give exactly one of 'below' or 'above'")
+        return self
+
+    @property
+    def operator(self) -> str:
+        """``"<"`` for ``below``, ``">"`` for ``above``."""
+        return "<" if self.below is not None else ">"
+
+    @property
+    def threshold(self) -> float:
+        """The bound, whichever side it is on."""
+        value = self.below if self.below is not None else self.above
+        assert value is not None
+        return value
+
+
+class ReportSettings(_Strict):
+    """Where the run folder goes and what the PDF says."""
+
+    output_dir: str = "reports"
+    title: str = "Calibration validation report"
+    sign_off: list[str] = Field(default_factory=list)
+    page_size: Literal["A4", "Letter"] = "A4"
+
+
+class PrivacySettings(_Strict):
+    """Pseudonymisation: keys are HMAC-SHA256 of identifiers under a site secret kept in ``key_file``."""
+
+    key_file: str | None = Field(
+        default=None, description="default: <report.output_dir>/.sitecal-pseudonym-key"
+    )
+
+
+class Protocol(_Strict):
+    """A validated protocol (plain data; paths still as written)."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    intended_use: str
+    model: ModelSettings
+    inputs: InputSettings = Field(default_factory=InputSettings)
+    data: DataSettings
+    subgroups: dict[str, SubgroupSettings] = Field(default_factory=dict)
+    calibration: CalibrationSettings
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
+    acceptance: list[AcceptanceCriterion] = Field(default_factory=list)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    privacy: PrivacySettings = Field(default_factory=PrivacySettings)
+
+    @field_validator("subgroups")
+    @classmethod
+    def _subgroup_names(cls, value: dict[str, SubgroupSettings]) -> dict[str, SubgroupSettings]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "overall":
+                raise ValueError(
+                    f"subgroup name '{name}' must be lower case letters, digits and '_' (and not 'overall')"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> Protocol:
+        names = list(self.subgroups)
+        _check_intersections(self.subgroups)
+        if self.data.series is not None and self.inputs.kind != "volume":
+            raise _ReferenceError(
+                ("data", "series"), "series rules choose a volume: set inputs.kind: volume, or remove them"
+            )
+        _check_reference(self.calibration.per, names, "calibration", "per")
+        _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
+        for i, name in enumerate(self.evaluation.subgroups or []):
+            _check_reference(name, names, "evaluation", "subgroups", i)
+        for i, criterion in enumerate(self.acceptance):
+            if criterion.scope != "overall":
+                _check_reference(criterion.scope, [*names, "overall"], "acceptance", i, "scope")
+            if criterion.metric not in self.evaluation.metrics:
+                raise _ReferenceError(
+                    ("acceptance", i, "metric"),
+                    f"'{criterion.metric}' is not among evaluation.metrics {self.evaluation.metrics}",
+                )
+        ids = [c.id for c in self.acceptance]
+        if len(set(ids)) != len(ids):
+            raise _ReferenceError(("acceptance",), "acceptance ids must be distinct")
+        return self
+
+    @property
+    def reported_subgroups(self) -> list[str]:
+        """Subgroup names evaluated and reported, in protocol order."""
+        return list(self.evaluation.subgroups or self.subgroups)
