@@ -1,0 +1,231 @@
+"""Fairness: disparities between subgroups with their own paired intervals, ranked; small groups listed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reportlab.platypus import Flowable, Paragraph
+
+from ._context import Context
+from ._inputs import get
+from ._styles import Palette, table
+from ._text import NOT_RECORDED, format_count, format_interval, para_text
+
+__all__ = ["fairness", "ranked_gaps"]
+
+_STAGES = ("after", "before")
+NOT_COMPARED = "not compared"
+
+
+def _interval(entry: object, *, signed: bool = False) -> str:
+    if not isinstance(entry, Mapping):
+        return NOT_RECORDED
+    return format_interval(entry.get("estimate"), entry.get("low"), entry.get("high"), signed=signed)
+
+
+def _gap(entry: object) -> str:
+    """A group − rest difference with its interval, starred when the interval excludes 0."""
+    if entry is None:
+        return NOT_COMPARED
+    return _interval(entry, signed=True) + (" *" if _beyond_noise(entry) else "")
+
+
+def _spread(stage: object) -> str:
+    if not isinstance(stage, Mapping) or "range" not in stage:
+        return NOT_COMPARED
+    return _interval(stage["range"])
+
+
+def _beyond_noise(entry: object) -> bool:
+    """Whether an interval of a difference excludes 0."""
+    if not isinstance(entry, Mapping):
+        return False
+    low, high = entry.get("low"), entry.get("high")
+    return isinstance(low, int | float) and isinstance(high, int | float) and (low > 0 or high < 0)
+
+
+def ranked_gaps(disparities: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
+    """Every judged (attribute, group) with its gap to the rest after calibration, largest gap first.
+
+    Rows carry ``attribute``, ``group``, ``n``, ``value`` (the group's metric after), ``after`` and
+    ``before`` (the group − rest entries). Ties and missing estimates sort by attribute, then group.
+    """
+    rows = []
+    for attribute, by_metric in disparities.items():
+        stages = get(by_metric, metric) or {}
+        after, before = stages.get("after") or {}, stages.get("before") or {}
+        for group, gap in (after.get("versus_rest") or {}).items():
+            rows.append(
+                {
+                    "attribute": attribute,
+                    "group": group,
+                    "n": get(after, "per_group", group, "n"),
+                    "value": get(after, "per_group", group),
+                    "after": gap,
+                    "before": get(before, "versus_rest", group),
+                }
+            )
+    return sorted(rows, key=_rank_key)
+
+
+def _rank_key(row: Mapping[str, Any]) -> tuple[float, str, str]:
+    estimate = get(row["after"], "estimate")
+    first = -float(estimate) if isinstance(estimate, int | float) else float("inf")
+    return first, str(row["attribute"]), str(row["group"])
+
+
+def fairness(ctx: Context) -> list[Flowable]:
+    """The Fairness section: ranked group-versus-rest gaps, the spread per attribute, groups too small."""
+    disparities = get(ctx.evaluation, "disparities")
+    story: list[Flowable] = [ctx.h1("Fairness")]
+    if not isinstance(disparities, Mapping) or not disparities:
+        return [
+            *story,
+            ctx.p(f"Disparities between subgroups: {NOT_RECORDED} in this run's evaluation.json."),
+        ]
+    metrics = sorted({m for by_metric in disparities.values() for m in (by_metric or {})})
+    story.append(
+        ctx.p(
+            "Each group's metric is compared with the rest of the cohort (group − rest), and the spread "
+            "across the groups of an attribute (highest − lowest) is measured, each with its own "
+            f"{ctx.level_text()} paired bootstrap interval on the same patient resamples (two overlapping "
+            "intervals of the groups are not the test). A gap whose interval excludes 0 is beyond "
+            "resampling noise. Intersections of attributes are compared like any attribute. Groups below "
+            f"the minimum size ({para_text(ctx.min_group_size())} studies) are not compared; they are "
+            "listed at the end of this section."
+        )
+    )
+    for metric in metrics:
+        name = ctx.metric_name(metric)
+        if len(metrics) > 1:
+            story.append(ctx.h2(name))
+        story += _ranked_table(ctx, disparities, metric, name)
+        story += _spread_table(ctx, disparities, metric, name)
+    story += _too_small(ctx, disparities, metrics)
+    return story
+
+
+def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, name: str) -> list[Flowable]:
+    rows_data = ranked_gaps(disparities, metric)
+    if not rows_data:
+        return [ctx.p(f"No two groups of any attribute were large enough to compare on {para_text(name)}.")]
+    num = ctx.styles.cell_num
+    direction = "higher" if ctx.lower_is_better(metric) else "lower"
+    rows: list[list[Any]] = [
+        [
+            ctx.head("Rank", right=True),
+            ctx.head("Group"),
+            ctx.head("n", right=True),
+            ctx.head(f"{name} after", right=True),
+            ctx.head("Group − rest, after", right=True),
+            ctx.head("Group − rest, before", right=True),
+        ]
+    ]
+    extra: list[tuple[Any, ...]] = []
+    for rank, row in enumerate(rows_data, 1):
+        rows.append(
+            [
+                ctx.cell(str(rank), style=num),
+                ctx.cell(f"{ctx.attribute_label(row['attribute'])}: {row['group']}"),
+                ctx.cell(format_count(row["n"]), style=num),
+                ctx.cell(_interval(row["value"]), style=num),
+                ctx.cell(_gap(row["after"]), style=num),
+                ctx.cell(_gap(row["before"]), style=num),
+            ]
+        )
+        if _beyond_noise(row["after"]):
+            extra.append(("BACKGROUND", (0, len(rows) - 1), (-1, len(rows) - 1), Palette.small_bg))
+    w = ctx.width
+    title = (
+        f"{para_text(name)} of each group against the rest of the cohort, ranked by the gap after "
+        f"calibration (a positive gap: the group is {direction} than the rest). * and shading: the interval "
+        "excludes 0."
+    )
+    return ctx.table_block(
+        title, table(rows, [w * 0.07, w * 0.27, w * 0.08, w * 0.18, w * 0.2, w * 0.2], extra=extra)
+    )
+
+
+def _spread_table(ctx: Context, disparities: Mapping[str, Any], metric: str, name: str) -> list[Flowable]:
+    num = ctx.styles.cell_num
+    rows: list[list[Any]] = [
+        [
+            ctx.head("Attribute"),
+            ctx.head("Groups compared", right=True),
+            ctx.head("Groups at the extremes (after)"),
+            ctx.head("Spread before", right=True),
+            ctx.head("Spread after", right=True),
+        ]
+    ]
+    notes: list[Flowable] = []
+    for attribute, by_metric in disparities.items():
+        stages = get(by_metric, metric)
+        if not isinstance(stages, Mapping):
+            continue
+        label = ctx.attribute_label(attribute)
+        for stage in ("before", "after"):
+            entry = stages.get(stage) or {}
+            if "range" not in entry:
+                note = para_text(entry.get("note") or NOT_RECORDED)
+                notes.append(
+                    ctx.p(
+                        f"{para_text(label)}, {stage} calibration: not compared ({note}).", ctx.styles.small
+                    )
+                )
+        after = stages.get("after") or {}
+        if "range" not in after and "range" not in (stages.get("before") or {}):
+            continue
+        extremes = (
+            ctx.p(
+                f"highest: {para_text(after['highest'])}<br/>lowest: {para_text(after['lowest'])}",
+                ctx.styles.cell,
+            )
+            if "range" in after
+            else ctx.cell(NOT_COMPARED)
+        )
+        rows.append(
+            [
+                ctx.cell(label),
+                ctx.cell(format_count(len(after.get("groups") or [])), style=num),
+                extremes,
+                ctx.cell(_spread(stages.get("before")), style=num),
+                ctx.cell(_spread(after), style=num),
+            ]
+        )
+    if len(rows) == 1:
+        return notes
+    w = ctx.width
+    title = (
+        f"Spread of {para_text(name)} across the groups of each attribute (highest − lowest; the groups at "
+        "the extremes may differ between resamples, so the interval is that of the spread itself)."
+    )
+    return [*ctx.table_block(title, table(rows, [w * 0.22, w * 0.13, w * 0.29, w * 0.18, w * 0.18])), *notes]
+
+
+def _too_small(ctx: Context, disparities: Mapping[str, Any], metrics: list[str]) -> list[Flowable]:
+    small: dict[tuple[str, str], Any] = {}
+    for attribute, by_metric in disparities.items():
+        for metric in metrics:
+            for stage in _STAGES:
+                for group, n in (get(by_metric, metric, stage, "too_small") or {}).items():
+                    small[(attribute, group)] = n
+    story: list[Flowable] = [ctx.h2("Groups too small to judge")]
+    if not small:
+        return [*story, ctx.p("Every group was large enough to be compared.")]
+    story.append(
+        ctx.p(
+            "These groups have fewer studies than the minimum in the evaluation split. They are counted in "
+            "the rest of the cohort for the other groups' comparisons, but their own gap is not judged: "
+            "a verdict on them needs more studies."
+        )
+    )
+    story += [
+        Paragraph(
+            f"{para_text(ctx.attribute_label(a))}: {para_text(g)} (n = {format_count(n)})",
+            ctx.styles.bullet,
+            bulletText="•",
+        )
+        for (a, g), n in sorted(small.items(), key=lambda item: (str(item[0][0]), str(item[0][1])))
+    ]
+    return story
