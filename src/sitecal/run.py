@@ -125,6 +125,7 @@ def run_protocol(
             logits=inference.logits.astype(np.float64),
             labels=np.array([s.label for s in studies], dtype=np.int64),
             patient_keys=np.array([s.patient_key for s in studies]),
+            study_keys=np.array([s.study_key for s in studies]),
             attributes={name: np.array([s.attributes[name] for s in studies]) for name in protocol.subgroups},
             class_names=protocol.model.class_names,
         )

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import DataError
+from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
 from sitecal.stats import (
@@ -43,6 +44,7 @@ class EvaluationData:
     patient_keys: np.ndarray  # (N,) str
     attributes: Mapping[str, np.ndarray]  # subgroup name -> (N,) str
     class_names: Sequence[str]
+    study_keys: np.ndarray | None = None  # (N,) str, pseudonymised: names the listed errors
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,8 @@ def evaluate(
         "acceptance": acceptance,
         "verdict": verdict,
         "warnings": warnings,
+        "characteristics": cohort_characteristics(protocol, data, fit),
+        "highest_confidence_errors": highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
     }
     return EvaluationOutcome(document=document, temperatures=temperatures, fit_mask=fit)
 
