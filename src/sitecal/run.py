@@ -18,6 +18,7 @@ from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, read_mappings, scan_folder
 from sitecal.cohort.series import describe_selection
+from sitecal.cohort.sources import summarise_sources
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.inference import (
     LogitCache,
@@ -136,7 +137,10 @@ def run_protocol(
             "labelled": cohort.n_labelled,
             "analysed": len(studies),
             "exclusions": Cohort.exclusion_counts(_with(cohort, exclusions)),
+            "sources": summarise_sources(s.sources for s in studies),
         }
+        if cohort.n_series_found is not None:
+            flow |= {"series_found": cohort.n_series_found, "series_selected": cohort.n_series_selected}
         outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=loaded.sha256, progress=progress)
         calibration = {
             "schema_version": 1,

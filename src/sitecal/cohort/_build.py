@@ -14,6 +14,7 @@ from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import ValueMapping
 from sitecal.cohort.scan import InstanceHeader, ScanResult
 from sitecal.cohort.series import group_by_study, select_series
+from sitecal.cohort.sources import source_values
 from sitecal.protocol import SeriesRules, SubgroupSettings
 
 __all__ = ["build_cohort"]
@@ -81,7 +82,7 @@ def build_cohort(
     )
     studies: list[Study] = []
     matched: set[str] = set()
-    chosen_per_study = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
+    chosen_per_study, n_series = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
     for chosen in chosen_per_study:
         first = chosen[0]
         study_key = pseudonymize("study", first.study_instance_uid)
@@ -111,6 +112,8 @@ def build_cohort(
         n_studies_found=len({i.study_instance_uid for i in scan.instances}),
         n_labelled=len(studies),
         attributes=tuple(subgroups),
+        n_series_found=n_series,
+        n_series_selected=None if series is None else len(chosen_per_study),
     )
 
 
@@ -121,8 +124,10 @@ def _choose(
     pseudonymize: Pseudonymizer,
     exclusions: list[Exclusion],
     excluded_keys: set[str],
-) -> list[tuple[InstanceHeader, ...]]:
+) -> tuple[list[tuple[InstanceHeader, ...]], int | None]:
     """The instances each study is analysed on, in order of StudyInstanceUID; exclusions for the rest.
+
+    Also returns the number of series considered (volumes; ``None`` for images).
 
     The join value (``key``) of a study excluded for want of a qualifying series goes into
     ``excluded_keys``, so that its label is accounted for by that exclusion.
@@ -141,8 +146,10 @@ def _choose(
                 for other in others
             )
             chosen.append((image,))
-        return chosen
+        return chosen, None
+    n_series = 0
     for choice in select_series(scan.instances, series):
+        n_series += len(choice.passed_over) + (choice.chosen is not None)
         study_key = pseudonymize("study", choice.study_instance_uid)
         exclusions.extend(
             Exclusion(stage="series", reason=reason, path=_folder(group, scan.root), key=study_key)
@@ -162,7 +169,7 @@ def _choose(
                 excluded_keys.add(join_value)
         else:
             chosen.append(choice.chosen)
-    return chosen
+    return chosen, n_series
 
 
 def _folder(files: Sequence[InstanceHeader], root: Path) -> Path:
@@ -197,6 +204,7 @@ def _study(
         instance_uids=tuple(i.sop_instance_uid for i in instances),
         attributes=attributes,
         label=label,
+        sources=source_values(values),
     )
 
 

@@ -42,6 +42,7 @@ class Study:
     instance_uids: tuple[str, ...]
     attributes: dict[str, str]
     label: int
+    sources: dict[str, str] = field(default_factory=dict)  # sitecal.cohort.sources.source_values
 
     @property
     def path(self) -> Path:
@@ -60,6 +61,8 @@ class Cohort:
     n_studies_found: int
     n_labelled: int
     attributes: tuple[str, ...] = field(default=())
+    n_series_found: int | None = None  # volumes: series considered, and those chosen (one per study)
+    n_series_selected: int | None = None
 
     def exclusion_counts(self) -> list[dict[str, object]]:
         """Exclusions counted by (stage, reason), in order of first appearance."""

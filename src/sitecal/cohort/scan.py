@@ -41,6 +41,9 @@ BASE_KEYWORDS = (
     "Modality",
     "StudyDate",
     "PatientBirthDate",
+    "InstitutionName",
+    "Manufacturer",
+    "ManufacturerModelName",
 )
 _CHUNK = 32
 
