@@ -94,3 +94,74 @@ def test_acceptance_needs_exactly_one_bound(tmp_path: Path, demo_protocol_text: 
     path = _write(tmp_path, text)
     with pytest.raises(ProtocolError, match=r"acceptance.0: give exactly one of 'below' or 'above'"):
         load_protocol(path)
+
+
+_GOVERNANCE = (
+    "  governance:\n"
+    "    ethics_approval: Approved by the regional ethics committee, ref. REC 26/LO/0001; consent waived.\n"
+    "    reference_standard: Two consultant radiologists, blinded to the model; a third resolved disputes.\n"
+    "    interpretation: Calibrated probabilities are honest at every site except the small scanner.\n"
+    "    human_oversight: Radiologists see the probability next to the image and report every study.\n"
+)
+
+
+def _with_governance(text: str, governance: str) -> str:
+    assert "\nreport:\n" in text
+    return text.replace("\nreport:\n", "\nreport:\n" + governance, 1)
+
+
+def test_governance_statements_reach_the_report(tmp_path: Path, demo_protocol_text: str) -> None:
+    from sitecal.protocol import protocol_summary
+
+    loaded = load_protocol(_write(tmp_path, _with_governance(demo_protocol_text, _GOVERNANCE)))
+    governance = protocol_summary(loaded)["governance"]
+    assert governance == {
+        "ethics_approval": "Approved by the regional ethics committee, ref. REC 26/LO/0001; consent waived.",
+        "reference_standard": "Two consultant radiologists, blinded to the model; a third resolved disputes.",
+        "interpretation": "Calibrated probabilities are honest at every site except the small scanner.",
+        "human_oversight": "Radiologists see the probability next to the image and report every study.",
+    }
+
+
+def test_governance_is_optional_and_missing_fields_are_none(tmp_path: Path, demo_protocol_text: str) -> None:
+    from sitecal.protocol import protocol_summary
+
+    assert "governance:" not in demo_protocol_text
+    assert set(protocol_summary(load_protocol(DEMO_PROTOCOL))["governance"].values()) == {None}
+    partial = "  governance:\n    ethics_approval: REC 26/LO/0001\n"
+    loaded = load_protocol(_write(tmp_path, _with_governance(demo_protocol_text, partial)))
+    assert protocol_summary(loaded)["governance"] == {
+        "ethics_approval": "REC 26/LO/0001",
+        "reference_standard": None,
+        "interpretation": None,
+        "human_oversight": None,
+    }
+
+
+@pytest.mark.parametrize("value", ['""', '"   "'])
+def test_blank_governance_statement_is_refused_with_its_line(
+    tmp_path: Path, demo_protocol_text: str, value: str
+) -> None:
+    text = _with_governance(demo_protocol_text, f"  governance:\n    interpretation: {value}\n")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProtocolError) as info:
+        load_protocol(path)
+    line = _line_of(text, "interpretation:")
+    assert f"{path}:{line}: report.governance.interpretation: must be a non-empty text" in str(info.value)
+
+
+def test_governance_statement_must_be_text_and_field_names_are_checked(
+    tmp_path: Path, demo_protocol_text: str
+) -> None:
+    text = _with_governance(demo_protocol_text, "  governance:\n    human_oversight: [a, b]\n")
+    path = _write(tmp_path, text)
+    with pytest.raises(
+        ProtocolError, match=r"report\.governance\.human_oversight: Input should be a valid string"
+    ):
+        load_protocol(path)
+    text = _with_governance(demo_protocol_text, "  governance:\n    ethics_aproval: REC 1\n")
+    path = _write(tmp_path, text)
+    with pytest.raises(
+        ProtocolError, match=r"report\.governance\.ethics_aproval: unknown field\. Did you mean "
+    ):
+        load_protocol(path)

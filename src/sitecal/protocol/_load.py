@@ -222,7 +222,11 @@ def _mapping_value_model(model: Any, part: Any) -> Any:
 
 
 def protocol_summary(loaded: LoadedProtocol) -> Mapping[str, Any]:
-    """The protocol facts the report prints (plain data)."""
+    """The protocol facts the report prints (plain data).
+
+    ``governance`` maps each of ``report.governance``'s fields (ethics_approval, reference_standard,
+    interpretation, human_oversight) to its text, or to ``None`` where the protocol does not give it.
+    """
     p = loaded.protocol
     return {
         "name": p.name,
@@ -232,4 +236,5 @@ def protocol_summary(loaded: LoadedProtocol) -> Mapping[str, Any]:
         "yaml_text": loaded.text,
         "sign_off": list(p.report.sign_off),
         "source_path": loaded.path.name,
+        "governance": p.report.governance.model_dump(),
     }
