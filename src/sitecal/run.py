@@ -30,7 +30,7 @@ from sitecal.inference import (
     transform_fingerprint,
 )
 from sitecal.protocol import LoadedProtocol, SeriesRules, protocol_summary
-from sitecal.provenance import instances_sha256, provenance_document
+from sitecal.provenance import dataset_manifest_sha256, instances_sha256, provenance_document
 from sitecal.report import ReportInputs, render_report
 from sitecal.report.dicom_pdf import write_report_dicom
 
@@ -150,6 +150,15 @@ def run_protocol(
             "model_sha256": model.sha256,
             **outcome.temperatures.to_dict(),
         }
+        _write_tables(
+            folder,
+            protocol.model.class_names,
+            studies,
+            exclusions,
+            outcome.fit_mask,
+            inference.logits,
+            pseudonymize,
+        )
         provenance = provenance_document(
             sitecal_version=__version__,
             created_utc=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -163,22 +172,17 @@ def run_protocol(
                 "model": model.sha256,
                 "protocol": loaded.sha256,
                 "labels": file_sha256(loaded.labels_path),
+                "dataset_manifest": dataset_manifest_sha256(
+                    (uid, path) for s in studies for uid, path in zip(s.instance_uids, s.files, strict=True)
+                ),
                 "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
             },
+            outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
             model={"name": model.name, "format": model.format, "file": model.path.name},
             transforms_sha256=transforms_sha256,
             pseudonym_key=pseudonymize.fingerprint,
             device=device,
             logits={"cached": inference.n_cached, "computed": inference.n_computed},
-        )
-        _write_tables(
-            folder,
-            protocol.model.class_names,
-            studies,
-            exclusions,
-            outcome.fit_mask,
-            inference.logits,
-            pseudonymize,
         )
         write_json_atomic(folder / "calibration.json", calibration)
         write_json_atomic(folder / "evaluation.json", outcome.document)
@@ -190,7 +194,15 @@ def run_protocol(
                 evaluation=outcome.document,
                 calibration=calibration,
                 provenance=provenance,
-                protocol={**protocol_summary(loaded), "image_selection": describe_selection(series_rules)},
+                protocol={
+                    **protocol_summary(loaded),
+                    "image_selection": describe_selection(series_rules),
+                    "eligibility": {
+                        "key": protocol.data.key,
+                        "key_column": protocol.data.key_column or protocol.data.key,
+                        "labels_file": loaded.labels_path.name,
+                    },
+                },
             ),
             folder,
             page_size=protocol.report.page_size,

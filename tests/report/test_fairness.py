@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import copy
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from reportlab.lib.pagesizes import A4
-from reportlab.platypus import SimpleDocTemplate
+from tests.report.sections import render_section
 
-from sitecal.report._context import Context
 from sitecal.report._fairness import fairness, ranked_gaps
-from sitecal.report._inputs import ReportInputs
-from sitecal.report._styles import make_styles, register_fonts
 
 HOSTILE = '<b>St. Mary\'s & "Ünïcødé" <font color=red>'
 
@@ -81,13 +76,7 @@ def test_ranked_gaps_put_groups_without_an_estimate_last() -> None:
 
 
 def _render(tmp_path: Path, evaluation: dict[str, Any]) -> str:
-    styles = make_styles(register_fonts())
-    inputs = ReportInputs(evaluation, {}, {}, {"name": "t"})
-    pdf = tmp_path / "fairness.pdf"
-    doc = SimpleDocTemplate(str(pdf), pagesize=A4)
-    ctx = Context(inputs=inputs, styles=styles, width=doc.width, figures_dir=tmp_path)
-    doc.build(fairness(ctx))
-    return subprocess.run(["pdftotext", str(pdf), "-"], check=True, capture_output=True, text=True).stdout
+    return render_section(tmp_path, fairness, evaluation)
 
 
 @pytest.fixture

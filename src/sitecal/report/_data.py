@@ -1,0 +1,189 @@
+"""The Data section: sources, eligibility, and the flow from files found to studies analysed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reportlab.lib.units import inch
+from reportlab.platypus import Flowable, Image, KeepTogether, Paragraph
+
+from . import figures
+from ._context import Context
+from ._inputs import get
+from ._styles import table
+from ._text import NOT_RECORDED, format_count, para_text, words
+from .flow_figure import flow_figure, flow_steps
+
+__all__ = ["data_section"]
+
+_SOURCE_KINDS = (
+    ("sites", "Site (InstitutionName)"),
+    ("scanners", "Scanner (Manufacturer, model)"),
+    ("modalities", "Modality"),
+)
+
+
+_NOUNS = (
+    ("sites", "site", "sites"),
+    ("scanners", "scanner model", "scanner models"),
+    ("modalities", "modality", "modalities"),
+)
+
+
+def data_section(ctx: Context) -> list[Flowable]:
+    """Sources (sites, scanners, months), eligibility rules, flow diagram, flow table and exclusions."""
+    flow = get(ctx.evaluation, "cohort_flow")
+    story: list[Flowable] = [ctx.h1("Data")]
+    if not isinstance(flow, Mapping):
+        return [*story, ctx.p(f"Cohort flow: {NOT_RECORDED}.")]
+    story += _sources(ctx, flow)
+    story += _eligibility(ctx)
+    story += _flow(ctx, flow)
+    return story
+
+
+def _months_text(months: Mapping[str, Any]) -> str:
+    first, last, unknown = months.get("first"), months.get("last"), months.get("unknown") or 0
+    if first is None:
+        text = "No analysed study has a usable StudyDate"
+    elif first == last:
+        text = f"Study dates fall in {para_text(first)}"
+    else:
+        text = f"Study dates run from {para_text(first)} to {para_text(last)}"
+    text += " (month precision: no day is reported)"
+    if first is not None and unknown:
+        text += f"; {format_count(unknown)} studies have no usable StudyDate"
+    return text + "."
+
+
+def _sources(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
+    story: list[Flowable] = [ctx.h2("Sources")]
+    sources = flow.get("sources")
+    if not isinstance(sources, Mapping):
+        return [*story, ctx.p(f"Sources of the studies: {NOT_RECORDED} in this run's evaluation.json.")]
+    counts = {kind: list(sources.get(kind) or []) for kind, _ in _SOURCE_KINDS}
+    summary = ", ".join(
+        f"{format_count(len(counts[kind]))} {one if len(counts[kind]) == 1 else many}"
+        for kind, one, many in _NOUNS
+    )
+    story.append(
+        ctx.p(
+            f"The {format_count(flow.get('analysed'))} studies analysed come from {summary}, as their "
+            "headers state them (values normalised as for subgroups; <i>unknown</i> where the header is "
+            f"empty or removed by de-identification). {_months_text(sources.get('months') or {})}"
+        )
+    )
+    rows: list[list[Any]] = [[ctx.head("Source"), ctx.head("Value"), ctx.head("Studies", right=True)]]
+    extra: list[tuple[Any, ...]] = []
+    for kind, label in _SOURCE_KINDS:
+        start = len(rows)
+        for i, item in enumerate(counts[kind]):
+            rows.append(
+                [
+                    ctx.cell(label) if i == 0 else "",
+                    ctx.cell(get(item, "value")),
+                    ctx.cell(format_count(get(item, "count")), style=ctx.styles.cell_num),
+                ]
+            )
+        if len(rows) > start + 1:
+            extra.append(("SPAN", (0, start), (0, len(rows) - 1)))
+    if len(rows) > 1:
+        w = ctx.width
+        story += ctx.table_block(
+            "Sources of the analysed studies.", table(rows, [w * 0.3, w * 0.5, w * 0.2], extra=extra)
+        )
+    return story
+
+
+def _eligibility(ctx: Context) -> list[Flowable]:
+    protocol = ctx.protocol
+    eligibility = protocol.get("eligibility") or {}
+    key = eligibility.get("key") or "StudyInstanceUID"
+    column = eligibility.get("key_column") or key
+    labels = eligibility.get("labels_file")
+    classes = get(ctx.evaluation, "class_names") or []
+    rules = [
+        "<b>Instances.</b> Every file under the DICOM folder is read. A file that is not DICOM, is "
+        "truncated, has no pixel data or a transfer syntax that cannot be decoded, or repeats an "
+        "SOPInstanceUID already found, is excluded with that reason.",
+        "<b>Images.</b> "
+        + para_text(protocol.get("image_selection") or "One image per study; the others are excluded."),
+        f"<b>Labels.</b> A study is eligible when it has a ground-truth label, joined by {para_text(key)} "
+        f"to the column {para_text(column)}"
+        + (f" of {para_text(labels)}" if labels else "")
+        + (
+            f"; the label must be one of the model's classes ({para_text(', '.join(map(str, classes)))})"
+            if classes
+            else ""
+        )
+        + ". Label rows that name no study are counted, not analysed.",
+        "<b>Analysis.</b> Every eligible study whose image the model could read is analysed; a read or "
+        "inference failure is an exclusion with its reason. No study is excluded for its prediction.",
+    ]
+    story: list[Flowable] = [ctx.h2("Eligibility")]
+    story += [Paragraph(rule, ctx.styles.bullet, bulletText="•") for rule in rules]
+    return story
+
+
+def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
+    split = get(ctx.evaluation, "split") or {}
+    story: list[Flowable] = [ctx.h2("Flow")]
+    fig = flow_figure(ctx.evaluation, width_in=min(ctx.width / inch, 6.9))
+    path = figures.save_png(fig, ctx.figures_dir / "flow.png")
+    ctx.figures.append(path)
+    width_in, height_in = fig.get_size_inches()
+    story.append(
+        KeepTogether(
+            [
+                Image(str(path), width=width_in * inch, height=height_in * inch),
+                ctx.p(
+                    f"{ctx.next_figure()}. Flow from the files found to the studies analysed and their "
+                    "split; beside each step, what it left out and the most frequent reasons.",
+                    ctx.styles.caption,
+                ),
+            ]
+        )
+    )
+    rows: list[list[Any]] = [[ctx.head("Step"), ctx.head("Count", right=True)]]
+    for step in flow_steps(flow):
+        rows.append([ctx.cell(step.label), ctx.cell(format_count(step.count), style=ctx.styles.cell_num)])
+    for key, label, patients in (
+        ("fit", "fit split", "patients_fit"),
+        ("evaluation", "evaluation split", "patients_evaluation"),
+    ):
+        count = format_count(flow.get(key, split.get(f"n_{key}")))
+        if split.get(patients) is not None:
+            count += f" ({format_count(split[patients])} patients)"
+        rows.append(
+            [
+                ctx.cell(f"of which {label}", style=ctx.styles.indent_cell),
+                ctx.cell(count, style=ctx.styles.cell_num),
+            ]
+        )
+    story += ctx.table_block("Cohort flow.", table(rows, [ctx.width * 0.7, ctx.width * 0.3]))
+    story += _exclusions(ctx, flow.get("exclusions"), flow.get("files_found"))
+    return story
+
+
+def _exclusions(
+    ctx: Context, exclusions: Sequence[Mapping[str, Any]] | None, found: object
+) -> list[Flowable]:
+    if exclusions is None:
+        return [ctx.p(f"Exclusions: {NOT_RECORDED}.")]
+    if not exclusions:
+        return [ctx.p("No file, study or label was excluded.")]
+    rows: list[list[Any]] = [[ctx.head("Stage"), ctx.head("Reason"), ctx.head("Count", right=True)]]
+    for item in exclusions:
+        rows.append(
+            [
+                ctx.cell(words(get(item, "stage") or NOT_RECORDED).capitalize()),
+                ctx.cell(get(item, "reason")),
+                ctx.cell(format_count(get(item, "count")), style=ctx.styles.cell_num),
+            ]
+        )
+    return ctx.table_block(
+        f"Exclusions by stage and reason ({format_count(found)} files found). A label that matches no "
+        "study removes no study; it is listed so that every input is accounted for.",
+        table(rows, [ctx.width * 0.2, ctx.width * 0.6, ctx.width * 0.2]),
+    )

@@ -1,0 +1,184 @@
+"""The flow diagram of the Data section: files found → instances → images chosen → studies → analysed.
+
+Drawn from ``evaluation.json`` → ``cohort_flow`` only (counts and exclusions as stored), in the style of
+a CONSORT / STARD participant flow: the main column holds the count at each step, and beside each step a
+box counts what that step left out, with its most frequent reasons. Like :mod:`sitecal.report.figures` it
+draws on a ``Figure`` with an Agg canvas, never through ``pyplot``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ._inputs import get
+from ._text import format_count, plot_text
+from .figures import FIGURE_DPI, INK
+
+__all__ = ["FlowStep", "flow_figure", "flow_steps"]
+
+_BOX = "#eef3f8"
+_EXCLUDED = "#fbeeee"
+_EDGE = "#1f4e79"
+_EXCLUDED_EDGE = "#a61c1c"
+_MAX_REASONS = 4
+_LABEL_ONLY = ("label matches no study", "unusable label row")
+
+
+@dataclass(frozen=True)
+class FlowStep:
+    """One box of the main column and what was left out on the way to it."""
+
+    label: str
+    count: object
+    excluded_stage: str | None  # exclusions of this stage are drawn beside the arrow into this box
+
+
+def flow_steps(flow: Mapping[str, Any]) -> list[FlowStep]:
+    """The steps of the diagram for a stored cohort flow (volumes get a series step)."""
+    steps = [
+        FlowStep("Files found", flow.get("files_found"), None),
+        FlowStep("DICOM image instances", flow.get("dicom_instances"), "scan"),
+    ]
+    if flow.get("series_found") is not None:
+        selected = f"{format_count(flow.get('series_selected'))} of {format_count(flow['series_found'])}"
+        steps.append(FlowStep("Series selected (one per study)", selected, "series"))
+        steps.append(FlowStep("Studies", flow.get("studies"), None))
+    else:
+        steps.append(FlowStep("Studies (one image each)", flow.get("studies"), "studies"))
+    steps += [
+        FlowStep("Studies with a label", flow.get("labelled"), "labels"),
+        FlowStep("Studies analysed", flow.get("analysed"), "inference"),
+    ]
+    return steps
+
+
+def _not_a_study(item: Mapping[str, Any]) -> bool:
+    """A label row that names no study removes no study: it is listed beside the count, not in it."""
+    reason = str(get(item, "reason") or "")
+    return get(item, "stage") == "labels" and reason.startswith(_LABEL_ONLY)
+
+
+def _reason_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for item in items[:_MAX_REASONS]:
+        reason = plot_text(get(item, "reason"), max_chars=140)
+        wrapped = textwrap.wrap(f"{format_count(get(item, 'count'))}  {reason}", 50, subsequent_indent="    ")
+        lines += ["• " + wrapped[0], *["  " + w for w in wrapped[1:]]]
+    if len(items) > _MAX_REASONS:
+        lines.append(f"• {len(items) - _MAX_REASONS} more reasons (table of exclusions)")
+    return lines
+
+
+def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str | None:
+    items = sorted(
+        (e for e in exclusions if get(e, "stage") == stage),
+        key=lambda e: (-int(get(e, "count") or 0), str(get(e, "reason"))),
+    )
+    removed = [e for e in items if not _not_a_study(e)]
+    labels_only = [e for e in items if _not_a_study(e)]
+    lines: list[str] = []
+    if removed:
+        lines += [f"Excluded: {format_count(sum(int(get(e, 'count') or 0) for e in removed))}"]
+        lines += _reason_lines(removed)
+    if labels_only:
+        total = sum(int(get(e, "count") or 0) for e in labels_only)
+        lines += [f"Label rows without a study (no study removed): {format_count(total)}"]
+        lines += _reason_lines(labels_only)
+    return "\n".join(lines) or None
+
+
+def flow_figure(evaluation: Mapping[str, Any], *, width_in: float = 6.7) -> Figure:
+    """Draw the flow from files found to the studies analysed and their split.
+
+    Parameters
+    ----------
+    evaluation : Mapping
+        ``evaluation.json`` content; only ``cohort_flow`` and ``split`` are read.
+    width_in : float, default 6.7
+        Printed width in inches; the height follows the number of steps and exclusion lines.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    flow = get(evaluation, "cohort_flow") or {}
+    split = get(evaluation, "split") or {}
+    exclusions = flow.get("exclusions") or []
+    steps = flow_steps(flow)
+    side = [_excluded_text(exclusions, s.excluded_stage) if s.excluded_stage else None for s in steps]
+    # vertical budget in "lines": a step box is 2 lines high; an exclusion box sits in the gap above its step
+    gaps = [0.0] + [max(1.6, (text.count("\n") + 1) * 0.62 + 0.5) if text else 1.2 for text in side[1:]]
+    box_h, split_gap = 1.5, 1.3
+    total = sum(gaps) + box_h * len(steps) + split_gap + box_h
+    line_in = 0.2
+    fig = Figure(figsize=(width_in, total * line_in + 0.2), dpi=FIGURE_DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(total + 0.5, -0.5)
+    ax.axis("off")
+    main_x, main_w = 4.0, 40.0
+    centre = main_x + main_w / 2
+    y = 0.0
+    previous_bottom: float | None = None
+    for step, gap, text in zip(steps, gaps, side, strict=True):
+        y += gap
+        if previous_bottom is not None:
+            ax.annotate(
+                "",
+                xy=(centre, y),
+                xytext=(centre, previous_bottom),
+                arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
+            )
+        if text and previous_bottom is not None:
+            mid = (previous_bottom + y) / 2
+            ax.plot([centre, 50.0], [mid, mid], color=_EXCLUDED_EDGE, lw=0.7)
+            ax.text(
+                50.5,
+                mid,
+                text,
+                ha="left",
+                va="center",
+                fontsize=6.3,
+                color=INK,
+                linespacing=1.25,
+                bbox={"boxstyle": "round,pad=0.45", "fc": _EXCLUDED, "ec": _EXCLUDED_EDGE, "lw": 0.6},
+            )
+        _box(ax, main_x, y, main_w, box_h, f"{step.label}\n{format_count(step.count)}")
+        previous_bottom = y + box_h
+        y += box_h
+    assert previous_bottom is not None
+    y += split_gap
+    halves = (
+        ("Fit split (temperatures)", flow.get("fit", split.get("n_fit")), split.get("patients_fit")),
+        (
+            "Evaluation split (metrics)",
+            flow.get("evaluation", split.get("n_evaluation")),
+            split.get("patients_evaluation"),
+        ),
+    )
+    for i, (label, n, patients) in enumerate(halves):
+        x = main_x + i * (main_w / 2 + 1.0) - (1.0 if i else 0)
+        w = main_w / 2 - 0.5
+        who = f" · {format_count(patients)} patients" if patients is not None else ""
+        ax.annotate(
+            "",
+            xy=(x + w / 2, y),
+            xytext=(centre, previous_bottom),
+            arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
+        )
+        _box(ax, x, y, w, box_h, f"{label}\n{format_count(n)} studies{who}", size=6.3)
+    return fig
+
+
+def _box(ax: Any, x: float, y: float, w: float, h: float, text: str, *, size: float = 7.2) -> None:
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="square,pad=0", fc=_BOX, ec=_EDGE, lw=0.7))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, color=INK, linespacing=1.3)
