@@ -1,0 +1,300 @@
+"""Limitations section, written from this run's numbers, and the highest-confidence errors.
+
+The points are drawn from ``evaluation.json``: groups below the minimum size, the widest intervals, the
+share of studies whose attribute is ``unknown`` (with what de-identification does to the tags), the
+exclusions, and the studies the calibrated model got wrong with the highest confidence, named by their
+pseudonymised key. The only arithmetic is on printed numbers (an interval's width, the total of the
+exclusion counts), so a reader can check each one against the tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from reportlab.platypus import Flowable, Paragraph
+
+from ._cohort import format_share
+from ._context import Context
+from ._inputs import get
+from ._styles import table
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, para_text, words
+
+__all__ = ["DEIDENTIFIED_TAGS", "limitations"]
+
+_ABSENT = "not recorded in this run's evaluation.json"
+#: Tags that the DICOM Basic Application Level Confidentiality Profile (PS3.15 Annex E, Table E.1-1)
+#: removes or empties: InstitutionName and StationName (X/Z/D), PatientAge (X), PatientSex (Z); the
+#: Retain Patient Characteristics Option keeps the last two.
+DEIDENTIFIED_TAGS = ("InstitutionName", "StationName", "PatientAge", "PatientSex")
+_WIDEST = 3
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _groups(ev: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(attribute, group entry) of the overall row and every subgroup row."""
+    if isinstance(ev.get("overall"), Mapping):
+        yield "overall", ev["overall"]
+    for attribute, groups in (ev.get("subgroups") or {}).items():
+        for group in groups if isinstance(groups, Sequence) else ():
+            if isinstance(group, Mapping):
+                yield str(attribute), group
+
+
+def _group_name(ctx: Context, attribute: str, group: Mapping[str, Any]) -> str:
+    if attribute == "overall":
+        return "all studies"
+    return f"{para_text(ctx.attribute_label(attribute))} ‘{para_text(group.get('group'))}’"
+
+
+def _bullet(ctx: Context, markup: str) -> Paragraph:
+    return Paragraph(markup, ctx.styles.bullet, bulletText="•")
+
+
+def _small_groups(ctx: Context) -> Paragraph:
+    minimum = ctx.min_group_size()
+    small = [(a, g) for a, g in _groups(ctx.evaluation) if g.get("small")]
+    if not small:
+        return _bullet(
+            ctx,
+            f"<b>Group sizes.</b> Every reported group has at least {para_text(minimum)} studies in the "
+            "evaluation split.",
+        )
+    named = "; ".join(
+        f"{_group_name(ctx, a, g)} (n = {format_count(g.get('n'))}"
+        + (f", {format_count(g['n_patients'])} patients)" if g.get("n_patients") is not None else ")")
+        for a, g in small
+    )
+    return _bullet(
+        ctx,
+        f"<b>Small groups.</b> {len(small)} group{'s' if len(small) > 1 else ''} below the minimum of "
+        f"{para_text(minimum)} evaluation studies: {named}. Their intervals are wide and they are not judged "
+        "against the acceptance criteria.",
+    )
+
+
+def _widest(ctx: Context) -> list[Flowable]:
+    """The widest after-calibration intervals per metric, and failures caused by a bound, not the estimate."""
+    rows: list[list[Any]] = [
+        [
+            ctx.head("Metric"),
+            ctx.head("Group"),
+            ctx.head("n", right=True),
+            ctx.head("After calibration", right=True),
+            ctx.head("Width", right=True),
+        ]
+    ]
+    for metric in ctx.evaluation.get("metrics") or []:
+        found = []
+        for attribute, group in _groups(ctx.evaluation):
+            after = get(group, "metrics", metric, "after") or {}
+            low, high = _number(get(after, "low")), _number(get(after, "high"))
+            if low is not None and high is not None:
+                found.append((high - low, attribute, group, after))
+        found.sort(key=lambda f: -f[0])  # stable: ties keep the document's order
+        for width, attribute, group, after in found[:_WIDEST]:
+            rows.append(
+                [
+                    ctx.cell(ctx.metric_name(metric)),
+                    ctx.p(_group_name(ctx, attribute, group), ctx.styles.cell),
+                    ctx.cell(format_count(group.get("n")), style=ctx.styles.cell_num),
+                    ctx.cell(
+                        format_interval(after.get("estimate"), after.get("low"), after.get("high")),
+                        style=ctx.styles.cell_num,
+                    ),
+                    ctx.cell(format_value(width), style=ctx.styles.cell_num),
+                ]
+            )
+    if len(rows) == 1:
+        return [_bullet(ctx, f"<b>Interval widths.</b> The intervals are {_ABSENT}."), *_bound_failures(ctx)]
+    story: list[Flowable] = [
+        _bullet(
+            ctx,
+            f"<b>Interval widths.</b> Table {ctx.table_no + 1} lists, per metric, the {_WIDEST} groups with "
+            f"the widest {ctx.level_text()} interval after calibration (width = upper − lower bound). The "
+            "wider a group's interval, the less its studies pin the metric down. Gaps between groups are "
+            "judged from their own disparity intervals, not from these widths.",
+        ),
+        *_bound_failures(ctx),
+    ]
+    w = ctx.width
+    return [
+        *story,
+        *ctx.table_block(
+            f"Widest {ctx.level_text()} intervals after calibration, {_WIDEST} per metric, evaluation split.",
+            table(rows, [w * 0.14, w * 0.38, w * 0.1, w * 0.26, w * 0.12]),
+        ),
+    ]
+
+
+def _bound_failures(ctx: Context) -> list[Flowable]:
+    """Groups failing a criterion on an interval bound while their estimate meets the threshold."""
+    ev = ctx.evaluation
+    out = []
+    for criterion in ev.get("acceptance") or []:
+        statistic, op = criterion.get("statistic"), criterion.get("operator")
+        threshold = _number(criterion.get("threshold"))
+        if statistic not in ("low", "high") or op not in ("<", ">") or threshold is None:
+            continue
+        scope = criterion.get("scope") or "overall"
+        candidates = [ev.get("overall")] if scope == "overall" else get(ev, "subgroups", scope) or []
+        by_name = {get(g, "group"): g for g in candidates if isinstance(g, Mapping)}
+        for result in criterion.get("results") or []:
+            group = by_name.get(result.get("group"))
+            stage = get(group, "metrics", criterion.get("metric"), criterion.get("stage")) or {}
+            estimate, bound = _number(stage.get("estimate")), _number(stage.get(statistic))
+            if result.get("verdict") != "fail" or estimate is None or bound is None or group is None:
+                continue
+            if (estimate < threshold) if op == "<" else (estimate > threshold):
+                side = "upper" if statistic == "high" else "lower"
+                out.append(
+                    _bullet(
+                        ctx,
+                        f"<b>Fails on its interval.</b> {_group_name(ctx, str(scope), group)} fails "
+                        f"{para_text(criterion.get('id'))}: its estimate {format_value(estimate)} meets the "
+                        f"threshold {format_value(threshold)}, but its {side} "
+                        f"bound {format_value(bound)} does not (n = {format_count(group.get('n'))}); more "
+                        "studies would narrow the interval.",
+                    )
+                )
+    return out
+
+
+def _unknown(ctx: Context) -> list[Flowable]:
+    chars = get(ctx.evaluation, "characteristics")
+    tags: Mapping[str, Any] = get(chars, "tags") or {}
+    parts = []
+    if isinstance(get(chars, "subgroups"), Mapping):
+        total = format_count(get(chars, "overall", "n"))
+        for attribute, rows in chars["subgroups"].items():
+            unknown = next((r for r in rows if get(r, "group") == "unknown"), None)
+            tag = f" ({para_text(tags[attribute])})" if tags.get(attribute) else ""
+            count = f"0 of {total}"
+            if unknown is not None:
+                share = format_share(unknown.get("share_of_cohort"))
+                count = f"{format_count(unknown.get('n'))} of {total} ({share})"
+            parts.append(f"{para_text(ctx.attribute_label(attribute))}{tag}: {count}")
+        where = "analysed studies"
+    else:
+        total = format_count(get(ctx.evaluation, "overall", "n"))
+        for attribute, groups in (ctx.evaluation.get("subgroups") or {}).items():
+            unknown = next((g for g in groups if get(g, "group") == "unknown"), None)
+            count = "0" if unknown is None else format_count(unknown.get("n"))
+            parts.append(f"{para_text(ctx.attribute_label(attribute))}: {count} of {total}")
+        where = f"evaluation studies (whole-cohort counts are {_ABSENT})"
+    text = (
+        f"<b>Unknown attributes.</b> Studies whose attribute could not be read, of all {where}: "
+        + ("; ".join(parts) if parts else "no subgroup attribute is reported")
+        + ". They form the group <i>unknown</i>, shown with the others."
+    )
+    deidentified = [a for a, tag in tags.items() if tag in DEIDENTIFIED_TAGS]
+    read_from = "; ".join(
+        f"{para_text(ctx.attribute_label(a))} is read from {para_text(tags[a])}" for a in deidentified
+    )
+    note = (
+        "<b>De-identified exports.</b> The DICOM Basic Application Level Confidentiality Profile (PS3.15 "
+        "Annex E) removes InstitutionName, StationName and PatientAge, and empties PatientSex unless the "
+        "Retain Patient Characteristics Option is used: studies exported that way land in <i>unknown</i>"
+        + (f". In this protocol, {read_from}." if read_from else ".")
+    )
+    return [_bullet(ctx, text), _bullet(ctx, note)]
+
+
+def _exclusions(ctx: Context) -> Paragraph:
+    flow = get(ctx.evaluation, "cohort_flow")
+    exclusions = get(flow, "exclusions")
+    files = get(flow, "files_found")
+    if not isinstance(exclusions, Sequence) or _number(files) is None:
+        return _bullet(ctx, f"<b>Exclusions.</b> The cohort flow is {_ABSENT}.")
+    counts = [(e, _number(get(e, "count")) or 0) for e in exclusions]
+    total = int(sum(c for _, c in counts))
+    share = format_share(total / files) if files else NOT_RECORDED
+    detail = "; ".join(
+        f"{para_text(get(e, 'reason'))} ({para_text(words(get(e, 'stage')))}): {format_count(int(c))}"
+        for e, c in counts
+    )
+    return _bullet(
+        ctx,
+        f"<b>Exclusions.</b> {format_count(total)} exclusion record{'' if total == 1 else 's'} against "
+        f"{format_count(files)} files found ({share})"
+        + (f": {detail}" if detail else "")
+        + f". {format_count(get(flow, 'analysed'))} studies were analysed. A label that matches no study "
+        "is counted although it removes no file.",
+    )
+
+
+def _listed(shown: int, limit: object) -> str:
+    if shown == 0:
+        return "None is listed"
+    if shown == limit:
+        return f"The {format_count(shown)} most confident are listed"
+    return f"All {format_count(shown)} are listed (the list holds at most {format_count(limit)})"
+
+
+def _errors(ctx: Context) -> list[Flowable]:
+    story: list[Flowable] = [ctx.h2("Highest-confidence errors")]
+    errors = get(ctx.evaluation, "highest_confidence_errors")
+    if not isinstance(errors, Mapping):
+        return [*story, ctx.p(f"Highest-confidence errors: {_ABSENT}.")]
+    studies = errors.get("studies") or []
+    story.append(
+        ctx.p(
+            f"Of {format_count(errors.get('n_evaluation'))} evaluation studies, "
+            f"{format_count(errors.get('n_errors'))} have a wrong top label after calibration. "
+            f"{_listed(len(studies), errors.get('limit'))}, by pseudonymised study key only, as in "
+            "cohort.csv: the "
+            "site can find the images with its key table and review them. Confidence is the probability of "
+            "the predicted class."
+        )
+    )
+    if errors.get("note"):
+        story.append(ctx.p(f"No study is listed: {para_text(errors['note'])}.", ctx.styles.note))
+    if not studies:
+        return story
+    num = ctx.styles.cell_num
+    rows: list[list[Any]] = [
+        [
+            ctx.head("Study key"),
+            ctx.head("Calibration group"),
+            ctx.head("Predicted"),
+            ctx.head("True class"),
+            ctx.head("Confidence before", right=True),
+            ctx.head("Confidence after", right=True),
+        ]
+    ]
+    for s in studies:
+        rows.append(
+            [
+                ctx.cell(get(s, "study_key"), style=ctx.styles.mono),
+                ctx.cell(get(s, "calibration_group")),
+                ctx.cell(get(s, "predicted")),
+                ctx.cell(get(s, "true")),
+                ctx.cell(format_value(get(s, "confidence_before")), style=num),
+                ctx.cell(format_value(get(s, "confidence_after")), style=num),
+            ]
+        )
+    w = ctx.width
+    story += ctx.table_block(
+        "Evaluation studies misclassified after calibration, most confident first (ties by key).",
+        table(rows, [w * 0.22, w * 0.22, w * 0.14, w * 0.14, w * 0.14, w * 0.14]),
+    )
+    return story
+
+
+def limitations(ctx: Context) -> list[Flowable]:
+    """Limitations of this validation, written from the data, then the highest-confidence errors."""
+    story: list[Flowable] = [
+        ctx.h1("Limitations"),
+        ctx.p("Each point below is drawn from this run's numbers and limits what the results can show."),
+        _small_groups(ctx),
+    ]
+    story += _widest(ctx)
+    story += _unknown(ctx)
+    story.append(_exclusions(ctx))
+    return [*story, *_errors(ctx)]
