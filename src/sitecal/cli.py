@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sitecal import __version__
@@ -150,6 +152,7 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
         command_line=["sitecal", *(argv if argv is not None else sys.argv[1:])],
         workers=args.workers,
         device=args.device,
+        now=_source_date(),
     )
     print(f"Verdict: {result.verdict.upper()}")
     print(f"Report:  {result.report_pdf}")
@@ -199,7 +202,6 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
     """
     import shutil
 
-
     stamp = {"n_studies": n_studies, "seed": seed, "sitecal": __version__, **({"kind": "ct"} if ct else {})}
     stamp_path = out_dir / _DEMO_STAMP
     if stamp_path.is_file():
@@ -235,3 +237,19 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _source_date() -> datetime | None:
+    """The run time from ``SOURCE_DATE_EPOCH`` (reproducible-builds convention), else ``None`` (now).
+
+    With it set, two runs of the same protocol on the same data give the same report, date included.
+    """
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value is None or not value.strip():
+        return None
+    try:
+        return datetime.fromtimestamp(int(value), UTC)
+    except (ValueError, OverflowError, OSError):
+        raise _InputError(
+            f"SOURCE_DATE_EPOCH={value!r}: not a number of seconds since 1970-01-01 UTC. Unset it or fix it."
+        ) from None

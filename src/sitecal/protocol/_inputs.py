@@ -40,6 +40,7 @@ class ModelSettings(_Strict):
     """
 
     name: str = "model"
+    version: str | None = Field(default=None, description="the model's version as its provider names it")
     format: Literal["safetensors", "state_dict", "torch_export", "torchscript", "monai_bundle"]
     path: str = Field(description="the model file, or the bundle folder for monai_bundle")
     architecture: str | None = Field(

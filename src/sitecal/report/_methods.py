@@ -11,7 +11,7 @@ from ._context import Context
 from ._inputs import get
 from ._sections import key_values
 from ._styles import table
-from ._text import NOT_RECORDED, format_count, format_value, para_text, words
+from ._text import NOT_RECORDED, format_count, format_value, para_text, short_sha, words
 
 __all__ = ["fitted_temperatures", "methods"]
 
@@ -109,6 +109,27 @@ def _bootstrap_text(ctx: Context) -> str:
     return text
 
 
+def _model_text(ctx: Context) -> str:
+    """The model as run: name, version, format and file, fingerprint, classes, input preparation."""
+    model = get(ctx.provenance, "model") or {}
+    text = para_text(model.get("name"))
+    if model.get("version"):
+        text += f", version {para_text(model['version'])}"
+    if model.get("format") or model.get("file"):
+        text += f"; {para_text(model.get('format'))} file {para_text(model.get('file'))}"
+    text += f", sha256 {para_text(short_sha(get(ctx.provenance, 'sha256', 'model')))}"
+    classes = get(ctx.evaluation, "class_names")
+    if classes:
+        text += f". Output classes, in logit order: {para_text(', '.join(map(str, classes)))}"
+    transforms = get(ctx.provenance, "transforms_sha256")
+    text += (
+        ". Each image is prepared by the MONAI transforms the protocol lists (appendix"
+        + (f"; fingerprint {para_text(short_sha(transforms))}" if transforms else "")
+        + "). The model was run as supplied: no layer was retrained; only the temperature below is fitted."
+    )
+    return text
+
+
 def methods(ctx: Context) -> list[Flowable]:
     """Calibration, grouping, split, metric definitions, intervals and the small-group rule."""
     cal, ev = ctx.calibration, ctx.evaluation
@@ -158,7 +179,7 @@ def methods(ctx: Context) -> list[Flowable]:
         if minimum is not None
         else f"Minimum group size: {NOT_RECORDED}."
     )
-    rows = []
+    rows = [("Model", ctx.p(_model_text(ctx), ctx.styles.cell))]
     selection = ctx.protocol.get("image_selection")
     if selection:
         rows.append(("Images analysed", ctx.p(para_text(selection), ctx.styles.cell)))

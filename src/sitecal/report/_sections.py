@@ -70,6 +70,16 @@ def _verdict_box(ctx: Context) -> Table:
     return box
 
 
+def _sites_text(flow: Mapping[str, Any]) -> str | None:
+    """The sites of the analysed studies, most studies first (``None`` when not recorded)."""
+    sites = get(flow, "sources", "sites")
+    if not isinstance(sites, list):
+        return None
+    names = [str(get(s, "value")) for s in sites]
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{len(names)} site{'s' if len(names) != 1 else ''}: {shown}" if names else "none"
+
+
 def title_page(ctx: Context) -> list[Flowable]:
     """Title, key identifiers, the overall verdict, criteria at a glance and points to note."""
     protocol, provenance, ev = ctx.protocol, ctx.provenance, ctx.evaluation
@@ -103,7 +113,9 @@ def title_page(ctx: Context) -> list[Flowable]:
                 ("Protocol", protocol["name"]),
                 ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
                 ("Model", model),
+                ("Model version", get(provenance, "model", "version")),
                 ("Model sha256", short_sha(get(provenance, "sha256", "model"))),
+                ("Site(s)", _sites_text(flow)),
                 ("Run date (UTC)", format_utc(provenance.get("created_utc"))),
                 ("Run folder", provenance.get("run_folder")),
                 ("Studies analysed", analysed),
