@@ -251,3 +251,14 @@ def test_a_failure_on_the_bound_alone_is_named(
         f"Scanner ‘{group['group']}’ fails {criterion['id']}: its estimate {ece['estimate']:.3f} meets the "
         f"threshold {threshold:.3f}, but its upper bound {ece['high']:.3f} does not"
     ) in text
+
+
+def test_one_global_temperature_is_named_as_such(
+    document: Document, tmp_path: Path, poppler_text: Callable[[Path], str]
+) -> None:
+    text = _render(document, tmp_path / "per.pdf", poppler_text)
+    assert "Calibration group (Scanner)" in text
+    doc = copy.deepcopy(document)
+    doc["calibration_attribute"] = None
+    text = _render(doc, tmp_path / "global.pdf", poppler_text)
+    assert text.count("all studies (one temperature)") == len(doc["highest_confidence_errors"]["studies"])

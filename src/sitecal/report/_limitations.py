@@ -258,10 +258,11 @@ def _errors(ctx: Context) -> list[Flowable]:
     if not studies:
         return story
     num = ctx.styles.cell_num
+    per = ctx.evaluation.get("calibration_attribute")
     rows: list[list[Any]] = [
         [
             ctx.head("Study key"),
-            ctx.head("Calibration group"),
+            ctx.head(f"Calibration group ({ctx.attribute_label(per)})" if per else "Calibration group"),
             ctx.head("Predicted"),
             ctx.head("True class"),
             ctx.head("Confidence before", right=True),
@@ -272,7 +273,7 @@ def _errors(ctx: Context) -> list[Flowable]:
         rows.append(
             [
                 ctx.cell(get(s, "study_key"), style=ctx.styles.mono),
-                ctx.cell(get(s, "calibration_group")),
+                ctx.cell(get(s, "calibration_group") if per else "all studies (one temperature)"),
                 ctx.cell(get(s, "predicted")),
                 ctx.cell(get(s, "true")),
                 ctx.cell(format_value(get(s, "confidence_before")), style=num),
