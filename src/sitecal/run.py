@@ -268,12 +268,14 @@ def _write_tables(
     attributes = list(studies[0].attributes) if studies else []
     write_csv_atomic(
         folder / "cohort.csv",
-        ["study_key", "patient_key", "file", "label", *attributes, "split"],
+        ["study_key", "patient_key", "file", "series_key", "series_number", "label", *attributes, "split"],
         (
             [
                 s.study_key,
                 s.patient_key,
                 s.relative_path,
+                s.series_key,
+                s.series_number,
                 class_names[s.label],
                 *[s.attributes[a] for a in attributes],
                 "fit" if fit else "evaluation",
@@ -283,9 +285,15 @@ def _write_tables(
     )
     write_csv_atomic(
         folder / "exclusions.csv",
-        ["stage", "reason", "file", "key"],
+        ["stage", "reason", "file", "key", "series_key"],
         (
-            [e.stage, e.reason, pseudonymize.path(e.path) if e.path is not None else "", e.key or ""]
+            [
+                e.stage,
+                e.reason,
+                pseudonymize.path(e.path) if e.path is not None else "",
+                e.key or "",
+                e.series_key or "",
+            ]
             for e in exclusions
         ),
     )

@@ -79,7 +79,7 @@ def test_summary_counts_most_frequent_first_unknown_last_and_month_range() -> No
     assert summarise_sources([])["months"] == {"first": None, "last": None, "unknown": 0}
 
 
-def test_cohort_counts_series_and_carries_each_studys_sources(tmp_path: Path) -> None:
+def test_cohort_counts_series_and_carries_each_studys_sources_and_series_key(tmp_path: Path) -> None:
     root = tmp_path / "dicom"
     study_a, study_b = "1.2.826.0.1.3680043.8.498.21", "1.2.826.0.1.3680043.8.498.22"
     header = {"InstitutionName": "General", "Manufacturer": "GE MEDICAL SYSTEMS", "StudyDate": "20250402"}
@@ -100,3 +100,9 @@ def test_cohort_counts_series_and_carries_each_studys_sources(tmp_path: Path) ->
     assert (cohort.n_series_found, cohort.n_series_selected) == (4, 2)
     sources = sorted((s.sources["site"], s.sources["scanner"], s.sources["month"]) for s in cohort.studies)
     assert sources == [("General", "GE", "2025-04"), ("unknown", "unknown", "2024-12")]
+    # the chosen series and every series set aside are named by a pseudonymised SeriesInstanceUID
+    chosen = {s.series_key for s in cohort.studies}
+    passed = {e.series_key for e in cohort.exclusions if e.stage == "series"}
+    assert len(chosen) == 2 and len(passed) == 2 and not chosen & passed
+    assert all(k and k.startswith("R") and "1.2.826" not in k for k in chosen | passed)
+    assert sorted(s.series_number for s in cohort.studies) == ["2", "2"]

@@ -152,7 +152,13 @@ def _choose(
         n_series += len(choice.passed_over) + (choice.chosen is not None)
         study_key = pseudonymize("study", choice.study_instance_uid)
         exclusions.extend(
-            Exclusion(stage="series", reason=reason, path=_folder(group, scan.root), key=study_key)
+            Exclusion(
+                stage="series",
+                reason=reason,
+                path=_folder(group, scan.root),
+                key=study_key,
+                series_key=_series_key(group, pseudonymize),
+            )
             for group, reason in choice.passed_over
         )
         if choice.chosen is None:
@@ -205,7 +211,15 @@ def _study(
         attributes=attributes,
         label=label,
         sources=source_values(values),
+        series_key=_series_key(instances, pseudonymize),
+        series_number=values.get("SeriesNumber", ""),
     )
+
+
+def _series_key(instances: Sequence[InstanceHeader], pseudonymize: Pseudonymizer) -> str:
+    """The pseudonym of the series' SeriesInstanceUID ("" when the header has none)."""
+    uid = instances[0].values.get("SeriesInstanceUID")
+    return pseudonymize("series", uid) if uid else ""
 
 
 def _attributes(

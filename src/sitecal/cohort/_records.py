@@ -23,6 +23,7 @@ class Exclusion:
     path: Path | None = None
     key: str | None = None
     study_uid: str | None = field(default=None, repr=False)
+    series_key: str | None = None  # pseudonymised SeriesInstanceUID, for series-stage exclusions
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Study:
     attributes: dict[str, str]
     label: int
     sources: dict[str, str] = field(default_factory=dict)  # sitecal.cohort.sources.source_values
+    series_key: str = ""  # pseudonymised SeriesInstanceUID of the image or chosen series
+    series_number: str = ""  # its SeriesNumber as written ("" when absent)
 
     @property
     def path(self) -> Path:
