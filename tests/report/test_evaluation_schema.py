@@ -102,6 +102,7 @@ def _analysed(folder: Path, class_names: list[str], subgroups: list[str]) -> Eva
         patient_keys=np.array([r["patient_key"] for r in rows]),
         attributes={name: np.array([r[name] for r in rows]) for name in subgroups},
         class_names=class_names,
+        study_keys=np.array([r["study_key"] for r in rows]),
     )
 
 
@@ -126,6 +127,7 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
             data.patient_keys,
             {k: v for k, v in data.attributes.items() if k in protocol.subgroups},
             data.class_names,
+            study_keys=data.study_keys,
         )
         outcome = evaluate(protocol, variant, cohort_flow=flow, protocol_sha256=loaded.sha256)
         # as run.py writes it: sorted keys, no NaN
