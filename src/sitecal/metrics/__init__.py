@@ -22,6 +22,13 @@ from sitecal.metrics._clinical import (
 )
 from sitecal.metrics._debiased import debiased_expected_calibration_error
 from sitecal.metrics._ranking import auroc
+from sitecal.metrics._recalibration import (
+    RECALIBRATION_STATISTICS,
+    RecalibrationStatistic,
+    TopLabelOEStatistic,
+    TopLabelRecalibration,
+    top_label_recalibration,
+)
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
 from sitecal.metrics._softmax import softmax
 from sitecal.metrics._statistics import (
@@ -34,10 +41,14 @@ from sitecal.metrics._statistics import (
 __all__ = [
     "METRIC_NAMES",
     "NLL_CLIP",
+    "RECALIBRATION_STATISTICS",
     "CalibrationSlopeIntercept",
     "MassECEStatistic",
+    "RecalibrationStatistic",
     "ReliabilityCurve",
     "SumMetricStatistic",
+    "TopLabelOEStatistic",
+    "TopLabelRecalibration",
     "accuracy",
     "auroc",
     "brier_score",
@@ -50,4 +61,5 @@ __all__ = [
     "observed_expected_ratio",
     "reliability_curve",
     "softmax",
+    "top_label_recalibration",
 ]

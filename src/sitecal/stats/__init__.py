@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
+from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
 from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
@@ -20,6 +21,7 @@ __all__ = [
     "DisparityResult",
     "MetricIntervals",
     "PreparedStatistic",
+    "RandomEffectsResult",
     "RefitIntervals",
     "Statistic",
     "SufficientStatistic",
@@ -28,5 +30,6 @@ __all__ = [
     "bootstrap_temperature",
     "disparity_intervals",
     "fit_stream_seed",
+    "random_effects_meta_analysis",
     "refit_bootstrap",
 ]
