@@ -54,6 +54,9 @@ class Context:
     subsection: int = 0
     table_no: int = 0
     figure_no: int = 0
+    #: numbers of the headings built so far, for cross-references: {"Results": "5", "Results/Overall": "5.1"}
+    headings: dict[str, str] = field(default_factory=dict)
+    chapter: str = ""
 
     @property
     def evaluation(self) -> Mapping[str, Any]:
@@ -75,6 +78,8 @@ class Context:
     def h1(self, text: str) -> Paragraph:
         self.section += 1
         self.subsection = 0
+        self.chapter = text
+        self.headings.setdefault(text, str(self.section))
         return self._heading(
             f"{self.section}&nbsp;&nbsp;{para_text(text)}", f"{self.section}  {text}", 0, self.styles.h1
         )
@@ -82,6 +87,7 @@ class Context:
     def h2(self, text: str) -> Paragraph:
         self.subsection += 1
         number = f"{self.section}.{self.subsection}"
+        self.headings.setdefault(f"{self.chapter}/{text}", number)
         return self._heading(f"{number}&nbsp;&nbsp;{para_text(text)}", f"{number}  {text}", 1, self.styles.h2)
 
     def h3(self, text: str) -> Paragraph:

@@ -1,4 +1,4 @@
-"""Closing sections: provenance, sign-off block and the protocol as run."""
+"""Closing sections: provenance, sign-off block (with the site's statements) and the protocol as run."""
 
 from __future__ import annotations
 
@@ -9,10 +9,32 @@ from reportlab.lib.units import mm
 from reportlab.platypus import Flowable, KeepTogether, PageBreak, Preformatted, Spacer
 
 from ._context import Context
+from ._governance import GOVERNANCE_FIELDS, draft_fields, governance_text
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_utc, para_text, words
 
-__all__ = ["appendix_protocol", "provenance", "sign_off"]
+__all__ = ["appendix_protocol", "draft_fields", "provenance", "sign_off"]
+
+# the hashes an auditor checks, in the order printed, then anything else recorded
+_HASHES = {
+    "protocol": "Protocol (the YAML file as run)",
+    "model": "Model file",
+    "dataset_manifest": "Dataset manifest (sorted SOP Instance UID + file sha256 pairs)",
+    "labels": "Labels (ground-truth table)",
+    "predictions": "Predictions (predictions.csv)",
+}
+_OTHER_HASHES = {"instances": "DICOM instances (set of SOP Instance UIDs)"}
+_SEEDS = {
+    "split": "Fit / evaluation split (calibration.split.seed)",
+    "bootstrap": "Bootstrap resampling (evaluation.bootstrap.seed)",
+}
+_MANIFEST_RECIPE = (
+    "The dataset manifest hash names the exact data analysed without revealing any identifier. To "
+    "recompute it: for every analysed DICOM instance write the line <i>SOPInstanceUID</i>, one space, the "
+    "sha256 of the file (64 lower-case hex digits, as sha256sum prints it) and a newline; sort the lines "
+    "bytewise (LC_ALL=C sort), keeping duplicates; the sha256 of the sorted lines (UTF-8) is the manifest "
+    "hash. The UIDs never leave the run, only this hash."
+)
 
 # provenance keys rendered in their own rows; anything else recorded is listed after them
 _KNOWN = {
@@ -44,12 +66,6 @@ def provenance(ctx: Context) -> list[Flowable]:
     mono = ctx.styles.mono
     model_entry = prov.get("model")
     model: Mapping[str, Any] = model_entry if isinstance(model_entry, Mapping) else {}
-    seeds = prov.get("seeds")
-    seed_text = (
-        ", ".join(f"{k}: {v}" for k, v in seeds.items())
-        if isinstance(seeds, Mapping)
-        else (None if seeds is None else str(seeds))
-    )
     rows: list[list[Any]] = [
         [ctx.head("sitecal version"), ctx.cell(prov.get("sitecal_version"))],
         [ctx.head("Python"), ctx.cell(prov.get("python"))],
@@ -62,7 +78,6 @@ def provenance(ctx: Context) -> list[Flowable]:
             ctx.head("Model"),
             ctx.cell(" · ".join(str(model[k]) for k in ("name", "format") if model.get(k)) or None),
         ],
-        [ctx.head("Seeds"), ctx.cell(seed_text)],
     ]
     for key in sorted(set(prov) - _KNOWN):
         rows.append([ctx.head(words(key).capitalize()), ctx.cell(_scalar(prov[key]))])
@@ -72,50 +87,111 @@ def provenance(ctx: Context) -> list[Flowable]:
         ctx.p("What produced this report, so that the run can be checked and repeated."),
         *ctx.table_block("Run record (provenance.json).", table(rows, [w * 0.22, w * 0.78], header=False)),
     ]
-    hashes = prov.get("sha256")
-    protocol_sha = ctx.protocol.get("sha256")
-    rows = [[ctx.head("Input"), ctx.head("sha256")]]
-    if isinstance(hashes, Mapping):
-        for key, value in hashes.items():
-            label = {"instances": "DICOM instances (set of SOP Instance UIDs)"}.get(
-                str(key), words(key).capitalize()
-            )
-            rows.append([ctx.cell(label), ctx.cell(value, style=mono)])
-    else:
-        rows.append([ctx.cell("All inputs"), ctx.cell(NOT_RECORDED)])
-    if protocol_sha and (not isinstance(hashes, Mapping) or "protocol" not in hashes):
-        rows.append([ctx.cell("Protocol (as given to the report)"), ctx.cell(protocol_sha, style=mono)])
-    story.append(
-        KeepTogether(ctx.table_block("Fingerprints of the inputs.", table(rows, [w * 0.34, w * 0.66])))
-    )
-    deps = prov.get("dependencies")
-    if isinstance(deps, Mapping) and deps:
-        items = sorted(deps.items(), key=lambda kv: str(kv[0]).lower())
-        per_row = 3
-        rows = [[ctx.head("Package"), ctx.head("Version")] * per_row]
-        for i in range(0, len(items), per_row):
-            chunk = items[i : i + per_row]
-            row: list[Any] = []
-            for name, version in chunk:
-                row += [ctx.cell(name), ctx.cell(version, style=mono)]
-            row += [""] * (2 * per_row - len(row))
-            rows.append(row)
-        story.append(
-            KeepTogether(
-                ctx.table_block("Dependency versions.", table(rows, [w * 0.18, w * 0.153333] * per_row))
-            )
-        )
-    else:
-        story.append(ctx.p(f"Dependency versions: {NOT_RECORDED}."))
+    story += _hash_table(ctx)
+    story += _seed_table(ctx)
+    story += _versions_table(ctx)
     return story
 
 
+def _hash_table(ctx: Context) -> list[Flowable]:
+    """The sha256 of each input and output, the auditor's ones first, and how the manifest is formed."""
+    hashes = ctx.provenance.get("sha256")
+    recorded: Mapping[str, Any] = hashes if isinstance(hashes, Mapping) else {}
+    protocol_sha = ctx.protocol.get("sha256")
+    mono = ctx.styles.mono
+    rows: list[list[Any]] = [[ctx.head("Input or output"), ctx.head("sha256")]]
+    for key, label in _HASHES.items():
+        value = recorded.get(key)
+        if key == "protocol" and value is None and protocol_sha:
+            label, value = "Protocol (as given to the report)", protocol_sha
+        rows.append([ctx.cell(label), ctx.cell(value, style=mono)])
+    for key in (k for k in recorded if k not in _HASHES):
+        label = _OTHER_HASHES.get(str(key), words(key).capitalize())
+        rows.append([ctx.cell(label), ctx.cell(recorded[key], style=mono)])
+    w = ctx.width
+    return [
+        KeepTogether(
+            ctx.table_block("Fingerprints of the inputs and outputs.", table(rows, [w * 0.4, w * 0.6]))
+        ),
+        ctx.p(_MANIFEST_RECIPE, ctx.styles.small),
+        Spacer(1, 6),
+    ]
+
+
+def _seed_table(ctx: Context) -> list[Flowable]:
+    seeds = ctx.provenance.get("seeds")
+    if not isinstance(seeds, Mapping) or not seeds:
+        return [ctx.p(f"Seeds: {NOT_RECORDED if seeds is None else para_text(seeds)}.")]
+    rows: list[list[Any]] = [[ctx.head("Random stream"), ctx.head("Seed", right=True)]]
+    for key, value in seeds.items():
+        label = _SEEDS.get(str(key), words(key).capitalize())
+        rows.append([ctx.cell(label), ctx.cell(value, style=ctx.styles.cell_num)])
+    w = ctx.width
+    return [KeepTogether(ctx.table_block("Seeds of the run.", table(rows, [w * 0.6, w * 0.2])))]
+
+
+def _versions_table(ctx: Context) -> list[Flowable]:
+    """sitecal, Python and every runtime dependency (transitively), three packages a row."""
+    prov = ctx.provenance
+    deps = prov.get("dependencies")
+    if not isinstance(deps, Mapping) or not deps:
+        return [ctx.p(f"Dependency versions: {NOT_RECORDED}.")]
+    items = [("sitecal", prov.get("sitecal_version")), ("Python", prov.get("python"))]
+    items += sorted(deps.items(), key=lambda kv: str(kv[0]).lower())
+    per_row = 3
+    rows: list[list[Any]] = [[ctx.head("Package"), ctx.head("Version")] * per_row]
+    for i in range(0, len(items), per_row):
+        row: list[Any] = []
+        for name, version in items[i : i + per_row]:
+            row += [ctx.cell(name), ctx.cell(version, style=ctx.styles.mono)]
+        rows.append(row + [""] * (2 * per_row - len(row)))
+    w = ctx.width
+    title = (
+        f"Software versions: sitecal, Python and all {len(deps)} runtime dependencies of sitecal, "
+        "transitively (provenance.json)."
+    )
+    return ctx.table_block(title, table(rows, [w * 0.18, w * 0.153333] * per_row))
+
+
+def _statements(ctx: Context) -> list[Flowable]:
+    """The site's governance statements as given, each missing one as a required placeholder."""
+    missing = draft_fields(ctx.protocol)
+    ink = Palette.failed.hexval()
+    rows: list[list[Any]] = [[ctx.head("Statement"), ctx.head("As given in the protocol")]]
+    for field in GOVERNANCE_FIELDS:
+        text = governance_text(ctx.protocol, field.name)
+        if text is None:
+            name = para_text(field.protocol_field)
+            cell = ctx.p(
+                f'<font color="{ink}"><b>Required before sign-off: {para_text(field.label.lower())}.'
+                f"</b></font><br/>State {para_text(field.asks)}. Add it to the protocol as "
+                f'<font name="{ctx.styles.fonts.mono}">{name}</font> and run again.',
+                ctx.styles.cell,
+            )
+        else:
+            cell = ctx.cell(text)
+        rows.append([ctx.head(field.label), cell])
+    w = ctx.width
+    grid = table(rows, [w * 0.22, w * 0.78], extra=[("GRID", (0, 0), (-1, -1), 0.5, Palette.rule)])
+    if missing:
+        lead = ctx.p(
+            f'<font color="{ink}"><b>DRAFT.</b></font> {len(missing)} of {len(GOVERNANCE_FIELDS)} statements '
+            "that only the site can make are missing from the protocol. The report stays a DRAFT, and must "
+            "not be signed, until the protocol supplies them.",
+        )
+    else:
+        lead = ctx.p("The statements that only the site can make, as the protocol gives them.")
+    return [KeepTogether([lead, *ctx.table_block("Statements by the site.", grid)])]
+
+
 def sign_off(ctx: Context) -> list[Flowable]:
-    """One row per role named in the protocol, with empty Name, Signature and Date cells."""
+    """The site's statements (placeholders where missing), then one row per role named in the protocol."""
     roles = ctx.protocol.get("sign_off")
+    intended = ctx.headings.get("Intended use")
+    where = f"section {intended}" if intended else "this report"
     intro = (
         "By signing, each reviewer confirms that they have read this report and accept its conclusion for "
-        "the intended use in section 1."
+        f"the intended use in {where}."
     )
     if not roles:
         roles = ["", "", ""]
@@ -147,13 +223,17 @@ def sign_off(ctx: Context) -> list[Flowable]:
         row_heights=[None, 30 * mm],
         extra=[("GRID", (0, 0), (-1, -1), 0.5, Palette.rule)],
     )
-    return [ctx.h1("Sign-off"), KeepTogether([ctx.p(intro), grid, Spacer(1, 6 * mm), decision])]
+    return [
+        ctx.h1("Sign-off"),
+        *_statements(ctx),
+        KeepTogether([ctx.p(intro), grid, Spacer(1, 6 * mm), decision]),
+    ]
 
 
 def appendix_protocol(ctx: Context) -> list[Flowable]:
     """Print the protocol YAML exactly as run, with its source path and sha256."""
     protocol = ctx.protocol
-    story: list[Flowable] = [PageBreak(), ctx.h1("Appendix: protocol as run")]
+    story: list[Flowable] = [PageBreak(), ctx.h1("Appendix"), ctx.h2("Protocol as run")]
     story.append(
         ctx.p(
             f'Source: <font name="{ctx.styles.fonts.mono}">{para_text(protocol.get("source_path"))}'

@@ -1,16 +1,23 @@
 """The PDF validation report: a reportlab platypus document drawn from the stored results.
 
-Sections, in order: title page (verdict), Intended use, Cohort flow, Methods, Fitted temperatures,
-Results (overall, per subgroup attribute, forest plot, reliability diagrams), Acceptance criteria,
-Provenance, Sign-off, and an appendix with the protocol as run. Every page after the first carries a
-running header (title, protocol name); every page a footer (protocol sha256, run folder, "Page n of m").
+Sections, in order: title page (verdict), Intended use, Data (sources, eligibility, flow, exclusions),
+Cohort characteristics, Methods, Fitted temperatures, Results (overall, per subgroup attribute, forest plot,
+reliability diagrams), Fairness, Acceptance criteria, Limitations, Provenance, Sign-off (the site's
+statements, signatures), and an appendix with the protocol as run and the TRIPOD+AI / CLAIM 2024
+crosswalk. Every page after the first carries a running header (title, document ID, protocol name); every
+page a footer (protocol sha256, run folder, "Page n of m"). While the protocol lacks
+any of the statements only the site can make (``report.governance``), every page's header says DRAFT.
+
+A section builder is a function ``(Context) -> list[Flowable]`` that numbers its headings through
+``ctx.h1`` / ``ctx.h2``; :data:`BUILDERS` lists them in document order. The crosswalk stays last, since it
+refers to the section numbers the builders before it recorded.
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -25,13 +32,14 @@ from reportlab.platypus import BaseDocTemplate, Flowable, Frame, PageTemplate
 from sitecal import __version__
 from sitecal._io import write_bytes_atomic
 
-from . import _methods, _records, _results, _sections
+from . import _cohort, _crosswalk, _data, _fairness, _limitations, _methods, _records, _results, _sections
 from ._context import Context
+from ._governance import is_draft
 from ._inputs import ReportArtifacts, ReportInputs, check_inputs
 from ._styles import Fonts, Palette, make_styles, register_fonts
 from ._text import short_sha
 
-__all__ = ["PAGE_SIZES", "render_report"]
+__all__ = ["BUILDERS", "PAGE_SIZES", "render_report"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,26 @@ PAGE_SIZES: dict[str, tuple[float, float]] = {"A4": A4, "Letter": LETTER}
 _MARGIN_X = 18 * mm
 _MARGIN_TOP = 20 * mm
 _MARGIN_BOTTOM = 18 * mm
+_DRAFT = "DRAFT"
+
+Builder = Callable[[Context], list[Flowable]]
+#: the section builders, in document order (the crosswalk last: it cites the numbers of the others)
+BUILDERS: tuple[Builder, ...] = (
+    _sections.title_page,
+    _sections.intended_use,
+    _data.data_section,
+    _cohort.cohort_characteristics,
+    _methods.methods,
+    _methods.fitted_temperatures,
+    _results.results,
+    _fairness.fairness,
+    _results.acceptance,
+    _limitations.limitations,
+    _records.provenance,
+    _records.sign_off,
+    _records.appendix_protocol,
+    _crosswalk.appendix_crosswalk,
+)
 
 
 def _page_size(page_size: str) -> tuple[float, float]:
@@ -61,6 +89,7 @@ class _Running:
     right: str
     footer_left: str
     fonts: Fonts
+    draft: bool = False
 
     def _fit(self, text: str, font: str, size: float, width: float) -> str:
         if stringWidth(text, font, size) <= width:
@@ -76,14 +105,22 @@ class _Running:
         canvas.setStrokeColor(Palette.faint_rule)
         canvas.setLineWidth(0.5)
         size = 7.5
+        y = height - _MARGIN_TOP + 7 * mm
+        left = _MARGIN_X
+        if self.draft:  # on every page, the title page included
+            mark = _DRAFT + "  "
+            canvas.setFillColor(Palette.failed)
+            canvas.setFont(self.fonts.bold, size)
+            canvas.drawString(left, y, mark)
+            left += stringWidth(mark, self.fonts.bold, size)
+            canvas.setFillColor(Palette.muted)
         if page > 1:
-            y = height - _MARGIN_TOP + 7 * mm
             right_w = stringWidth(self.right, self.fonts.regular, size)
             canvas.setFont(self.fonts.regular, size)
             canvas.drawRightString(width - _MARGIN_X, y, self.right)
-            room = width - 2 * _MARGIN_X - right_w - 8 * mm
+            room = width - _MARGIN_X - left - right_w - 8 * mm
             canvas.setFont(self.fonts.bold, size)
-            canvas.drawString(_MARGIN_X, y, self._fit(self.title, self.fonts.bold, size, room))
+            canvas.drawString(left, y, self._fit(self.title, self.fonts.bold, size, room))
             canvas.line(_MARGIN_X, y - 2.2 * mm, width - _MARGIN_X, y - 2.2 * mm)
         y = _MARGIN_BOTTOM - 9 * mm
         canvas.line(_MARGIN_X, y + 3.6 * mm, width - _MARGIN_X, y + 3.6 * mm)
@@ -185,6 +222,7 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     sha = short_sha(protocol.get("sha256") or inputs.evaluation.get("protocol", {}).get("sha256"))
     run_folder = inputs.provenance.get("run_folder")
     document = inputs.provenance.get("document_id")
+    draft = is_draft(protocol)
     running = _Running(
         title=title,
         right=(f"Document {document} · " if document else "") + f"protocol {protocol['name']}",
@@ -192,6 +230,7 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
         + (f" · run {run_folder}" if run_folder else "")
         + f" · sitecal {inputs.provenance.get('sitecal_version') or __version__}",
         fonts=fonts,
+        draft=draft,
     )
     buffer = BytesIO()
     doc = _Document(
@@ -203,7 +242,9 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
         bottomMargin=_MARGIN_BOTTOM,
         title=title,
         author="sitecal",
-        subject=f"Calibration validation report, protocol {protocol['name']} (sha256 {sha})",
+        subject=(f"{_DRAFT}: " if draft else "")
+        + f"Calibration validation report, protocol {protocol['name']} (sha256 {sha})"
+        + (f", document {document}" if document else ""),
         creator=f"sitecal {__version__} (reportlab)",
         keywords=["calibration", "validation", "sitecal", str(protocol["name"])],
         lang="en",
@@ -221,20 +262,8 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     )
     doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
     ctx = Context(inputs=inputs, styles=styles, width=doc.width, figures_dir=out_dir / "figures")
-    builders: Sequence[Callable[[Context], list[Flowable]]] = (
-        _sections.title_page,
-        _sections.intended_use,
-        _sections.cohort_flow,
-        _methods.methods,
-        _methods.fitted_temperatures,
-        _results.results,
-        _results.acceptance,
-        _records.provenance,
-        _records.sign_off,
-        _records.appendix_protocol,
-    )
     story: list[Flowable] = []
-    for build in builders:
+    for build in BUILDERS:
         story += build(ctx)
     doc.build(story, canvasmaker=_numbered_canvas(running))
     pdf = out_dir / "report.pdf"
