@@ -18,6 +18,7 @@ from tqdm import tqdm
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import DataError
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
+from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
 from sitecal.stats import (
@@ -243,6 +244,7 @@ def evaluate(
         "acceptance": acceptance,
         "verdict": verdict,
         "warnings": warnings,
+        "sensitivity": sensitivity_analyses(protocol, data, fit, temperatures),
         "characteristics": cohort_characteristics(protocol, data, fit),
         "highest_confidence_errors": highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
     }

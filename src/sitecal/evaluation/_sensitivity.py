@@ -1,0 +1,341 @@
+"""Sensitivity analyses of the evaluation: recalibration per subgroup, heterogeneity, leave-one-site-out.
+
+The ``sensitivity`` key of ``evaluation.json``:
+
+- ``recalibration``: top-label calibration slope, calibration-in-the-large intercept (slope fixed at
+  1) and observed/expected ratio per group of each reported subgroup attribute and overall, before and
+  after calibration. Slope and intercept get Wald intervals from cluster-robust (patient) sandwich
+  standard errors: a bootstrap of the two logistic fits (``sitecal.metrics.RecalibrationStatistic``)
+  would cost a Newton fit per resample and group, several times the whole evaluation on the demo. O/E
+  gets a patient-cluster bootstrap interval from weighted sums (the protocol's bootstrap settings and
+  seed; the overall group stratified as in the main evaluation);
+- ``heterogeneity``: DerSimonian–Laird random-effects meta-analysis of log(O/E) across sites (the
+  subgroup named ``site``, else the calibration attribute), before and after calibration;
+- ``leave_one_site_out``: each site's studies removed from both the fit and the evaluation part, the
+  temperatures refitted by the protocol's policy, and overall ECE, NLL, Brier and accuracy after
+  calibration on what remains, beside the full-cohort values.
+
+No NaN or infinity is written: a value that cannot be estimated is ``null`` with a note.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+from scipy.special import ndtri
+
+from sitecal.calibration import GroupTemperatures, fit_group_temperatures
+from sitecal.errors import SitecalError
+from sitecal.metrics import (
+    TopLabelOEStatistic,
+    accuracy,
+    brier_score,
+    expected_calibration_error,
+    negative_log_likelihood,
+    softmax,
+    top_label_recalibration,
+)
+from sitecal.stats import bootstrap_interval, random_effects_meta_analysis
+
+if TYPE_CHECKING:
+    from sitecal.evaluation._core import EvaluationData
+    from sitecal.protocol import Protocol
+
+__all__ = ["LOSO_METRICS", "sensitivity_analyses"]
+
+OVERALL = "overall"
+STAGES = ("before", "after")
+RECALIBRATION = ("slope", "intercept", "oe_ratio")
+LOSO_METRICS = ("ece", "nll", "brier", "accuracy")
+
+
+def _ordered(values: np.ndarray) -> list[str]:
+    """Group values sorted, ``unknown`` last (as the main evaluation orders them)."""
+    unique = sorted(set(values.tolist()))
+    return [v for v in unique if v != "unknown"] + (["unknown"] if "unknown" in unique else [])
+
+
+def _patient_strata(patients: np.ndarray, strata: np.ndarray) -> np.ndarray:
+    """Per row, the stratum of the row's patient (their first row in key order)."""
+    first: dict[str, str] = {}
+    for i in np.argsort(patients, kind="stable"):
+        first.setdefault(str(patients[i]), str(strata[i]))
+    return np.array([first[str(p)] for p in patients])
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+class _Setup:
+    """The split, the calibration groups and the evaluation probabilities, as the main evaluation has them."""
+
+    def __init__(self, protocol: Protocol, data: EvaluationData, fit: np.ndarray, temps: GroupTemperatures):
+        cal = protocol.calibration
+        n = len(data.labels)
+        self.protocol, self.data, self.fit, self.held = protocol, data, fit, ~fit
+        self.cal_groups = data.attributes[cal.per] if cal.per else np.full(n, "all", dtype=object)
+        stratify = cal.split.stratify or cal.per
+        strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
+        held = self.held
+        self.labels, self.patients = data.labels[held], data.patient_keys[held]
+        self.strata = _patient_strata(self.patients, strata_all[held])
+        logits = data.logits[held]
+        applied = temps.temperatures_for(self.cal_groups[held])
+        self.probs = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
+
+
+def _recalibration_stage(
+    probs: np.ndarray, labels: np.ndarray, patients: np.ndarray, strata: np.ndarray | None, setup: _Setup
+) -> dict[str, Any]:
+    """Slope and intercept with cluster-robust Wald intervals; O/E with a patient-cluster bootstrap."""
+    boot = setup.protocol.evaluation.bootstrap
+    point = top_label_recalibration(probs, labels, clusters=patients)
+    z = float(ndtri((1.0 + boot.level) / 2.0))
+    out: dict[str, Any] = {"n_correct": point.n_correct, "mean_confidence": point.mean_confidence}
+    for name, estimate, se, note in (
+        ("slope", point.slope, point.slope_se, point.slope_note),
+        ("intercept", point.intercept, point.intercept_se, point.intercept_note),
+    ):
+        entry: dict[str, Any] = {"estimate": estimate, "low": None, "high": None, "standard_error": se}
+        if estimate is not None and se is None:
+            note = "fewer than two patients: no standard error"
+        elif estimate is not None and se is not None:
+            entry["low"], entry["high"] = _finite(estimate - z * se), _finite(estimate + z * se)
+        out[name] = entry | {"note": note}
+    res = bootstrap_interval(
+        TopLabelOEStatistic(),
+        (probs, labels),
+        clusters=patients,
+        strata=strata,
+        n_resamples=boot.n_resamples,
+        level=boot.level,
+        method=cast(Any, boot.method),
+        seed=boot.seed,
+    )
+    out["oe_ratio"] = {
+        "estimate": point.oe_ratio,
+        "low": _finite(res.low),
+        "high": _finite(res.high),
+        "standard_error": _finite(res.standard_error),
+        "note": res.note,
+    }
+    return out
+
+
+def _recalibration(setup: _Setup) -> dict[str, Any]:
+    plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(setup.labels), bool))]
+    for name in setup.protocol.reported_subgroups:
+        values = setup.data.attributes[name][setup.held]
+        plan += [(name, value, values == value) for value in _ordered(values)]
+    min_size = setup.protocol.evaluation.min_group_size
+    overall: dict[str, Any] = {}
+    groups: dict[str, list[dict[str, Any]]] = {name: [] for name in setup.protocol.reported_subgroups}
+    for attribute, group, mask in plan:  # a loop over groups
+        patients = setup.patients[mask]
+        entry: dict[str, Any] = {
+            "attribute": attribute,
+            "group": group,
+            "n": int(mask.sum()),
+            "n_patients": len(set(patients.tolist())),
+            "small": bool(mask.sum() < min_size),
+        }
+        strata = setup.strata[mask] if attribute == OVERALL else None
+        for stage in STAGES:
+            entry[stage] = _recalibration_stage(
+                setup.probs[stage][mask], setup.labels[mask], patients, strata, setup
+            )
+        if attribute == OVERALL:
+            overall = entry
+        else:
+            groups[attribute].append(entry)
+    boot = setup.protocol.evaluation.bootstrap
+    return {
+        "event": "top-label: the predicted class is correct; its probability is the top-label confidence",
+        "slope_model": "logit P(correct) = a + b logit(confidence); the slope is b",
+        "intercept_model": "logit P(correct) = alpha + logit(confidence), slope fixed at 1 (offset); "
+        "the intercept is alpha (calibration-in-the-large)",
+        "oe_definition": "observed / expected = accuracy / mean top-label confidence",
+        "level": boot.level,
+        "intervals": {
+            "slope": "Wald, cluster-robust (patient) sandwich standard error",
+            "intercept": "Wald, cluster-robust (patient) sandwich standard error",
+            "oe_ratio": f"patient-cluster bootstrap ({boot.method}, {boot.n_resamples} resamples, seed "
+            f"{boot.seed}); temperatures held fixed",
+        },
+        "overall": overall,
+        "subgroups": groups,
+    }
+
+
+def site_attribute(protocol: Protocol) -> tuple[str | None, str]:
+    """The attribute whose groups are the sites, and where it came from."""
+    if "site" in protocol.subgroups:
+        return "site", "subgroup named 'site'"
+    if protocol.calibration.per:
+        return protocol.calibration.per, "calibration attribute (calibration.per): no subgroup named 'site'"
+    return None, "no subgroup named 'site' and no calibration attribute"
+
+
+def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> dict[str, Any]:
+    ev = setup.protocol.evaluation
+    rows: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    for site in _ordered(values):  # a loop over sites
+        mask = values == site
+        n = int(mask.sum())
+        patients = setup.patients[mask]
+        base = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
+        if n < ev.min_group_size:
+            excluded.append(base | {"reason": f"fewer than {ev.min_group_size} studies (evaluation minimum)"})
+            continue
+        res = top_label_recalibration(setup.probs[stage][mask], setup.labels[mask], clusters=patients)
+        if res.log_oe_se is None or res.log_oe_se == 0.0:
+            excluded.append(base | {"reason": res.oe_note or "zero variance of log(O/E)"})
+            continue
+        log_oe = math.log(res.oe_ratio)
+        rows.append(base | {"oe_ratio": res.oe_ratio, "log_oe": log_oe, "log_oe_se": res.log_oe_se})
+    out: dict[str, Any] = {"groups": rows, "excluded": excluded}
+    if not rows:
+        return out | {"k": 0, "note": "no site large enough to pool"}
+    meta = random_effects_meta_analysis(
+        [r["log_oe"] for r in rows], [r["log_oe_se"] ** 2 for r in rows], level=ev.bootstrap.level
+    )
+    for r, w in zip(rows, meta.weights, strict=True):
+        r["weight"] = float(w)
+    d = meta.to_dict()
+    return out | {
+        "k": meta.k,
+        "q": d["q"],
+        "df": meta.df,
+        "p_value": d["p_value"],
+        "i2": d["i2"],
+        "tau2": d["tau2"],
+        "level": meta.level,
+        "pooled_log_oe": d["estimate"],
+        "pooled_log_oe_se": d["standard_error"],
+        "pooled_oe": _finite(math.exp(meta.estimate)),
+        "pooled_oe_low": _finite(math.exp(meta.low)),
+        "pooled_oe_high": _finite(math.exp(meta.high)),
+        "note": meta.note,
+    }
+
+
+def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "attribute": attribute,
+        "attribute_source": source,
+        "effect": "log(O/E), O/E = accuracy / mean top-label confidence",
+        "variance": "cluster-robust (patient) delta-method variance of log(O/E)",
+        "method": "DerSimonian-Laird random effects; Q tested against chi-squared with k - 1 df",
+        "min_group_size": setup.protocol.evaluation.min_group_size,
+    }
+    if attribute is None:
+        return base | {"note": source}
+    values = setup.data.attributes[attribute][setup.held]
+    return base | {stage: _heterogeneity_stage(setup, stage, values) for stage in STAGES}
+
+
+def _after_metrics(
+    setup: _Setup, keep: np.ndarray
+) -> tuple[dict[str, float | None], float | None, int, int, str]:
+    """Refit on the kept fit rows, evaluate after calibration on the kept evaluation rows."""
+    cal, ev, data = setup.protocol.calibration, setup.protocol.evaluation, setup.data
+    fit, held = setup.fit & keep, setup.held & keep
+    n_fit, n_eval = int(fit.sum()), int(held.sum())
+    empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
+    if n_eval == 0:
+        return empty, None, n_fit, n_eval, "no evaluation studies remain"
+    if n_fit == 0:
+        return empty, None, n_fit, n_eval, "no fit studies remain"
+    try:
+        temps = fit_group_temperatures(
+            data.logits[fit],
+            data.labels[fit],
+            setup.cal_groups[fit],
+            min_group_size=cal.min_group_size,
+            fallback=cal.fallback,
+        )
+    except SitecalError as exc:
+        return empty, None, n_fit, n_eval, f"temperatures could not be refitted ({exc})"
+    probs = softmax(data.logits[held], temperature=temps.temperatures_for(setup.cal_groups[held]))
+    labels = data.labels[held]
+    values = {
+        "ece": expected_calibration_error(probs, labels, n_bins=ev.n_bins),
+        "nll": negative_log_likelihood(probs, labels),
+        "brier": brier_score(probs, labels),
+        "accuracy": accuracy(probs, labels),
+    }
+    return {k: _finite(v) for k, v in values.items()}, temps.global_fit.temperature, n_fit, n_eval, ""
+
+
+def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "attribute": attribute,
+        "attribute_source": source,
+        "metrics": list(LOSO_METRICS),
+        "stage": "after",
+        "n_bins": setup.protocol.evaluation.n_bins,
+        "refit": "temperatures refitted by the protocol's policy on the remaining fit part",
+    }
+    if attribute is None:
+        return base | {"note": source}
+    n = len(setup.data.labels)
+    full, full_t, n_fit, n_eval, note = _after_metrics(setup, np.ones(n, dtype=bool))
+    base["full"] = {"n_fit": n_fit, "n_evaluation": n_eval, "global_temperature": full_t, "metrics": full}
+    values = setup.data.attributes[attribute]
+    rows = []
+    for site in _ordered(values):  # a loop over sites
+        left, t, n_fit, n_eval, note = _after_metrics(setup, values != site)
+        difference = {
+            m: None if left[m] is None or full[m] is None else cast(float, left[m]) - cast(float, full[m])
+            for m in LOSO_METRICS
+        }
+        rows.append(
+            {
+                "left_out": site,
+                "n_left_out_fit": int((setup.fit & (values == site)).sum()),
+                "n_left_out_evaluation": int((setup.held & (values == site)).sum()),
+                "n_fit": n_fit,
+                "n_evaluation": n_eval,
+                "global_temperature": t,
+                "metrics": left,
+                "difference": difference,
+                "note": note,
+            }
+        )
+    return base | {"rows": rows}
+
+
+def sensitivity_analyses(
+    protocol: Protocol, data: EvaluationData, fit: np.ndarray, temperatures: GroupTemperatures
+) -> dict[str, Any]:
+    """The ``sensitivity`` entry of the evaluation document.
+
+    Parameters
+    ----------
+    protocol : Protocol
+        Calibration policy, evaluation settings (bootstrap, ``min_group_size``, ``n_bins``), subgroups.
+    data : EvaluationData
+        Every analysed study.
+    fit : numpy.ndarray of bool, shape (N,)
+        Rows in the fit part (the rest is the evaluation part), as :func:`evaluate` split them.
+    temperatures : GroupTemperatures
+        The temperatures fitted on the fit part.
+
+    Returns
+    -------
+    dict
+        JSON-safe (no NaN or infinity), deterministic for a given protocol and data: keys
+        ``recalibration``, ``heterogeneity`` and ``leave_one_site_out`` (see the module docstring and
+        ``evaluation.schema.json``).
+    """
+    setup = _Setup(protocol, data, np.asarray(fit, dtype=bool), temperatures)
+    attribute, source = site_attribute(protocol)
+    return {
+        "recalibration": _recalibration(setup),
+        "heterogeneity": _heterogeneity(setup, attribute, source),
+        "leave_one_site_out": _leave_one_site_out(setup, attribute, source),
+    }
