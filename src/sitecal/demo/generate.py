@@ -17,23 +17,29 @@ seed and a counter), so the same seed gives byte-identical files.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
-import json
 import logging
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pydicom
 from numpy.typing import NDArray
-from pydicom.uid import PYDICOM_ROOT_UID, generate_uid
+from pydicom.uid import PYDICOM_ROOT_UID
 from tqdm.auto import tqdm
 
-from ..errors import DataError, OutputError
 from ._dicom import StudyHeader, build_dataset, presentation_values, window_of
+from ._files import (
+    age_on,
+    check_cohort_arguments,
+    demo_uid,
+    encode,
+    manifest_summary,
+    prepare_out_dir,
+    write_bytes,
+    write_labels_csv,
+    write_manifest_json,
+)
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, ScannerProfile, scanner_by_key
 from ._synthesis import acquire, render_scenes, sample_anatomy, sample_labels
 
@@ -148,11 +154,7 @@ class DemoManifest:
 
     def summary(self) -> dict[str, object]:
         """JSON-ready summary, without the per-study list (what ``manifest.json`` holds)."""
-        data = asdict(self)
-        data.pop("studies")
-        data["dicom_dir"] = self.dicom_dir.name
-        data["labels_csv"] = self.labels_csv.name
-        return data
+        return manifest_summary(self)
 
 
 @dataclass(frozen=True)
@@ -181,10 +183,6 @@ def _unique_ints(rng: np.random.Generator, n: int, lo: int, hi: int) -> NDArray[
         _, first = np.unique(draw, return_index=True)
         out = draw[np.sort(first)][:n]
     return out
-
-
-def _age_on(birth: dt.date, day: dt.date) -> int:
-    return day.year - birth.year - ((day.month, day.day) < (birth.month, birth.day))
 
 
 def _plan(rng: np.random.Generator, n_studies: int) -> _Plan:
@@ -232,7 +230,7 @@ def _plan(rng: np.random.Generator, n_studies: int) -> _Plan:
         _FIRST_DATE + dt.timedelta(days=int(first_day[p]) - int((first_age[p] + birth_u[p]) * 365.2425))
         for p in range(n_patients)
     ]
-    age = np.array([_age_on(births[p], d) for p, d in zip(patient, dates, strict=True)], dtype=np.intp)
+    age = np.array([age_on(births[p], d) for p, d in zip(patient, dates, strict=True)], dtype=np.intp)
 
     counters = dict.fromkeys(range(len(SITES)), 0)
     folders = []
@@ -257,7 +255,7 @@ def _plan(rng: np.random.Generator, n_studies: int) -> _Plan:
 
 
 def _uid(seed: int, kind: str, index: int) -> str:
-    return str(generate_uid(prefix=DEMO_UID_ROOT, entropy_srcs=["sitecal-demo", str(seed), kind, str(index)]))
+    return demo_uid("sitecal-demo", seed, kind, index)
 
 
 def _pixel_chunks(
@@ -280,17 +278,6 @@ def _pixel_chunks(
                 center, width = window_of(stored[members], scanner)
                 windows[members, 0], windows[members, 1] = center, width
         yield start, stored, windows
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def _encode(ds: pydicom.Dataset) -> bytes:
-    buffer = io.BytesIO()
-    pydicom.dcmwrite(buffer, ds, enforce_file_format=True)
-    return buffer.getvalue()
 
 
 def generate_demo(
@@ -330,25 +317,9 @@ def generate_demo(
     >>> manifest.n_studies, len(manifest.truncated_files), len(manifest.non_dicom_files)
     (20, 1, 2)
     """
-    if isinstance(n_studies, bool) or not isinstance(n_studies, int) or n_studies < 10:
-        raise DataError(
-            f"The 'n_studies' parameter of generate_demo must be an int >= 10. Got {n_studies!r}."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise DataError(f"The 'seed' parameter of generate_demo must be an int >= 0. Got {seed!r}.")
+    check_cohort_arguments("generate_demo", n_studies, seed)
     out_dir = Path(out_dir)
-    dicom_dir = out_dir / "dicom"
-    labels_csv = out_dir / "labels.csv"
-    for existing in (dicom_dir, labels_csv):
-        if existing.exists():
-            raise OutputError(
-                f"{existing} already exists; generate_demo does not overwrite. Choose an empty out_dir "
-                "or delete the previous demo cohort."
-            )
-    try:
-        dicom_dir.mkdir(parents=True)
-    except OSError as exc:
-        raise OutputError(f"Cannot create {dicom_dir}: {exc}. Choose a writable out_dir.") from exc
+    dicom_dir, labels_csv = prepare_out_dir(out_dir, function="generate_demo", cohort="demo cohort")
 
     rng = np.random.default_rng([seed, 0x91A4])
     n_total = n_studies + 1  # the last study is the one written truncated
@@ -383,21 +354,17 @@ def generate_demo(
     (dicom_dir / truncated_path).write_bytes(full[: len(full) // 2])
 
     text_dcm = f"{plan.folder[int(junk_folders[0])]}/IM00002.dcm"
-    _write_bytes(
+    write_bytes(
         dicom_dir / text_dcm,
         b"Export log of a PACS workstation.\nThis file is not DICOM although its name ends in .dcm.\n",
     )
     binary_junk = f"{plan.folder[int(junk_folders[1])]}/IM00002"
-    _write_bytes(dicom_dir / binary_junk, np.random.default_rng([seed, 0xB1]).bytes(1024))
+    write_bytes(dicom_dir / binary_junk, np.random.default_rng([seed, 0xB1]).bytes(1024))
 
     orphan_uid = _uid(seed, "orphan-study", 0)
     rows = [(s.study_uid, s.label) for s in studies if s.labelled]
     rows.insert(orphan_position, (orphan_uid, CLASS_NAMES[int(rng.integers(0, len(CLASS_NAMES)))]))
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["StudyInstanceUID", "label"])
-    writer.writerows(rows)
-    labels_csv.write_text(buffer.getvalue(), encoding="utf-8")
+    write_labels_csv(labels_csv, rows)
 
     manifest = DemoManifest(
         dicom_dir=dicom_dir,
@@ -417,7 +384,7 @@ def generate_demo(
         studies=tuple(studies),
         seed=seed,
     )
-    (out_dir / "manifest.json").write_text(json.dumps(manifest.summary(), indent=2) + "\n", encoding="utf-8")
+    write_manifest_json(out_dir, manifest.summary())
     logger.info(
         "Wrote %d demo studies of %d patients (%d files) to %s",
         n_studies,
@@ -459,7 +426,7 @@ def _write_study(
         instance_number=1,
     )
     relative = f"{plan.folder[i]}/IM00001.dcm"
-    _write_bytes(dicom_dir / relative, _encode(build_dataset(header, stored, scanner, site, window=window)))
+    write_bytes(dicom_dir / relative, encode(build_dataset(header, stored, scanner, site, window=window)))
     return DemoStudy(
         relative_path=relative,
         study_uid=header.study_uid,

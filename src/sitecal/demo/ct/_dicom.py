@@ -7,9 +7,9 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
-from pydicom.dataset import Dataset, FileMetaDataset
-from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, UID, ExplicitVRLittleEndian
+from pydicom.dataset import Dataset
 
+from .._part10 import new_instance, set_patient_study, set_pixels
 from ._scanners import CT_SOP_CLASS_UID, CtScanner, CtSite
 from ._synthesis import INTERCEPT
 
@@ -118,36 +118,17 @@ def build_slice(
         Write it with ``pydicom.dcmwrite(path, ds, enforce_file_format=True)``.
     """
     rows, columns = stored.shape
-    ds = Dataset({elem.tag: elem for elem in _constant_elements(scanner, site)})
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = UID(CT_SOP_CLASS_UID)
-    meta.MediaStorageSOPInstanceUID = UID(sop_uid)
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    meta.ImplementationClassUID = PYDICOM_IMPLEMENTATION_UID
-    meta.ImplementationVersionName = "SITECAL_DEMO"
-    ds.file_meta = meta
-
+    constants = _constant_elements(scanner, site)
+    ds = new_instance(constants, sop_class_uid=CT_SOP_CLASS_UID, sop_uid=sop_uid)
+    set_patient_study(ds, study)
     ds.ImageType = ["ORIGINAL", "PRIMARY", "LOCALIZER" if series.localizer else "AXIAL"]
-    ds.SOPInstanceUID = sop_uid
-    ds.StudyDate = study.study_date
-    ds.SeriesDate = study.study_date
-    ds.ContentDate = study.study_date
-    ds.StudyTime = study.study_time
     ds.SeriesTime = series.series_time
     ds.ContentTime = series.series_time
-    ds.AccessionNumber = study.accession
     ds.SeriesDescription = series.description
-    ds.PatientName = study.patient_name
-    ds.PatientID = study.patient_id
-    ds.PatientBirthDate = study.birth_date
-    ds.PatientSex = study.sex
-    ds.PatientAge = study.age
     ds.SliceThickness = ds_number(series.thickness)
     if series.kernel:
         ds.ConvolutionKernel = series.kernel
-    ds.StudyInstanceUID = study.study_uid
     ds.SeriesInstanceUID = series.series_uid
-    ds.StudyID = study.study_id
     ds.SeriesNumber = series.series_number
     ds.InstanceNumber = instance_number
     ds.ImagePositionPatient = [ds_number(float(v)) for v in position]
@@ -162,5 +143,5 @@ def build_slice(
     center, width = (200.0, 1600.0) if series.localizer else (40.0, 400.0)  # a mediastinal window
     ds.WindowCenter = ds_number(center)
     ds.WindowWidth = ds_number(width)
-    ds.PixelData = np.ascontiguousarray(stored, dtype="<u2").tobytes()
+    set_pixels(ds, stored)
     return ds

@@ -20,21 +20,26 @@ gives byte-identical files.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
-import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pydicom
-from pydicom.uid import PYDICOM_ROOT_UID, generate_uid
 from tqdm.auto import tqdm
 
-from ...errors import DataError, OutputError
+from .._files import (
+    age_on,
+    check_cohort_arguments,
+    demo_uid,
+    encode,
+    prepare_out_dir,
+    write_bytes,
+    write_labels_csv,
+    write_manifest_json,
+)
 from ._dicom import SeriesHeader, StudyHeader, build_slice
+from ._manifest import CtDemoManifest, CtSeries, CtStudy
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, CtScanner, scanner_by_key
 from ._study import MIN_SLICES, SeriesImage, SimulatedStudy, StudyKind, simulate_study
 
@@ -58,140 +63,6 @@ _KIND_SHARES = (
     (StudyKind.TIE_NUMBER, 0.12),
     (StudyKind.TIE_UID, 0.08),
 )
-
-
-@dataclass(frozen=True)
-class CtSeries:
-    """One written series (ground truth for tests).
-
-    Attributes
-    ----------
-    series_uid : str
-        SeriesInstanceUID.
-    series_number : int
-        SeriesNumber.
-    description : str
-        SeriesDescription.
-    role : str
-        ``"localizer"``, ``"primary"`` (the soft-kernel axial series), ``"secondary"`` (the sharp-kernel
-        one) or ``"short"`` (a primary series with fewer than ``min_slices`` slices).
-    slice_files : tuple of str
-        Paths relative to ``dicom_dir``, in slice order (ascending projection of ImagePositionPatient on
-        the normal); the file names are not in this order.
-    """
-
-    series_uid: str
-    series_number: int
-    description: str
-    role: str
-    slice_files: tuple[str, ...]
-
-    @property
-    def n_slices(self) -> int:
-        """Number of instances."""
-        return len(self.slice_files)
-
-
-@dataclass(frozen=True)
-class CtStudy:
-    """One generated study (ground truth; the pipeline must find all of this from the files).
-
-    Attributes
-    ----------
-    index : int
-        Position in the cohort (its stream is ``study_stream(seed, index)``).
-    study_uid, patient_id : str
-        StudyInstanceUID and PatientID.
-    site, scanner, scanner_key : str
-        InstitutionName, ManufacturerModelName and profile key.
-    label : str
-        Class name.
-    sex : str
-        ``"M"`` or ``"F"``.
-    age : int
-        Age in years.
-    kind : str
-        A :class:`StudyKind` value: what the selection rules meet in this study.
-    series : tuple of CtSeries
-        Every series, in SeriesNumber order.
-    selected_series_uid : str or None
-        The series the protocol's rules and tie-break choose; None when no series qualifies.
-    """
-
-    index: int
-    study_uid: str
-    patient_id: str
-    site: str
-    scanner: str
-    scanner_key: str
-    label: str
-    sex: str
-    age: int
-    kind: str
-    series: tuple[CtSeries, ...]
-    selected_series_uid: str | None
-
-    @property
-    def selected(self) -> CtSeries | None:
-        """The selected series, or None."""
-        return next((s for s in self.series if s.series_uid == self.selected_series_uid), None)
-
-
-@dataclass(frozen=True)
-class CtDemoManifest:
-    """What :func:`generate_ct_demo` wrote.
-
-    Attributes
-    ----------
-    dicom_dir, labels_csv : pathlib.Path
-        The DICOM tree and the ground truth (``StudyInstanceUID,label``, one row per study).
-    n_studies : int
-        Studies with a qualifying series (the ``n_studies`` asked for).
-    n_unqualified : int
-        Extra studies whose only axial series is too short; the pipeline must exclude them.
-    n_patients, n_series, n_files, n_labels : int
-        Distinct patients, series, files under ``dicom_dir`` and rows of ``labels.csv``.
-    class_names : tuple of str
-        ``("no_nodule", "nodule")``, in logit order.
-    scanners, sites : tuple of str
-        ManufacturerModelName of each scanner and InstitutionName of each site.
-    reference_scanner : str
-        ManufacturerModelName of the scanner the bundled model was trained on.
-    min_slices : int
-        Fewest slices of a qualifying series.
-    unqualified_studies : tuple of str
-        StudyInstanceUIDs of the studies without a qualifying series.
-    studies : tuple of CtStudy
-        Every study.
-    seed : int
-        The seed.
-    """
-
-    dicom_dir: Path
-    labels_csv: Path
-    n_studies: int
-    n_unqualified: int
-    n_patients: int
-    n_series: int
-    n_files: int
-    n_labels: int
-    class_names: tuple[str, ...]
-    scanners: tuple[str, ...]
-    sites: tuple[str, ...]
-    reference_scanner: str
-    min_slices: int
-    unqualified_studies: tuple[str, ...]
-    studies: tuple[CtStudy, ...]
-    seed: int
-
-    def summary(self) -> dict[str, object]:
-        """JSON-ready summary without the per-study list (what ``manifest.json`` holds)."""
-        data = asdict(self)
-        data.pop("studies")
-        data["dicom_dir"] = self.dicom_dir.name
-        data["labels_csv"] = self.labels_csv.name
-        data["kinds"] = {k.value: sum(s.kind == k for s in self.studies) for k in StudyKind}
-        return data
 
 
 def series_sort_key(n_slices: int, series_number: int, series_uid: str) -> tuple[int, int, tuple[int, ...]]:
@@ -219,9 +90,7 @@ def simulate_cohort_study(seed: int, study: CtStudy) -> SimulatedStudy:
 
 
 def _uid(seed: int, *parts: object) -> str:
-    return str(
-        generate_uid(prefix=PYDICOM_ROOT_UID, entropy_srcs=["sitecal-demo-ct", str(seed), *map(str, parts)])
-    )
+    return demo_uid("sitecal-demo-ct", seed, *parts)
 
 
 def _ordered_pair(seed: int, index: int) -> tuple[str, str]:
@@ -281,12 +150,6 @@ def _plan(rng: np.random.Generator, n_total: int, n_unqualified: int) -> tuple[l
     return rows, patients
 
 
-def _encode(ds: pydicom.Dataset) -> bytes:
-    buffer = io.BytesIO()
-    pydicom.dcmwrite(buffer, ds, enforce_file_format=True)
-    return buffer.getvalue()
-
-
 def generate_ct_demo(
     out_dir: Path, *, n_studies: int = 300, seed: int = 0, progress: bool = False
 ) -> CtDemoManifest:
@@ -322,24 +185,9 @@ def generate_ct_demo(
     >>> manifest.n_studies, manifest.n_unqualified
     (10, 2)
     """
-    if isinstance(n_studies, bool) or not isinstance(n_studies, int) or n_studies < 10:
-        raise DataError(
-            f"The 'n_studies' parameter of generate_ct_demo must be an int >= 10. Got {n_studies!r}."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise DataError(f"The 'seed' parameter of generate_ct_demo must be an int >= 0. Got {seed!r}.")
+    check_cohort_arguments("generate_ct_demo", n_studies, seed)
     out_dir = Path(out_dir)
-    dicom_dir, labels_csv = out_dir / "dicom", out_dir / "labels.csv"
-    for existing in (dicom_dir, labels_csv):
-        if existing.exists():
-            raise OutputError(
-                f"{existing} already exists; generate_ct_demo does not overwrite. Choose an empty out_dir "
-                "or delete the previous CT demo cohort."
-            )
-    try:
-        dicom_dir.mkdir(parents=True)
-    except OSError as exc:
-        raise OutputError(f"Cannot create {dicom_dir}: {exc}. Choose a writable out_dir.") from exc
+    dicom_dir, labels_csv = prepare_out_dir(out_dir, function="generate_ct_demo", cohort="CT demo cohort")
 
     n_unqualified = max(2, round(0.02 * n_studies))
     rng = np.random.default_rng([seed, 0xC70])
@@ -351,11 +199,7 @@ def generate_ct_demo(
         folder = f"{SITES[row.site].key}/st{counters[row.site]:05d}"
         studies.append(_write_study(dicom_dir, folder, i, row, patients, seed, rng))
 
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["StudyInstanceUID", "label"])
-    writer.writerows((s.study_uid, s.label) for s in studies)
-    labels_csv.write_text(buffer.getvalue(), encoding="utf-8")
+    write_labels_csv(labels_csv, ((s.study_uid, s.label) for s in studies))
 
     manifest = CtDemoManifest(
         dicom_dir=dicom_dir,
@@ -375,7 +219,7 @@ def generate_ct_demo(
         studies=tuple(studies),
         seed=seed,
     )
-    (out_dir / "manifest.json").write_text(json.dumps(manifest.summary(), indent=2) + "\n", encoding="utf-8")
+    write_manifest_json(out_dir, manifest.summary())
     logger.info(
         "Wrote %d CT demo studies (%d without a qualifying series), %d files, to %s",
         len(studies),
@@ -398,7 +242,7 @@ def _write_study(
     scanner: CtScanner = SCANNERS[row.scanner]
     site = SITES[row.site]
     birth: dt.date = patients["birth"][row.patient]
-    age = row.date.year - birth.year - ((row.date.month, row.date.day) < (birth.month, birth.day))
+    age = age_on(birth, row.date)
     study = StudyHeader(
         patient_id=patients["id"][row.patient],
         patient_name=f"DEMO^CT{row.patient + 1:05d}",
@@ -470,9 +314,7 @@ def _write_study(
                 stored=stored,
             )
             relative = f"{folder}/se{folder_no}/IM{int(file_numbers[j]):05d}.dcm"
-            path = dicom_dir / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(_encode(ds))
+            write_bytes(dicom_dir / relative, encode(ds))
             paths.append(relative)
         written.append(CtSeries(uid, number, description, role, tuple(paths)))
 
