@@ -33,6 +33,7 @@ FINAL_SECTIONS = {
     "Fairness",
     "Acceptance criteria",
     "Limitations",
+    "Sensitivity analyses",
     "Provenance",
     "Sign-off",
     "Appendix",

@@ -38,6 +38,7 @@ SECTIONS = [
     "Acceptance criteria",
     "Limitations",
     "Highest-confidence errors",
+    "Sensitivity analyses",
     "Provenance",
     "Sign-off",
     "Appendix",

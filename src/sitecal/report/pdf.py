@@ -2,7 +2,8 @@
 
 Sections, in order: title page (verdict), Intended use, Data (sources, eligibility, flow, exclusions),
 Cohort characteristics, Methods, Fitted temperatures, Results (overall, per subgroup attribute, forest plot,
-reliability diagrams), Fairness, Acceptance criteria, Limitations, Provenance, Sign-off (the site's
+reliability diagrams), Fairness, Acceptance criteria, Limitations, Sensitivity analyses (calibration slope,
+intercept and O:E, heterogeneity across sites, leave one site out), Provenance, Sign-off (the site's
 statements, signatures), and an appendix with the protocol as run and the TRIPOD+AI / CLAIM 2024
 crosswalk. Every page after the first carries a running header (title, document ID, protocol name); every
 page a footer (protocol sha256, run folder, "Page n of m"). While the protocol lacks
@@ -32,7 +33,18 @@ from reportlab.platypus import BaseDocTemplate, Flowable, Frame, PageTemplate
 from sitecal import __version__
 from sitecal._io import write_bytes_atomic
 
-from . import _cohort, _crosswalk, _data, _fairness, _limitations, _methods, _records, _results, _sections
+from . import (
+    _cohort,
+    _crosswalk,
+    _data,
+    _fairness,
+    _limitations,
+    _methods,
+    _records,
+    _results,
+    _sections,
+    _sensitivity,
+)
 from ._context import Context
 from ._governance import is_draft
 from ._inputs import ReportArtifacts, ReportInputs, check_inputs
@@ -62,6 +74,7 @@ BUILDERS: tuple[Builder, ...] = (
     _fairness.fairness,
     _results.acceptance,
     _limitations.limitations,
+    _sensitivity.sensitivity,
     _records.provenance,
     _records.sign_off,
     _records.appendix_protocol,
