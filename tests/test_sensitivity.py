@@ -7,15 +7,19 @@ written out here, and the temperature fit and metric functions on the rows left 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pypdf
 import pytest
 import statsmodels.api as sm
 import yaml
+from reportlab.lib.pagesizes import A4
+from reportlab.platypus import SimpleDocTemplate
 from scipy.stats import chi2
 from statsmodels.stats.meta_analysis import combine_effects
 from tests.conftest import DEMO_PROTOCOL
@@ -33,7 +37,10 @@ from sitecal.metrics import (
     softmax,
 )
 from sitecal.protocol import Protocol
+from sitecal.report import ReportInputs
+from sitecal.report._context import Context
 from sitecal.report._sensitivity import format_percent, sensitivity
+from sitecal.report._styles import make_styles, register_fonts
 from sitecal.report._text import format_count, format_interval, format_value
 from sitecal.report.schema import validate_evaluation
 from sitecal.stats import bootstrap_interval
@@ -294,3 +301,45 @@ def test_report_section_copes_with_documents_without_sensitivity(tmp_path: Path,
     validate_evaluation(old)  # older documents still validate
     text = render_section(tmp_path, sensitivity, old)
     assert "records no sensitivity analyses" in " ".join(text.split())
+
+
+def test_long_tables_split_across_pages_with_the_header_repeated(tmp_path: Path, document: Document) -> None:
+    hostile = '<b>St. Mary\'s & "Ünï"'
+    doc = copy.deepcopy(document)
+    template = doc["sensitivity"]["recalibration"]["subgroups"]["sex"][0]
+    doc["sensitivity"]["recalibration"]["subgroups"]["sex"] = [
+        {**template, "group": f"{hostile} {i:02d}"} for i in range(40)
+    ]
+    pdf = tmp_path / "long.pdf"
+    frame = SimpleDocTemplate(str(pdf), pagesize=A4, leftMargin=50, rightMargin=50)
+    inputs = ReportInputs(doc, {}, {}, {"name": "t"})
+    ctx = Context(
+        inputs=inputs, styles=make_styles(register_fonts()), width=frame.width, figures_dir=tmp_path
+    )
+    frame.build(sensitivity(ctx))
+    pages = [" ".join(page.extract_text().split()) for page in pypdf.PdfReader(pdf).pages]
+    with_rows = [p for p in pages if f"{hostile} " in p]
+    assert len(with_rows) >= 2  # the 80-row table runs over pages
+    assert all("Sex Stage ECE Slope Intercept O:E" in p for p in with_rows)  # header on every page
+    assert sum(p.count(f"{hostile} ") for p in pages) == 40  # printed literally, each group once
+
+
+def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
+    data: EvaluationData, outcome: Any
+) -> None:
+    site = data.attributes["site"].astype("<U16")  # room for "unknown"
+    site[site == "Aldric"] = "unknown"
+    changed = EvaluationData(
+        data.logits, data.labels, data.patient_keys, {**data.attributes, "site": site}, data.class_names
+    )
+    sens = sensitivity_analyses(_protocol(), changed, outcome.fit_mask, outcome.temperatures)
+    after = sens["heterogeneity"]["after"]
+    assert [g["group"] for g in after["groups"]] == ["North", "River"]
+    assert [e["group"] for e in after["excluded"]] == ["Tiny", "unknown"]
+    assert "not one site" in after["excluded"][1]["reason"]
+    assert [r["left_out"] for r in sens["leave_one_site_out"]["rows"]] == [
+        "North",
+        "River",
+        "Tiny",
+        "unknown",
+    ]

@@ -188,6 +188,9 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> dict[
         n = int(mask.sum())
         patients = setup.patients[mask]
         base = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
+        if site == "unknown":  # studies whose site was not recorded: a mixture, not one site
+            excluded.append(base | {"reason": "site not recorded ('unknown'): not one site"})
+            continue
         if n < ev.min_group_size:
             excluded.append(base | {"reason": f"fewer than {ev.min_group_size} studies (evaluation minimum)"})
             continue

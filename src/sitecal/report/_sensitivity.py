@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reportlab.platypus import Flowable
+from reportlab.platypus import Flowable, KeepTogether
 
 from ._context import Context
 from ._inputs import get
@@ -94,7 +94,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
         if group.get("small"):
             extra.append(("BACKGROUND", (0, start), (-1, end), Palette.small_bg))
     w = ctx.width
-    body = table(rows, [w * 0.2, w * 0.08, w * 0.17, w * 0.17, w * 0.21, w * 0.17], extra=extra)
+    body = table(rows, [w * 0.14, w * 0.07, w * 0.19, w * 0.19, w * 0.22, w * 0.19], extra=extra)
     title = (
         f"Calibration slope, intercept and O:E beside ECE, {para_text(first.lower())}: estimate [interval]."
     )
@@ -160,7 +160,8 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
         "each site's log(O:E) with its cluster-robust (patient) delta-method variance; Cochran’s Q is "
         "tested against χ² with k − 1 degrees of freedom, I² is the share of the spread beyond chance and "
         "τ² the between-site variance of log(O:E). Sites with fewer than "
-        f"{format_count(het.get('min_group_size'))} evaluation studies are left out. With few sites Q has "
+        f"{format_count(het.get('min_group_size'))} evaluation studies, and studies whose site is unknown, "
+        "are left out. With few sites Q has "
         "little power: a large p-value is not evidence that the sites agree."
     )
     story += [ctx.p(intro)]
@@ -212,7 +213,8 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
     extra: list[tuple[Any, ...]] = [("LINEABOVE", (0, first_summary), (-1, first_summary), 0.6, Palette.rule)]
     extra += [("SPAN", (0, r), (1, r)) for r in range(first_summary, len(rows))]
     body = table(rows, [w * 0.34, w * 0.12, w * 0.2, w * 0.2, w * 0.14], extra=extra)
-    story += ctx.table_block(f"O:E by {para_text(label.lower())} and the random-effects summary.", body)
+    block = ctx.table_block(f"O:E by {para_text(label.lower())} and the random-effects summary.", body)
+    story = [*story[:2], KeepTogether([*story[2:], *block[:-1]]), block[-1]]
     excluded = [
         f"{para_text(e.get('group'))} ({stage}, n = {format_count(e.get('n'))}: {para_text(e.get('reason'))})"
         for stage, _ in _STAGES
@@ -275,7 +277,8 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
     w = ctx.width
     widths = [w * 0.22, w * 0.09, w * 0.11, *([w * 0.145] * 4)]
     title = f"Leave one {para_text(label.lower())} out: metrics after calibration (change from full cohort)."
-    story += ctx.table_block(title, table(rows, widths))
+    block = ctx.table_block(title, table(rows, widths))
+    story = [KeepTogether([*story, *block[:-1]]), block[-1]]  # a long table still splits, header repeated
     if notes:
         story.append(ctx.p("Not estimable: " + " ".join(notes), ctx.styles.caption))
     return story
