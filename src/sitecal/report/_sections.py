@@ -1,4 +1,4 @@
-"""Front sections of the report: title page, intended use, cohort flow."""
+"""Front sections of the report: title page and intended use."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ from ._text import (
     format_utc,
     para_text,
     short_sha,
-    words,
 )
 
-__all__ = ["cohort_flow", "intended_use", "key_values", "title_page"]
+__all__ = ["intended_use", "key_values", "title_page"]
 
 
 def key_values(ctx: Context, rows: list[tuple[str, Any]], *, label_width: float = 0.3) -> Table:
@@ -176,67 +175,4 @@ def intended_use(ctx: Context) -> list[Flowable]:
                 "acceptance criteria the protocol set in advance?"
             )
         )
-    return story
-
-
-_FLOW_STEPS = (
-    ("files_found", "Files found"),
-    ("dicom_instances", "DICOM instances read"),
-    ("studies", "Studies"),
-    ("labelled", "Studies with a label"),
-    ("analysed", "Studies analysed"),
-)
-
-
-def cohort_flow(ctx: Context) -> list[Flowable]:
-    """From files found to studies analysed, with every exclusion reason and its count."""
-    flow = get(ctx.evaluation, "cohort_flow")
-    split = get(ctx.evaluation, "split") or {}
-    story: list[Flowable] = [ctx.h1("Cohort flow")]
-    if not isinstance(flow, Mapping):
-        return [*story, ctx.p(f"Cohort flow: {NOT_RECORDED}.")]
-    story.append(
-        ctx.p(
-            "Counts at each step from the files in the input folder to the studies analysed. "
-            "Every file or study left out is counted below with its reason."
-        )
-    )
-    rows: list[list[Any]] = [[ctx.head("Step"), ctx.head("Count", right=True)]]
-    for key, label in _FLOW_STEPS:
-        rows.append([ctx.cell(label), ctx.cell(format_count(flow.get(key)), style=ctx.styles.cell_num)])
-    for key, label, patients in (
-        ("fit", "fit split", "patients_fit"),
-        ("evaluation", "evaluation split", "patients_evaluation"),
-    ):
-        count = format_count(flow.get(key, split.get(f"n_{key}")))
-        if split.get(patients) is not None:
-            count += f" ({format_count(split[patients])} patients)"
-        rows.append(
-            [
-                ctx.cell(f"of which {label}", style=ctx.styles.indent_cell),
-                ctx.cell(count, style=ctx.styles.cell_num),
-            ]
-        )
-    story += ctx.table_block("Cohort flow.", table(rows, [ctx.width * 0.7, ctx.width * 0.3]))
-    exclusions = flow.get("exclusions")
-    if exclusions is None:
-        story.append(ctx.p(f"Exclusions: {NOT_RECORDED}."))
-        return story
-    if not exclusions:
-        story.append(ctx.p("No file, study or label was excluded."))
-        return story
-    rows = [[ctx.head("Stage"), ctx.head("Reason"), ctx.head("Count", right=True)]]
-    for item in exclusions:
-        rows.append(
-            [
-                ctx.cell(words(get(item, "stage") or NOT_RECORDED)),
-                ctx.cell(get(item, "reason")),
-                ctx.cell(format_count(get(item, "count")), style=ctx.styles.cell_num),
-            ]
-        )
-    story += ctx.table_block(
-        "Exclusions by stage and reason. A label that matches no study removes no study; "
-        "it is listed so that every input is accounted for.",
-        table(rows, [ctx.width * 0.2, ctx.width * 0.5, ctx.width * 0.3]),
-    )
     return story
