@@ -26,9 +26,11 @@ from tests.conftest import DEMO_PROTOCOL
 from tests.report.sections import render_section
 
 from sitecal.calibration import fit_group_temperatures
+from sitecal.errors import DataError
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.evaluation._sensitivity import sensitivity_analyses, site_attribute
 from sitecal.metrics import (
+    RecalibrationStatistic,
     TopLabelOEStatistic,
     accuracy,
     brier_score,
@@ -343,3 +345,27 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
         "Tiny",
         "unknown",
     ]
+
+
+def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome: Any) -> None:
+    sens = sensitivity_analyses(
+        _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="bootstrap"
+    )
+    assert sens["recalibration"]["intervals"]["slope"].startswith("patient-cluster bootstrap")
+    probs, held = _after_probs(data, outcome)
+    rows = data.attributes["site"][held] == "River"
+    for name in ("slope", "intercept"):
+        res = bootstrap_interval(
+            RecalibrationStatistic(name),
+            (probs[rows], data.labels[held][rows]),
+            clusters=data.patient_keys[held][rows],
+            n_resamples=200,
+            seed=7,
+        )
+        entry = next(g for g in sens["recalibration"]["subgroups"]["site"] if g["group"] == "River")
+        assert (entry["after"][name]["low"], entry["after"][name]["high"]) == (res.low, res.high)
+        assert entry["after"][name]["estimate"] == pytest.approx(res.estimate, rel=1e-8)
+    with pytest.raises(DataError, match="'slope_intervals' parameter of sensitivity_analyses"):
+        sensitivity_analyses(
+            _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="profile"
+        )
