@@ -35,9 +35,8 @@ def png_dpi(path: Path) -> tuple[float, float]:
 
 def test_report_figures_exist_and_are_at_least_200_dpi(report: ReportArtifacts) -> None:
     names = [p.name for p in report.figures]
-    # the forest plot, the overall diagram and one per scanner (the calibration attribute)
-    assert names[0] == "forest_ece.png"
-    assert names[1] == "reliability_overall.png"
+    # the flow diagram, the forest plot, the overall diagram and one per scanner (the calibration attribute)
+    assert names[:3] == ["flow.png", "forest_ece.png", "reliability_overall.png"]
     assert len([n for n in names if n.startswith("reliability_scanner_")]) == 5
     for path in report.figures:
         assert path.is_file() and path.parent == report.pdf.parent / "figures"

@@ -9,6 +9,7 @@ from reportlab.lib.units import mm
 from reportlab.platypus import Flowable, PageBreak, Paragraph, Spacer, Table, TableStyle
 
 from ._context import Context, verdict_text
+from ._governance import GOVERNANCE_FIELDS, draft_fields
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import (
@@ -79,6 +80,26 @@ def _sites_text(flow: Mapping[str, Any]) -> str | None:
     return f"{len(names)} site{'s' if len(names) != 1 else ''}: {shown}" if names else "none"
 
 
+def _status_note(ctx: Context) -> Paragraph:
+    """DRAFT and what it waits for, or the reminder that the report is valid once signed."""
+    names_missing = set(draft_fields(ctx.protocol))
+    missing = [f for f in GOVERNANCE_FIELDS if f.name in names_missing]
+    if missing:
+        names = ", ".join(para_text(f.label.lower()) for f in missing)
+        fields = ", ".join(para_text(f.protocol_field) for f in missing)
+        return ctx.p(
+            f'<font color="{Palette.failed.hexval()}"><b>DRAFT.</b></font> <i>The protocol does not yet give '
+            f"the {names} statement{'s' if len(missing) > 1 else ''} ({fields}); the sign-off section "
+            "shows what each must say. This report is not valid until they are given and it is signed.</i>",
+            ctx.styles.note,
+        )
+    return ctx.p(
+        "<i>For review by the governance committee. This report is not valid until it is signed in the "
+        "sign-off section.</i>",
+        ctx.styles.note,
+    )
+
+
 def title_page(ctx: Context) -> list[Flowable]:
     """Title, key identifiers, the overall verdict, criteria at a glance and points to note."""
     protocol, provenance, ev = ctx.protocol, ctx.provenance, ctx.evaluation
@@ -97,11 +118,7 @@ def title_page(ctx: Context) -> list[Flowable]:
         Spacer(1, 18 * mm),
         heading,
         ctx.p(para_text(title), ctx.styles.title),
-        ctx.p(
-            "<i>Draft for review by the governance committee. This report is not valid until it is signed "
-            "in the sign-off section.</i>",
-            ctx.styles.note,
-        ),
+        _status_note(ctx),
         Spacer(1, 6 * mm),
         _verdict_box(ctx),
         Spacer(1, 6 * mm),
