@@ -4,17 +4,15 @@
 described by ``sitecal/report/evaluation.schema.json``.
 """
 
+from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS
 from sitecal.evaluation._core import (
-    FAIL,
-    INSUFFICIENT,
-    OVERALL,
-    PASS,
     SCHEMA_VERSION,
     EvaluationData,
     EvaluationOutcome,
     evaluate,
     split_patients,
 )
+from sitecal.evaluation._groups import OVERALL
 
 __all__ = [
     "FAIL",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sitecal.evaluation._groups import UNKNOWN, ordered_groups
 from sitecal.protocol import Protocol
 
 if TYPE_CHECKING:
@@ -29,23 +30,16 @@ __all__ = ["MAX_ERRORS", "UNKNOWN", "cohort_characteristics", "highest_confidenc
 
 #: How many highest-confidence errors ``evaluation.json`` lists.
 MAX_ERRORS = 10
-UNKNOWN = "unknown"
 #: A DICOM UID (digits and dots): never written in clear.
 _UID = re.compile(r"^\s*[0-9]+(\.[0-9]+)+\s*$")
 
 
-def _ordered(values: np.ndarray) -> list[str]:
-    """Distinct values sorted, with ``unknown`` last (the order of the evaluation's subgroup lists)."""
-    unique = sorted({str(v) for v in values.tolist()})
-    return [v for v in unique if v != UNKNOWN] + ([UNKNOWN] if UNKNOWN in unique else [])
-
-
 def _mix(values: np.ndarray) -> list[dict[str, Any]]:
-    """Count and share of each value, in :func:`_ordered` order."""
+    """Count and share of each value, in :func:`sitecal.evaluation._groups.ordered_groups` order."""
     n = len(values)
     return [
         {"value": v, "count": (c := int(np.count_nonzero(values == v))), "share": c / n if n else 0.0}
-        for v in _ordered(values)
+        for v in ordered_groups(values)
     ]
 
 
@@ -128,7 +122,7 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
     subgroups = {
         name: [
             _row(group, data.attributes[name] == group, data, fit, mixes)
-            for group in _ordered(data.attributes[name])
+            for group in ordered_groups(data.attributes[name])
         ]
         for name in attributes
     }

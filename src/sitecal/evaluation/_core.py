@@ -17,10 +17,12 @@ from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import DataError
+from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
+from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.metrics import reliability_curve, softmax
-from sitecal.protocol import AcceptanceCriterion, Protocol
+from sitecal.protocol import Protocol
 from sitecal.stats import (
     BootstrapSpec,
     bootstrap_metrics,
@@ -32,8 +34,6 @@ from sitecal.stats import (
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
 SCHEMA_VERSION = 1
-OVERALL = "overall"
-PASS, FAIL, INSUFFICIENT = "pass", "fail", "insufficient data"
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,6 @@ def split_patients(
     return np.array([str(p) in fit_patients for p in patient_keys], dtype=bool)
 
 
-def _patient_strata(patient_keys: np.ndarray, strata: np.ndarray) -> np.ndarray:
-    """Per row, the stratum of the row's patient (their first row in key order): constant within a cluster."""
-    first: dict[str, str] = {}
-    for i in np.argsort(patient_keys, kind="stable"):
-        first.setdefault(str(patient_keys[i]), str(strata[i]))
-    return np.array([first[str(p)] for p in patient_keys])
-
-
 def evaluate(
     protocol: Protocol,
     data: EvaluationData,
@@ -141,7 +133,7 @@ def evaluate(
     patients = data.patient_keys[held]
     applied = temperatures.temperatures_for(cal_groups[held])
     prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
-    strata = _patient_strata(patients, strata_all[held])
+    strata = patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
         n_resamples=ev.bootstrap.n_resamples,
         level=ev.bootstrap.level,
@@ -153,7 +145,7 @@ def evaluate(
     attributes = protocol.reported_subgroups
     for name in attributes:
         values = data.attributes[name][held]
-        for value in _ordered_groups(values):
+        for value in ordered_groups(values):
             plan.append((name, value, values == value))
 
     fit_rows = _FitRows(data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit])
@@ -197,7 +189,7 @@ def evaluate(
         )
         for name in attributes
     }
-    acceptance = [_judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
+    acceptance = [judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
     verdicts = [a["verdict"] for a in acceptance]
     verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
     warnings = [
@@ -249,12 +241,6 @@ def evaluate(
         "highest_confidence_errors": highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
     }
     return EvaluationOutcome(document=document, temperatures=temperatures, fit_mask=fit)
-
-
-def _ordered_groups(values: np.ndarray) -> list[str]:
-    """Group values sorted, with ``unknown`` last."""
-    unique = sorted(set(values.tolist()))
-    return [v for v in unique if v != "unknown"] + (["unknown"] if "unknown" in unique else [])
 
 
 def _group_result(
@@ -380,7 +366,7 @@ def _disparities(
 ) -> dict[str, Any]:
     """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples."""
     ev = protocol.evaluation
-    strata = _patient_strata(patients, values)
+    strata = patient_strata(patients, values)
     out: dict[str, Any] = {}
     for metric in ev.disparity_metrics:
         out[metric] = {}
@@ -406,46 +392,3 @@ def _disparities(
 
 def _interval(result: Any) -> dict[str, float]:
     return {"estimate": float(result.estimate), "low": float(result.low), "high": float(result.high)}
-
-
-def _judge(
-    criterion: AcceptanceCriterion,
-    overall: Mapping[str, Any],
-    results: Mapping[str, list[dict[str, Any]]],
-    min_group_size: int,
-) -> dict[str, Any]:
-    groups = [overall] if criterion.scope == OVERALL else results.get(criterion.scope, [])
-    rows = []
-    for g in groups:
-        value = g["metrics"][criterion.metric][criterion.stage][criterion.statistic]
-        if g["small"]:
-            verdict = INSUFFICIENT
-        elif not np.isfinite(value):
-            verdict = INSUFFICIENT
-        else:
-            ok = value < criterion.threshold if criterion.operator == "<" else value > criterion.threshold
-            verdict = PASS if ok else FAIL
-        rows.append({"group": g["group"], "n": g["n"], "value": value, "verdict": verdict})
-    verdicts = [r["verdict"] for r in rows]
-    overall_verdict = (
-        FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
-    )
-    return {
-        "id": criterion.id,
-        "description": criterion.description or _describe(criterion),
-        "metric": criterion.metric,
-        "stage": criterion.stage,
-        "statistic": criterion.statistic,
-        "operator": criterion.operator,
-        "threshold": criterion.threshold,
-        "scope": criterion.scope,
-        "results": rows,
-        "verdict": overall_verdict,
-    }
-
-
-def _describe(c: AcceptanceCriterion) -> str:
-    what = {"estimate": "", "low": "lower CI of ", "high": "upper CI of "}[c.statistic]
-    where = "overall" if c.scope == OVERALL else f"in every {c.scope} group"
-    side = "below" if c.operator == "<" else "above"
-    return f"{what}{c.metric.upper()} {c.stage} calibration {side} {c.threshold:g} {where}".capitalize()

@@ -30,6 +30,7 @@ from scipy.special import ndtri
 from sitecal._validation import check_option
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import SitecalError
+from sitecal.evaluation._groups import ordered_groups, patient_strata
 from sitecal.metrics import (
     RecalibrationStatistic,
     TopLabelOEStatistic,
@@ -55,20 +56,6 @@ LOSO_METRICS = ("ece", "nll", "brier", "accuracy")
 _HOW = ("wald", "bootstrap")
 
 
-def _ordered(values: np.ndarray) -> list[str]:
-    """Group values sorted, ``unknown`` last (as the main evaluation orders them)."""
-    unique = sorted(set(values.tolist()))
-    return [v for v in unique if v != "unknown"] + (["unknown"] if "unknown" in unique else [])
-
-
-def _patient_strata(patients: np.ndarray, strata: np.ndarray) -> np.ndarray:
-    """Per row, the stratum of the row's patient (their first row in key order)."""
-    first: dict[str, str] = {}
-    for i in np.argsort(patients, kind="stable"):
-        first.setdefault(str(patients[i]), str(strata[i]))
-    return np.array([first[str(p)] for p in patients])
-
-
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
@@ -88,7 +75,7 @@ class _Setup:
         strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
         held = self.held
         self.labels, self.patients = data.labels[held], data.patient_keys[held]
-        self.strata = _patient_strata(self.patients, strata_all[held])
+        self.strata = patient_strata(self.patients, strata_all[held])
         logits = data.logits[held]
         applied = temps.temperatures_for(self.cal_groups[held])
         self.probs = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
@@ -147,7 +134,7 @@ def _recalibration(setup: _Setup) -> dict[str, Any]:
     plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(setup.labels), bool))]
     for name in setup.protocol.reported_subgroups:
         values = setup.data.attributes[name][setup.held]
-        plan += [(name, value, values == value) for value in _ordered(values)]
+        plan += [(name, value, values == value) for value in ordered_groups(values)]
     min_size = setup.protocol.evaluation.min_group_size
     overall: dict[str, Any] = {}
     groups: dict[str, list[dict[str, Any]]] = {name: [] for name in setup.protocol.reported_subgroups}
@@ -202,7 +189,7 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> dict[
     ev = setup.protocol.evaluation
     rows: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
-    for site in _ordered(values):  # a loop over sites
+    for site in ordered_groups(values):  # a loop over sites
         mask = values == site
         n = int(mask.sum())
         patients = setup.patients[mask]
@@ -309,7 +296,7 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> di
     base["full"] = {"n_fit": n_fit, "n_evaluation": n_eval, "global_temperature": full_t, "metrics": full}
     values = setup.data.attributes[attribute]
     rows = []
-    for site in _ordered(values):  # a loop over sites
+    for site in ordered_groups(values):  # a loop over sites
         left, t, n_fit, n_eval, note = _after_metrics(setup, values != site)
         difference = {
             m: None if left[m] is None or full[m] is None else cast(float, left[m]) - cast(float, full[m])

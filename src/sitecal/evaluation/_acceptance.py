@@ -1,0 +1,59 @@
+"""Acceptance: each protocol criterion judged on the stored group results (pass, fail, insufficient data)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from sitecal.evaluation._groups import OVERALL
+from sitecal.protocol import AcceptanceCriterion
+
+__all__ = ["FAIL", "INSUFFICIENT", "PASS", "describe", "judge"]
+
+PASS, FAIL, INSUFFICIENT = "pass", "fail", "insufficient data"
+
+
+def judge(
+    criterion: AcceptanceCriterion,
+    overall: Mapping[str, Any],
+    results: Mapping[str, list[dict[str, Any]]],
+    min_group_size: int,
+) -> dict[str, Any]:
+    groups = [overall] if criterion.scope == OVERALL else results.get(criterion.scope, [])
+    rows = []
+    for g in groups:
+        value = g["metrics"][criterion.metric][criterion.stage][criterion.statistic]
+        if g["small"]:
+            verdict = INSUFFICIENT
+        elif not np.isfinite(value):
+            verdict = INSUFFICIENT
+        else:
+            ok = value < criterion.threshold if criterion.operator == "<" else value > criterion.threshold
+            verdict = PASS if ok else FAIL
+        rows.append({"group": g["group"], "n": g["n"], "value": value, "verdict": verdict})
+    verdicts = [r["verdict"] for r in rows]
+    overall_verdict = (
+        FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
+    )
+    return {
+        "id": criterion.id,
+        "description": criterion.description or describe(criterion),
+        "metric": criterion.metric,
+        "stage": criterion.stage,
+        "statistic": criterion.statistic,
+        "operator": criterion.operator,
+        "threshold": criterion.threshold,
+        "scope": criterion.scope,
+        "results": rows,
+        "verdict": overall_verdict,
+    }
+
+
+def describe(c: AcceptanceCriterion) -> str:
+    what = {"estimate": "", "low": "lower CI of ", "high": "upper CI of "}[c.statistic]
+    where = "overall" if c.scope == OVERALL else f"in every {c.scope} group"
+    side = "below" if c.operator == "<" else "above"
+    text = f"{what}{c.metric.upper()} {c.stage} calibration {side} {c.threshold:g} {where}"
+    return text[:1].upper() + text[1:]
