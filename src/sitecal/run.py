@@ -178,7 +178,12 @@ def run_protocol(
                 "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
             },
             outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
-            model={"name": model.name, "format": model.format, "file": model.path.name},
+            model={
+                "name": model.name,
+                "version": protocol.model.version,
+                "format": model.format,
+                "file": model.path.name,
+            },
             transforms_sha256=transforms_sha256,
             pseudonym_key=pseudonymize.fingerprint,
             device=device,

@@ -55,6 +55,7 @@ from sitecal.errors import ModelError
 from sitecal.inference import _bundle, _pt2
 from sitecal.inference._bundle import first_line
 from sitecal.protocol import ModelSettings
+from sitecal.provenance import file_sha256
 
 __all__ = ["LoadedModel", "file_sha256", "load_model"]
 
@@ -74,15 +75,6 @@ class LoadedModel:
     format: str
     sha256: str
     path: Path
-
-
-def file_sha256(path: Path, *, chunk: int = 1 << 20) -> str:
-    """sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
