@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from sitecal.demo._local_metrics import ece as _ece
+from sitecal.demo._local_metrics import fit_temperature as _fit_temperature
 from sitecal.demo.ct import (
     CLASS_NAMES,
     CT_TRANSFORMS,
@@ -27,7 +29,6 @@ from sitecal.demo.ct._study import MIN_SLICES, StudyKind
 from sitecal.demo.ct.generate import series_sort_key, simulate_cohort_study
 from sitecal.demo.ct.train import model_inputs, synthesize
 from sitecal.demo.ct.verify import check_ct_cohort, read_volume, slice_order
-from sitecal.demo.train import _ece, _fit_temperature
 from sitecal.errors import DataError, ModelError, OutputError
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "protocols" / "demo-ct.yaml"

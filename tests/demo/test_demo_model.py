@@ -19,8 +19,9 @@ from sitecal.demo import (
     demo_weights_path,
     load_demo_model,
 )
+from sitecal.demo._local_metrics import ece as _ece
 from sitecal.demo._scanners import REFERENCE_SCANNER, SCANNERS
-from sitecal.demo.train import TrainingConfig, _ece, model_inputs, synthesize_stored, train_demo_model
+from sitecal.demo.train import TrainingConfig, model_inputs, synthesize_stored, train_demo_model
 from sitecal.errors import DataError, ModelError
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ._weights import load_weights, read_model_card
 
 __all__ = [
     "DEMO_INPUT_SHAPE",
@@ -21,8 +19,6 @@ __all__ = [
     "demo_weights_path",
     "load_demo_model",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: Shape of one input to :class:`DemoNet`: (channels, rows, columns).
 DEMO_INPUT_SHAPE: tuple[int, int, int] = (1, 64, 64)
@@ -115,15 +111,7 @@ def demo_metadata() -> dict[str, Any]:
     ModelError
         If the file is missing or is not valid JSON.
     """
-    path = demo_metadata_path()
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(
-            f"Cannot read the demo model card {path}: {exc}. "
-            "Reinstall sitecal or run 'python -m sitecal.demo.train' to rebuild it."
-        ) from exc
-    return data
+    return read_model_card(demo_metadata_path(), what="demo", rebuild="python -m sitecal.demo.train")
 
 
 def load_demo_model(weights: Path | None = None) -> DemoNet:
@@ -150,25 +138,5 @@ def load_demo_model(weights: Path | None = None) -> DemoNet:
     >>> model.training
     False
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = demo_weights_path() if weights is None else Path(weights)
-    try:
-        state = load_file(str(path), device="cpu")
-    except (OSError, SafetensorError) as exc:
-        raise ModelError(
-            f"Cannot read the demo weights {path}: {exc}. "
-            "Reinstall sitecal or run 'python -m sitecal.demo.train' to rebuild them."
-        ) from exc
-    model = DemoNet()
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise ModelError(
-            f"The weights in {path} do not fit DemoNet: {exc}. "
-            "Rebuild them with 'python -m sitecal.demo.train'."
-        ) from exc
-    model.eval()
-    logger.debug("Loaded the demo model from %s", path)
-    return model
+    return load_weights(DemoNet(), path, what="demo", rebuild="python -m sitecal.demo.train")

@@ -16,26 +16,29 @@ over-confident, which is what per-scanner temperature scaling is there to fix.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from numpy.typing import NDArray
-from scipy.optimize import minimize_scalar
 
-from ..errors import DataError
 from ._preprocess import DEMO_TRANSFORMS, preprocess_batch
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, ScannerProfile, scanner_by_key
 from ._synthesis import acquire, render_scenes, sample_anatomy, sample_labels, stored_to_presentation
+from ._training import (
+    check_config,
+    deterministic_threads,
+    fit_classifier,
+    fold_temperature,
+    model_card,
+    training_cli,
+    write_card,
+)
+from ._weights import write_weights
 from .model import DEMO_INPUT_SHAPE, DemoNet, demo_weights_path
 
 __all__ = [
@@ -134,51 +137,6 @@ def _data(n: int, scanner: ScannerProfile, rng: np.random.Generator) -> tuple[to
     return torch.cat(xs), torch.cat(ys)
 
 
-def _ece(probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int = 15) -> float:
-    # Top-label ECE, equal-width bins on (lo, hi], weighted by bin size (Guo et al., 2017).
-    conf = probs.max(axis=1)
-    correct = probs.argmax(axis=1) == labels
-    bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
-    count = np.bincount(bins, minlength=n_bins)
-    gap = np.abs(np.bincount(bins, correct, n_bins) - np.bincount(bins, conf, n_bins))
-    return float(gap.sum() / max(count.sum(), 1))
-
-
-def _fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    z = logits.double()
-
-    def nll(log_t: float) -> float:
-        return float(F.cross_entropy(z / np.exp(log_t), labels))
-
-    res = minimize_scalar(nll, bounds=(-3.0, 3.0), method="bounded", options={"xatol": 1e-6})
-    return float(np.exp(res.x))
-
-
-def _predict(model: DemoNet, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([model(x[i : i + 1024]) for i in range(0, len(x), 1024)])
-
-
-def _validate(config: TrainingConfig) -> None:
-    checks = [
-        ("batch_size", config.batch_size >= 1, "an int >= 1"),
-        ("n_train", config.n_train >= config.batch_size, f"an int >= batch_size ({config.batch_size})"),
-        ("n_val", config.n_val >= 1, "an int >= 1"),
-        ("epochs", config.epochs >= 1, "an int >= 1"),
-        ("threads", config.threads >= 1, "an int >= 1"),
-        ("lr", config.lr > 0, "a float > 0"),
-    ]
-    for name, ok, allowed in checks:
-        if not ok:
-            raise DataError(
-                f"The '{name}' parameter of TrainingConfig must be {allowed}. Got {getattr(config, name)!r}."
-            )
-    try:
-        scanner_by_key(config.scanner)
-    except KeyError as exc:
-        raise DataError(f"The 'scanner' parameter of TrainingConfig is unknown: {exc.args[0]}") from None
-
-
 def train_demo_model(config: TrainingConfig | None = None) -> TrainingResult:
     """Train :class:`DemoNet` on images of one scanner, deterministically.
 
@@ -194,13 +152,9 @@ def train_demo_model(config: TrainingConfig | None = None) -> TrainingResult:
         The model in eval mode with the validation temperature folded into its last layer.
     """
     config = config or TrainingConfig()
-    _validate(config)
+    check_config(config, scanner_by_key)
     scanner = scanner_by_key(config.scanner)
-    threads_before = torch.get_num_threads()
-    deterministic_before = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(config.threads)
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic_threads(config.threads):
         started = time.perf_counter()
         seeds = np.random.SeedSequence([config.seed, 0x7A1]).spawn(2)
         x_train, y_train = _data(config.n_train, scanner, np.random.default_rng(seeds[0]))
@@ -208,53 +162,27 @@ def train_demo_model(config: TrainingConfig | None = None) -> TrainingResult:
         logger.info(
             "Synthesised %d + %d images in %.1f s", len(x_train), len(x_val), time.perf_counter() - started
         )
-
-        torch.manual_seed(config.seed)
-        generator = torch.Generator().manual_seed(config.seed)
-        model = DemoNet().to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         x_train = x_train.contiguous(memory_format=torch.channels_last)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        steps_per_epoch = config.n_train // config.batch_size
-        schedule = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=config.lr, total_steps=config.epochs * steps_per_epoch
+        model = fit_classifier(
+            lambda: DemoNet().to(memory_format=torch.channels_last),  # type: ignore[call-overload]
+            x_train,
+            y_train,
+            config,
         )
-        for epoch in range(config.epochs):
-            model.train()
-            order = torch.randperm(config.n_train, generator=generator)
-            total = 0.0
-            for step in range(steps_per_epoch):
-                batch = order[step * config.batch_size : (step + 1) * config.batch_size]
-                loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
-                schedule.step()
-                total += float(loss.detach())
-            logger.info("epoch %d: mean training loss %.4f", epoch + 1, total / steps_per_epoch)
-
         model = model.to(memory_format=torch.contiguous_format).eval()
-        val_logits = _predict(model, x_val)
-        temperature = _fit_temperature(val_logits, y_val)
-        with torch.no_grad():  # fold 1/T into the classifier: logits / T with no extra layer
-            model.classifier.weight /= temperature
-            model.classifier.bias /= temperature
-        train_acc = float((_predict(model, x_train).argmax(1) == y_train).float().mean())
-        val_logits = _predict(model, x_val)
-        val_acc = float((val_logits.argmax(1) == y_val).float().mean())
-        val_ece = _ece(torch.softmax(val_logits.double(), 1).numpy(), y_val.numpy())
+        scores = fold_temperature(model, (x_train, y_train), (x_val, y_val), chunk=1024)
         seconds = time.perf_counter() - started
-    finally:
-        torch.set_num_threads(threads_before)
-        torch.use_deterministic_algorithms(deterministic_before)
     logger.info(
         "Trained in %.1f s: train accuracy %.3f, val accuracy %.3f, val ECE %.3f, folded T %.3f",
         seconds,
-        train_acc,
-        val_acc,
-        val_ece,
-        temperature,
+        scores.train_accuracy,
+        scores.val_accuracy,
+        scores.val_ece,
+        scores.temperature,
     )
-    return TrainingResult(model, train_acc, val_acc, val_ece, temperature, seconds, config)
+    return TrainingResult(
+        model, scores.train_accuracy, scores.val_accuracy, scores.val_ece, scores.temperature, seconds, config
+    )
 
 
 def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
@@ -265,64 +193,34 @@ def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
     tuple of pathlib.Path
         The weights path and the model card path.
     """
-    from safetensors.torch import save_file
-
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
-    # One metadata key only: safetensors writes a map in arbitrary order, and the file must be
-    # byte-identical from run to run.
-    save_file(state, str(out), metadata={"format": "pt"})
-    out.chmod(0o644)  # safetensors writes 0600; the file ships in the package
-    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    digest = write_weights(result.model, out)
     scanner = scanner_by_key(result.config.scanner)
-    card: dict[str, Any] = {
+    head = {
         "model": "sitecal.demo.model.DemoNet",
         "weights": out.name,
         "weights_sha256": digest,
-        "n_parameters": int(sum(p.numel() for p in result.model.parameters())),
         "class_names": list(CLASS_NAMES),
         "input_shape": list(DEMO_INPUT_SHAPE),
         "input": "presentation values (sitecal.demo.presentation_values), then the transforms",
         "transforms": [dict(t) for t in DEMO_TRANSFORMS],
-        "training": {
-            "seed": result.config.seed,
-            "reference_scanner": {
-                "key": scanner.key,
-                "manufacturer": scanner.manufacturer,
-                "model_name": scanner.model_name,
-            },
-            "n_train": result.config.n_train,
-            "n_val": result.config.n_val,
-            "epochs": result.config.epochs,
-            "batch_size": result.config.batch_size,
-            "optimizer": (
-                f"AdamW(lr={result.config.lr}, weight_decay={result.config.weight_decay}), OneCycleLR"
-            ),
-            "threads": result.config.threads,
-            "torch": torch.__version__,
-            "seconds": round(result.seconds, 1),
-            "train_accuracy": round(result.train_accuracy, 4),
-            "val_accuracy": round(result.val_accuracy, 4),
-            "val_ece": round(result.val_ece, 4),
-            "folded_temperature": round(result.folded_temperature, 4),
-        },
     }
+    reference = {"key": scanner.key, "manufacturer": scanner.manufacturer, "model_name": scanner.model_name}
+    card = model_card(result, head=head, reference_scanner=reference)
     card_path = out.with_suffix(".json")
-    card_path.write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    write_card(card, card_path)
     return out, card_path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m sitecal.demo.train [--out PATH] [--seed N] [--epochs N]``."""
-    parser = argparse.ArgumentParser(prog="python -m sitecal.demo.train", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=demo_weights_path(), help="weights file to write")
-    parser.add_argument("--seed", type=int, default=TrainingConfig.seed)
-    parser.add_argument("--epochs", type=int, default=TrainingConfig.epochs)
-    parser.add_argument("--n-train", type=int, default=TrainingConfig.n_train)
-    parser.add_argument("--threads", type=int, default=TrainingConfig.threads)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = training_cli(
+        argv,
+        prog="python -m sitecal.demo.train",
+        description=__doc__.splitlines()[0],
+        default_out=demo_weights_path(),
+        defaults=TrainingConfig(),
+    )
     result = train_demo_model(
         TrainingConfig(seed=args.seed, epochs=args.epochs, n_train=args.n_train, threads=args.threads)
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...errors import ModelError
+from .._weights import load_weights, read_model_card
 
 __all__ = [
     "CT_INPUT_SHAPE",
@@ -21,8 +19,6 @@ __all__ = [
     "demo_ct_weights_path",
     "load_demo_ct_model",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: Shape of one input to :class:`DemoNet3D`: (channels, slices, rows, columns).
 CT_INPUT_SHAPE: tuple[int, int, int, int] = (1, 16, 48, 48)
@@ -108,15 +104,7 @@ def demo_ct_metadata() -> dict[str, Any]:
     ModelError
         If the file is missing or is not valid JSON.
     """
-    path = demo_ct_metadata_path()
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(
-            f"Cannot read the CT demo model card {path}: {exc}. "
-            "Reinstall sitecal or run 'python -m sitecal.demo.ct.train' to rebuild it."
-        ) from exc
-    return data
+    return read_model_card(demo_ct_metadata_path(), what="CT demo", rebuild="python -m sitecal.demo.ct.train")
 
 
 def load_demo_ct_model(weights: Path | None = None) -> DemoNet3D:
@@ -137,25 +125,5 @@ def load_demo_ct_model(weights: Path | None = None) -> DemoNet3D:
     ModelError
         If the file is missing, not safetensors, or does not fit :class:`DemoNet3D`.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = demo_ct_weights_path() if weights is None else Path(weights)
-    try:
-        state = load_file(str(path), device="cpu")
-    except (OSError, SafetensorError) as exc:
-        raise ModelError(
-            f"Cannot read the CT demo weights {path}: {exc}. "
-            "Reinstall sitecal or run 'python -m sitecal.demo.ct.train' to rebuild them."
-        ) from exc
-    model = DemoNet3D()
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise ModelError(
-            f"The weights in {path} do not fit DemoNet3D: {exc}. "
-            "Rebuild them with 'python -m sitecal.demo.ct.train'."
-        ) from exc
-    model.eval()
-    logger.debug("Loaded the CT demo model from %s", path)
-    return model
+    return load_weights(DemoNet3D(), path, what="CT demo", rebuild="python -m sitecal.demo.ct.train")

@@ -13,22 +13,25 @@ other scanners.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ...errors import DataError
-from ..train import _ece, _fit_temperature
+from .._training import (
+    check_config,
+    deterministic_threads,
+    fit_classifier,
+    fold_temperature,
+    model_card,
+    training_cli,
+    write_card,
+)
+from .._weights import write_weights
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, CtScanner, scanner_by_key
 from ._study import simulate_study
 from ._synthesis import INTERCEPT
@@ -119,29 +122,10 @@ def _data(n: int, scanner: CtScanner, rng: np.random.Generator) -> tuple[torch.T
     return model_inputs(volumes), torch.from_numpy(labels)
 
 
-def _predict(model: DemoNet3D, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([model(x[i : i + 256]) for i in range(0, len(x), 256)])
-
-
-def _validate(config: TrainingConfig) -> None:
-    checks = [
-        ("batch_size", config.batch_size >= 1, "an int >= 1"),
-        ("n_train", config.n_train >= config.batch_size, f"an int >= batch_size ({config.batch_size})"),
-        ("n_val", config.n_val >= 1, "an int >= 1"),
-        ("epochs", config.epochs >= 1, "an int >= 1"),
-        ("threads", config.threads >= 1, "an int >= 1"),
-        ("lr", config.lr > 0, "a float > 0"),
-    ]
-    for name, ok, allowed in checks:
-        if not ok:
-            raise DataError(
-                f"The '{name}' parameter of TrainingConfig must be {allowed}. Got {getattr(config, name)!r}."
-            )
-    try:
-        scanner_by_key(config.scanner)
-    except KeyError as exc:
-        raise DataError(f"The 'scanner' parameter of TrainingConfig is unknown: {exc.args[0]}") from None
+def _mirror(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    # Mirror left-right at random: the anatomy is near-symmetric and the finding can be in either lung,
+    # so this doubles the variety of a small training set.
+    return x.flip(-1) if float(torch.rand(1, generator=generator)) < 0.5 else x
 
 
 def train_ct_model(config: TrainingConfig | None = None) -> TrainingResult:
@@ -159,13 +143,9 @@ def train_ct_model(config: TrainingConfig | None = None) -> TrainingResult:
         The model in eval mode with the validation temperature folded into its last layer.
     """
     config = config or TrainingConfig()
-    _validate(config)
+    check_config(config, scanner_by_key)
     scanner = scanner_by_key(config.scanner)
-    threads_before = torch.get_num_threads()
-    deterministic_before = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(config.threads)
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic_threads(config.threads):
         started = time.perf_counter()
         seeds = np.random.SeedSequence([config.seed, 0xC7A1]).spawn(2)
         x_train, y_train = _data(config.n_train, scanner, np.random.default_rng(seeds[0]))
@@ -173,74 +153,31 @@ def train_ct_model(config: TrainingConfig | None = None) -> TrainingResult:
         logger.info(
             "Synthesised %d + %d volumes in %.1f s", len(x_train), len(x_val), time.perf_counter() - started
         )
-        torch.manual_seed(config.seed)
-        generator = torch.Generator().manual_seed(config.seed)
-        model = DemoNet3D()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        steps_per_epoch = config.n_train // config.batch_size
-        schedule = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=config.lr, total_steps=config.epochs * steps_per_epoch
-        )
-        for epoch in range(config.epochs):
-            model.train()
-            order = torch.randperm(config.n_train, generator=generator)
-            total = 0.0
-            for step in range(steps_per_epoch):
-                batch = order[step * config.batch_size : (step + 1) * config.batch_size]
-                x = x_train[batch]
-                # Mirror left-right at random: the anatomy is near-symmetric and the finding can be in
-                # either lung, so this doubles the variety of a small training set.
-                if float(torch.rand(1, generator=generator)) < 0.5:
-                    x = x.flip(-1)
-                loss = F.cross_entropy(model(x), y_train[batch])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
-                schedule.step()
-                total += float(loss.detach())
-            logger.info("epoch %d: mean training loss %.4f", epoch + 1, total / steps_per_epoch)
-
-        model.eval()
-        temperature = _fit_temperature(_predict(model, x_val), y_val)
-        with torch.no_grad():  # fold 1/T into the classifier
-            model.classifier.weight.div_(temperature)
-            model.classifier.bias.div_(temperature)
-        train_acc = float((_predict(model, x_train).argmax(1) == y_train).float().mean())
-        val_logits = _predict(model, x_val)
-        val_acc = float((val_logits.argmax(1) == y_val).float().mean())
-        val_ece = _ece(torch.softmax(val_logits.double(), 1).numpy(), y_val.numpy())
+        model = fit_classifier(DemoNet3D, x_train, y_train, config, augment=_mirror).eval()
+        scores = fold_temperature(model, (x_train, y_train), (x_val, y_val), chunk=256)
         seconds = time.perf_counter() - started
-    finally:
-        torch.set_num_threads(threads_before)
-        torch.use_deterministic_algorithms(deterministic_before)
     logger.info(
         "Trained in %.1f s: train accuracy %.3f, val accuracy %.3f, val ECE %.3f, folded T %.3f",
         seconds,
-        train_acc,
-        val_acc,
-        val_ece,
-        temperature,
+        scores.train_accuracy,
+        scores.val_accuracy,
+        scores.val_ece,
+        scores.temperature,
     )
-    return TrainingResult(model, train_acc, val_acc, val_ece, temperature, seconds, config)
+    return TrainingResult(
+        model, scores.train_accuracy, scores.val_accuracy, scores.val_ece, scores.temperature, seconds, config
+    )
 
 
 def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
     """Write ``out`` (safetensors state dict) and the model card ``out.with_suffix('.json')``."""
-    from safetensors.torch import save_file
-
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
-    save_file(state, str(out), metadata={"format": "pt"})  # one key: byte-identical from run to run
-    out.chmod(0o644)
-    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    digest = write_weights(result.model, out)
     scanner = scanner_by_key(result.config.scanner)
-    c = result.config
-    card: dict[str, Any] = {
+    head = {
         "model": "sitecal.demo.ct.model.DemoNet3D",
         "weights": out.name,
         "weights_sha256": digest,
-        "n_parameters": int(sum(p.numel() for p in result.model.parameters())),
         "class_names": list(CLASS_NAMES),
         "input_shape": list(CT_INPUT_SHAPE),
         "input": (
@@ -248,46 +185,29 @@ def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
             "ascending projection of ImagePositionPatient on row x column cosines; then the transforms"
         ),
         "transforms": [dict(t) for t in CT_TRANSFORMS],
-        "training": {
-            "seed": c.seed,
-            "reference_scanner": {
-                "key": scanner.key,
-                "manufacturer": scanner.manufacturer,
-                "model_name": scanner.model_name,
-                "series_description": scanner.primary.description,
-            },
-            "n_train": c.n_train,
-            "n_val": c.n_val,
-            "epochs": c.epochs,
-            "batch_size": c.batch_size,
-            "optimizer": f"AdamW(lr={c.lr}, weight_decay={c.weight_decay}), OneCycleLR",
-            "augmentation": "left-right flip with probability 0.5",
-            "threads": c.threads,
-            "torch": torch.__version__,
-            "seconds": round(result.seconds, 1),
-            "train_accuracy": round(result.train_accuracy, 4),
-            "val_accuracy": round(result.val_accuracy, 4),
-            "val_ece": round(result.val_ece, 4),
-            "folded_temperature": round(result.folded_temperature, 4),
-        },
     }
+    reference = {
+        "key": scanner.key,
+        "manufacturer": scanner.manufacturer,
+        "model_name": scanner.model_name,
+        "series_description": scanner.primary.description,
+    }
+    extra = {"augmentation": "left-right flip with probability 0.5"}
+    card = model_card(result, head=head, reference_scanner=reference, extra_training=extra)
     card_path = out.with_suffix(".json")
-    card_path.write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    write_card(card, card_path)
     return out, card_path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m sitecal.demo.ct.train [--out PATH] [--seed N] [--epochs N]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m sitecal.demo.ct.train", description=__doc__.splitlines()[0]
+    args = training_cli(
+        argv,
+        prog="python -m sitecal.demo.ct.train",
+        description=__doc__.splitlines()[0],
+        default_out=demo_ct_weights_path(),
+        defaults=TrainingConfig(),
     )
-    parser.add_argument("--out", type=Path, default=demo_ct_weights_path(), help="weights file to write")
-    parser.add_argument("--seed", type=int, default=TrainingConfig.seed)
-    parser.add_argument("--epochs", type=int, default=TrainingConfig.epochs)
-    parser.add_argument("--n-train", type=int, default=TrainingConfig.n_train)
-    parser.add_argument("--threads", type=int, default=TrainingConfig.threads)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     result = train_ct_model(
         TrainingConfig(seed=args.seed, epochs=args.epochs, n_train=args.n_train, threads=args.threads)
     )

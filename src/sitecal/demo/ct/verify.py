@@ -8,8 +8,9 @@ protocol's transforms and runs the bundled model. It reports per scanner: accura
 top-label ECE (15 equal-width bins), then, on a patient-level 50/50 split, the held-out ECE before and
 after a temperature fitted on the other half.
 
-The slice ordering, ECE and temperature fit here are small local functions on purpose: an independent
-check of the demo data, not a use of the pipeline's cohort, metrics or calibration code.
+The slice ordering here, and the ECE and temperature fit of :mod:`sitecal.demo._local_metrics`, are the
+demo's own small functions on purpose: an independent check of the demo data, not a use of the
+pipeline's cohort, metrics or calibration code.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import torch
 from numpy.typing import NDArray
 
 from ...inference.reader import presentation_values
-from ..train import _ece, _fit_temperature
-from ..verify import ScannerCheck, format_table
+from .._checks import ScannerCheck, format_table, scanner_checks
 from ._scanners import CLASS_NAMES
 from ._transforms import ct_transforms
 from .generate import CtDemoManifest, CtStudy, generate_ct_demo
@@ -96,34 +96,15 @@ def check_ct_cohort(
     """
     model = load_demo_ct_model() if model is None else model
     scored = _score(manifest, model)
-    studies, logits = scored.studies, scored.logits
-    labels = np.array([CLASS_NAMES.index(s.label) for s in studies])
-    scanners = np.array([s.scanner for s in studies])
-    patients = sorted({s.patient_id for s in studies})
-    fit_patients = set(np.random.default_rng(split_seed).permutation(patients)[: len(patients) // 2].tolist())
-    fit = np.array([s.patient_id in fit_patients for s in studies])
-    probs = torch.softmax(torch.from_numpy(logits), 1).numpy()
-    out = []
-    for scanner in manifest.scanners:
-        m = scanners == scanner
-        t = _fit_temperature(torch.from_numpy(logits[m & fit]), torch.from_numpy(labels[m & fit]))
-        held = m & ~fit
-        after = torch.softmax(torch.from_numpy(logits[held] / t), 1).numpy()
-        out.append(
-            ScannerCheck(
-                scanner=scanner,
-                reference=scanner == manifest.reference_scanner,
-                n=int(m.sum()),
-                accuracy=float((probs[m].argmax(1) == labels[m]).mean()),
-                mean_confidence=float(probs[m].max(1).mean()),
-                ece=_ece(probs[m], labels[m]),
-                heldout_n=int(held.sum()),
-                temperature=t,
-                heldout_ece_before=_ece(probs[held], labels[held]),
-                heldout_ece_after=_ece(after, labels[held]),
-            )
-        )
-    return out
+    return scanner_checks(
+        scored.logits,
+        np.array([CLASS_NAMES.index(s.label) for s in scored.studies]),
+        [s.scanner for s in scored.studies],
+        [s.patient_id for s in scored.studies],
+        scanner_order=manifest.scanners,
+        reference=manifest.reference_scanner,
+        split_seed=split_seed,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
