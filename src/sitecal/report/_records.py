@@ -49,7 +49,15 @@ _KNOWN = {
     "sha256",
     "model",
     "device",
+    "logits",
 }
+# How many logits came from the cache depends on what ran before, not on the result: provenance.json keeps
+# the counts; the report says what the cache is, so that two runs of one protocol print the same text.
+_LOGITS = (
+    "Computed by the model file above, or reused from the logit cache, which is keyed by the model's "
+    "sha256, the transform chain's fingerprint and the image: a reused logit is the one this model gives "
+    "this image. provenance.json records how many were computed and how many reused in this run."
+)
 
 
 def _scalar(value: Any) -> str:
@@ -79,6 +87,8 @@ def provenance(ctx: Context) -> list[Flowable]:
             ctx.cell(" · ".join(str(model[k]) for k in ("name", "format") if model.get(k)) or None),
         ],
     ]
+    if "logits" in prov:
+        rows.append([ctx.head("Logits"), ctx.cell(_LOGITS)])
     for key in sorted(set(prov) - _KNOWN):
         rows.append([ctx.head(words(key).capitalize()), ctx.cell(_scalar(prov[key]))])
     w = ctx.width

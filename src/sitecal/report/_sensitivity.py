@@ -253,7 +253,7 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
     full = _mapping(loso.get("full"))
     rows.append(
         [
-            ctx.p("<b>None (full cohort)</b>", ctx.styles.cell),
+            ctx.p("<b>Nothing (full cohort)</b>", ctx.styles.cell),
             ctx.cell(format_count(full.get("n_fit")), style=num),
             ctx.cell(format_count(full.get("n_evaluation")), style=num),
             *(ctx.cell(format_value(get(full, "metrics", m)), style=num) for m, _ in _LOSO),
