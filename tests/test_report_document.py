@@ -74,10 +74,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     yield {"folders": folders, "renamed": renamed}
 
 
-def test_two_runs_give_identical_evaluation_bytes_and_pdf_text(runs: dict) -> None:
+def test_two_runs_give_identical_evaluation_pdf_and_dicom_bytes(runs: dict) -> None:
     (name_a, a), (name_b, b) = runs["folders"]
     assert name_a == name_b == f"demo-{STARTED:%Y%m%dT%H%M%SZ}"
-    tables = ("evaluation.json", "calibration.json", "predictions.csv", "cohort.csv", "exclusions.csv")
+    # with the run time fixed, even the PDF and its DICOM wrapping are the same bytes
+    tables = (
+        "evaluation.json",
+        "calibration.json",
+        "predictions.csv",
+        "cohort.csv",
+        "exclusions.csv",
+        "report.pdf",
+        "report.dcm",
+    )
     for artifact in tables:
         assert (a / artifact).read_bytes() == (b / artifact).read_bytes(), artifact
     text_a, text_b = _text(a / "report.pdf"), _text(b / "report.pdf")
