@@ -195,11 +195,14 @@ def test_load_rejects_a_non_safetensors_file(tmp_path: Path) -> None:
 
 
 def test_model_is_calibrated_on_the_reference_and_over_confident_elsewhere() -> None:
-    # In memory, 250 studies per scanner (the DICOM path is proven equal above). Over-confidence shows as
-    # a best temperature well above 1 (softening the logits helps) and an ECE far above the reference's.
+    # In memory (the DICOM path is proven equal above). Over-confidence shows as a best temperature well
+    # above 1 (softening the logits helps) and an ECE far above the reference's. The reference scanner gets
+    # 800 studies: at ~97% accuracy its fitted temperature rests on its few errors, and with 250 it ranged
+    # 0.54-1.02 over seeds; with 800 it is 0.90-0.99 on seeds 1, 2, 3, 5 and 99.
     model = load_demo_ct_model()
     for scanner in SCANNERS:
-        volumes, labels = synthesize(250, scanner, np.random.default_rng(99))
+        n = 800 if scanner.key == REFERENCE_SCANNER else 250
+        volumes, labels = synthesize(n, scanner, np.random.default_rng(99))
         with torch.no_grad():
             logits = model(model_inputs(volumes)).double()
         probs = torch.softmax(logits, 1).numpy()
