@@ -54,9 +54,10 @@ def test_run_writes_every_artifact(demo_run: dict) -> None:
     assert evaluation["verdict"] == ("pass" if demo_run["code"] == 0 else evaluation["verdict"])
     provenance = json.loads((folder / "provenance.json").read_text())
     assert set(provenance["sha256"]) >= {"model", "protocol", "labels", "instances", "dataset_manifest"}
-    assert provenance["outputs_sha256"]["predictions"] == hashlib.sha256(
-        (folder / "predictions.csv").read_bytes()
-    ).hexdigest()
+    assert (
+        provenance["sha256"]["predictions"]
+        == hashlib.sha256((folder / "predictions.csv").read_bytes()).hexdigest()
+    )
     assert provenance["model"]["version"] == "1.0.0"
     assert provenance["seeds"] == {"split": 20261202, "bootstrap": 7}
 

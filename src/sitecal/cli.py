@@ -235,10 +235,6 @@ def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: boo
     stamp_path.write_text(json.dumps(stamp) + "\n")
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _source_date() -> datetime | None:
     """The run time from ``SOURCE_DATE_EPOCH`` (reproducible-builds convention), else ``None`` (now).
 
@@ -253,3 +249,7 @@ def _source_date() -> datetime | None:
         raise _InputError(
             f"SOURCE_DATE_EPOCH={value!r}: not a number of seconds since 1970-01-01 UTC. Unset it or fix it."
         ) from None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
