@@ -26,6 +26,7 @@ CLASSES = ["normal", "nodule", "effusion"]
 
 def _protocol(*, sex: bool = True, age: bool = True, **evaluation: Any) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 50, "refit": False})
     raw["evaluation"].update(evaluation)
     raw["calibration"]["min_group_size"] = 20

@@ -43,6 +43,7 @@ def _data(seed: int = 0) -> EvaluationData:
 
 def _protocol(**bootstrap: Any) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 200, "refit": False, **bootstrap})
     raw["evaluation"]["subgroups"] = ["scanner"]
     raw["calibration"]["min_group_size"] = 100

@@ -28,7 +28,7 @@ def test_demo_protocol_loads_and_resolves_paths() -> None:
     assert loaded.dicom_dir == (DEMO_PROTOCOL.parent / "../demo-data/dicom").resolve()
     assert loaded.model_path.name == "demo_cnn.safetensors"
     assert len(loaded.sha256) == 64
-    assert p.reported_subgroups == ["scanner", "site", "sex", "age_band"]
+    assert p.reported_subgroups == ["scanner", "site", "sex", "age_band", "sex_age"]
 
 
 def test_misspelt_key_names_file_line_field_and_guess(tmp_path: Path, demo_protocol_text: str) -> None:

@@ -78,6 +78,7 @@ def _data(seed: int = 3) -> EvaluationData:
 
 def _protocol(*, with_site: bool = True) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 200, "refit": False})
     raw["evaluation"]["subgroups"] = ["scanner", "site", "sex"] if with_site else ["scanner", "sex"]
     raw["calibration"]["min_group_size"] = 100

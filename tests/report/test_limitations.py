@@ -75,6 +75,7 @@ def _data(seed: int = 11) -> EvaluationData:
 
 def _protocol(*, sex: bool = True) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 50, "refit": False})
     raw["evaluation"]["disparity_metrics"] = ["ece"]
     raw["calibration"]["min_group_size"] = 15
