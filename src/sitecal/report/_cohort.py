@@ -43,18 +43,30 @@ def _lines(entries: object, label: str) -> str:
     return "<br/>".join(lines) or "none"
 
 
-def _columns(chars: Mapping[str, Any], attribute: str | None) -> list[tuple[str, str, float]]:
-    """(header, row key, relative width) of the mix columns; the attribute's own mix is not repeated."""
+def _single_valued(rows: Sequence[Any], key: str) -> bool:
+    """Whether every row's mix of ``key`` is one value (an intersection that contains the attribute)."""
+    mixes = [row.get(key) if isinstance(row, Mapping) else None for row in rows]
+    return bool(mixes) and all(isinstance(m, list) and len(m) == 1 for m in mixes)
+
+
+def _columns(
+    chars: Mapping[str, Any], attribute: str | None, rows: Sequence[Any]
+) -> list[tuple[str, str, float]]:
+    """(header, row key, relative width) of the mix columns to print.
+
+    The attribute's own mix is not repeated, nor a mix that is one value in every group (an intersection
+    with sex or age band).
+    """
     columns = [("Classes: count (share)", "classes", 1.4)]
     for key, header, weight in (("sex", "Sex", 0.9), ("age_band", "Age band", 1.1)):
         source = chars.get("sex_attribute" if key == "sex" else "age_attribute")
-        if source is not None and source != attribute:
+        if source is not None and source != attribute and not (attribute and _single_valued(rows, key)):
             columns.append((header, key, weight))
     return columns
 
 
 def _table(ctx: Context, chars: Mapping[str, Any], rows: Sequence[Any], attribute: str | None) -> Any:
-    mixes = _columns(chars, attribute)
+    mixes = _columns(chars, attribute, rows)
     fixed = [0.16, 0.15, 0.1]
     scale = (1 - sum(fixed)) / sum(w for _, _, w in mixes)
     num = ctx.styles.cell_num

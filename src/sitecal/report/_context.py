@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reportlab.lib import colors
-from reportlab.platypus import Flowable, Paragraph, Spacer
+from reportlab.platypus import CondPageBreak, Flowable, Paragraph, Spacer
 
 from ._inputs import ReportInputs, get
 from ._styles import Palette, Styles
@@ -39,6 +39,10 @@ def verdict_text(verdict: object) -> tuple[str, colors.Color, colors.Color]:
     if key in _VERDICTS:
         return _VERDICTS[key]
     return words(verdict).capitalize(), Palette.unjudged, Palette.unjudged_bg
+
+
+_LONG_TABLE = 20
+_ROOM_FOR_START = 110  # points: the title and the first rows of a long table
 
 
 @dataclass
@@ -119,9 +123,18 @@ class Context:
         return Paragraph(para_text(text), self.styles.cell_head_num if right else self.styles.cell_head)
 
     def table_block(self, title: str, body: Flowable) -> list[Flowable]:
-        """Return a numbered table title (markup) kept with its table, then space below."""
+        """Return a numbered table title (markup) kept with its table, then space below.
+
+        A long table (more than :data:`_LONG_TABLE` rows) is not kept whole with its title, which would
+        push it to the next page and leave this one blank: it starts where it is, split with its header
+        repeated, provided there is room for the title and a few rows (else a page break first).
+        """
         label = self.next_table()
-        return [Paragraph(f"<b>{label}.</b> {title}", self.styles.table_title), body, Spacer(1, 9)]
+        caption = f"<b>{label}.</b> {title}"
+        if getattr(body, "_nrows", 0) > _LONG_TABLE:
+            loose = self.styles.table_title.clone("table_title_loose", keepWithNext=0)
+            return [CondPageBreak(_ROOM_FOR_START), Paragraph(caption, loose), body, Spacer(1, 9)]
+        return [Paragraph(caption, self.styles.table_title), body, Spacer(1, 9)]
 
     def verdict_cell(self, verdict: object, *, size: float | None = None) -> Paragraph:
         word, ink, _ = verdict_text(verdict)

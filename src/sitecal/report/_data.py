@@ -128,14 +128,16 @@ def _eligibility(ctx: Context) -> list[Flowable]:
 
 def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
     split = get(ctx.evaluation, "split") or {}
-    story: list[Flowable] = [ctx.h2("Flow")]
+    heading = ctx.h2("Flow")
+    story: list[Flowable] = []
     fig = flow_figure(ctx.evaluation, width_in=min(ctx.width / inch, 6.9))
     path = figures.save_png(fig, ctx.figures_dir / "flow.png")
     ctx.figures.append(path)
     width_in, height_in = fig.get_size_inches()
     story.append(
-        KeepTogether(
+        KeepTogether(  # the heading stays with its figure
             [
+                heading,
                 Image(str(path), width=width_in * inch, height=height_in * inch),
                 ctx.p(
                     f"{ctx.next_figure()}. Flow from the files found to the studies analysed and their "

@@ -93,7 +93,9 @@ def fairness(ctx: Context) -> list[Flowable]:
             "intervals of the groups are not the test). A gap whose interval excludes 0 is beyond "
             "resampling noise. Intersections of attributes are compared like any attribute. Groups below "
             f"the minimum size ({para_text(ctx.min_group_size())} studies) are not compared; they are "
-            "listed at the end of this section."
+            "listed at the end of this section. Binned ECE is biased upward in small groups, so part of a "
+            "small group's positive gap in ECE is that bias: a gap of a group of a few dozen studies asks "
+            "for more studies before it is read as a difference in calibration."
         )
     )
     for metric in metrics:
@@ -114,7 +116,7 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
     direction = "higher" if ctx.lower_is_better(metric) else "lower"
     rows: list[list[Any]] = [
         [
-            ctx.head("Rank", right=True),
+            ctx.head("#", right=True),
             ctx.head("Group"),
             ctx.head("n", right=True),
             ctx.head(f"{name} after", right=True),
@@ -143,7 +145,7 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
         "excludes 0."
     )
     return ctx.table_block(
-        title, table(rows, [w * 0.07, w * 0.27, w * 0.08, w * 0.18, w * 0.2, w * 0.2], extra=extra)
+        title, table(rows, [w * 0.05, w * 0.23, w * 0.06, w * 0.2, w * 0.23, w * 0.23], extra=extra)
     )
 
 

@@ -106,6 +106,13 @@ def _bootstrap_text(ctx: Context) -> str:
         )
     else:
         text += f" Whether the temperature was refitted in each resample: {NOT_RECORDED}."
+    if "ece" in (get(ctx.evaluation, "metrics") or []) and boot.get("method") == "percentile":
+        text += (
+            " Binned ECE is biased upward, and more so in small groups: its resampled values sit above the "
+            "estimate, so a percentile interval of ECE can lie wholly above a group's own estimate. That is "
+            "the bias made visible, not an error; for a calibrated model such intervals do not cover the "
+            "true ECE of 0 (sitecal's coverage study, benchmarks/coverage_ece.md)."
+        )
     return text
 
 
