@@ -31,6 +31,7 @@ __all__ = [
     "document_id",
     "file_sha256",
     "instances_sha256",
+    "manifest_sha256",
     "provenance_document",
 ]
 
@@ -126,7 +127,12 @@ def dataset_manifest_sha256(instances: Iterable[tuple[str, str | Path]]) -> str:
     ...     dataset_manifest_sha256([("1.2.3", folder / "a.dcm")]))
     True
     """
-    lines = sorted(f"{_uid(uid)} {file_sha256(path)}\n".encode() for uid, path in instances)
+    return manifest_sha256((uid, file_sha256(path)) for uid, path in instances)
+
+
+def manifest_sha256(entries: Iterable[tuple[str, str]]) -> str:
+    """:func:`dataset_manifest_sha256` from ``(SOPInstanceUID, file sha256)`` pairs already computed."""
+    lines = sorted(f"{_uid(uid)} {sha}\n".encode() for uid, sha in entries)
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
-from sitecal.cohort import Cohort, Exclusion, build_cohort, read_labels, read_mappings, scan_folder
+from sitecal.cohort import Cohort, Exclusion, Study, build_cohort, read_labels, read_mappings, scan_folder
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.evaluation import EvaluationData, evaluate
@@ -30,7 +31,7 @@ from sitecal.inference import (
     transform_fingerprint,
 )
 from sitecal.protocol import LoadedProtocol, SeriesRules, protocol_summary
-from sitecal.provenance import dataset_manifest_sha256, instances_sha256, provenance_document
+from sitecal.provenance import instances_sha256, manifest_sha256, provenance_document
 from sitecal.report import ReportInputs, render_report
 from sitecal.report.dicom_pdf import write_report_dicom
 
@@ -96,6 +97,7 @@ def run_protocol(
         transforms = build_transforms(protocol.inputs.transforms, voi=protocol.inputs.voi)
         transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
         cache_dir = loaded.logit_cache_dir
+        file_hashes = _file_hashes(cohort, progress=progress)  # cache keys and the dataset manifest
         n_classes = len(protocol.model.class_names)
         volume = protocol.inputs.kind == "volume"
         inference = predict_files(
@@ -108,7 +110,7 @@ def run_protocol(
             device=device,
             progress=progress,
             cache=LogitCache(cache_dir, model.sha256, transforms_sha256, n_classes) if cache_dir else None,
-            keys=[image_key(pseudonymize, s.instance_uids) for s in cohort.studies],
+            keys=[image_key(pseudonymize, _hashed(s, file_hashes)) for s in cohort.studies],
         )
         logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
         studies = [cohort.studies[i] for i in inference.ok]
@@ -172,8 +174,8 @@ def run_protocol(
                 "model": model.sha256,
                 "protocol": loaded.sha256,
                 "labels": file_sha256(loaded.labels_path),
-                "dataset_manifest": dataset_manifest_sha256(
-                    (uid, path) for s in studies for uid, path in zip(s.instance_uids, s.files, strict=True)
+                "dataset_manifest": manifest_sha256(
+                    pair for s in studies for pair in _hashed(s, file_hashes)
                 ),
                 "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
             },
@@ -247,6 +249,19 @@ def _cohort(
         pseudonymize=pseudonymize,
         series=_series_rules(loaded),
     )
+
+
+def _file_hashes(cohort: Cohort, *, progress: bool) -> dict[Path, str]:
+    """sha256 of every file a study of the cohort is analysed on (read once, in 1 MiB chunks)."""
+    paths = [path for s in cohort.studies for path in s.files]
+    return {
+        path: file_sha256(path) for path in tqdm(paths, desc="Hashing", unit="file", disable=not progress)
+    }
+
+
+def _hashed(study: Study, file_hashes: Mapping[Path, str]) -> list[tuple[str, str]]:
+    """The study's ``(SOPInstanceUID, file sha256)`` pairs."""
+    return [(uid, file_hashes[path]) for uid, path in zip(study.instance_uids, study.files, strict=True)]
 
 
 def _series_rules(loaded: LoadedProtocol) -> SeriesRules | None:

@@ -60,9 +60,11 @@ def test_many_chunks_are_merged_into_one_without_loss(tmp_path: Path) -> None:
 
 def test_image_key_is_keyed_and_order_free() -> None:
     a, b = Pseudonymizer(b"a" * 32), Pseudonymizer(b"b" * 32)
-    assert image_key(a, ["1.2.3", "1.2.4"]) == image_key(a, ["1.2.4", "1.2.3"])
-    assert image_key(a, ["1.2.3"]) != image_key(b, ["1.2.3"])
-    assert "1.2.3" not in image_key(a, ["1.2.3"]) and len(image_key(a, ["1.2.3"])) == 64
+    x, y = ("1.2.3", "ab" * 32), ("1.2.4", "cd" * 32)
+    assert image_key(a, [x, y]) == image_key(a, [y, x])
+    assert image_key(a, [x]) != image_key(b, [x])
+    assert image_key(a, [x]) != image_key(a, [("1.2.3", "ef" * 32)])  # same UID, other file content
+    assert "1.2.3" not in image_key(a, [x]) and len(image_key(a, [x])) == 64
 
 
 class _Refuses(torch.nn.Module):
@@ -162,3 +164,32 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path: Path, c
     assert logits["cached"] >= 8 * done - 8 and logits["computed"] > 0  # a chunk may hold a failed image less
     for name in ("predictions.csv", "cohort.csv", "exclusions.csv", "evaluation.json", "calibration.json"):
         assert (resumed / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_a_file_rewritten_under_the_same_uids_is_read_again(tmp_path: Path) -> None:
+    """The key holds each file's sha256: other pixels under an old SOPInstanceUID are not taken from the
+    cache (a generator reusing UIDs, or a re-export, would otherwise get another image's logits)."""
+    import csv
+
+    import pydicom
+
+    cohort = generate_demo(tmp_path / "data", n_studies=80, seed=12)
+    path = _protocol(tmp_path, cohort)
+    first = _run(path)
+    target = next(p for p in sorted(cohort.dicom_dir.rglob("*.dcm")) if p.name not in cohort.truncated_files)
+    ds = pydicom.dcmread(target)
+    pixels = ds.pixel_array
+    ds.PixelData = (pixels.max() - pixels).astype(pixels.dtype).tobytes()  # same UIDs, other image
+    ds.save_as(target)
+    second = _run(path)
+    logits = json.loads((second / "provenance.json").read_text())["logits"]
+
+    def rows(folder: Path) -> dict[str, list[str]]:
+        with open(folder / "predictions.csv", newline="") as f:
+            return {r["study_key"]: list(r.values())[1:] for r in csv.DictReader(f)}
+
+    before, after = rows(first), rows(second)
+    assert logits == {"computed": 1, "cached": len(before) - 1}
+    assert before.keys() == after.keys()
+    assert sum(before[k] != after[k] for k in before) == 1

@@ -31,9 +31,14 @@ logger = logging.getLogger(__name__)
 _MERGE_ABOVE = 64
 
 
-def image_key(pseudonymize: Pseudonymizer, instance_uids: Iterable[str]) -> str:
-    """The cache key of an image (one SOPInstanceUID) or a volume (its slices' UIDs, in any order)."""
-    return pseudonymize.digest("instance", "\n".join(sorted(instance_uids)))
+def image_key(pseudonymize: Pseudonymizer, instances: Iterable[tuple[str, str]]) -> str:
+    """The cache key of an image or a volume: its ``(SOPInstanceUID, file sha256)`` pairs, in any order.
+
+    The file's hash is part of the key so that a file rewritten under the same UID (a re-export with
+    other pixels, a generator reusing UIDs) is read again instead of taking another image's logits.
+    The UIDs enter a keyed hash only: the key reveals none of them.
+    """
+    return pseudonymize.digest("instance", "\n".join(sorted(f"{uid} {sha}" for uid, sha in instances)))
 
 
 class LogitCache:
