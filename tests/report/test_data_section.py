@@ -58,13 +58,16 @@ def test_volume_flow_has_a_series_step_and_exclusions_beside_the_step_they_prece
     assert [(s.label, s.count, s.excluded_stage) for s in steps] == [
         ("Files found", 130, None),
         ("DICOM image instances", 127, "scan"),
-        ("Series selected (one per study)", "24 of 40", "series"),
         ("Studies", 25, None),
+        ("Series selected (one per study)", "24 of 40", "series"),
         ("Studies with a label", 23, "labels"),
         ("Studies analysed", 22, "inference"),
     ]
     series = _excluded_text(flow["exclusions"], "series")
-    assert series is not None and series.startswith("Excluded: 16\n• 15  series not selected")
+    assert series is not None
+    lines = series.splitlines()  # series and studies are counted apart, each with its reasons
+    assert lines[0] == "Series not selected: 15" and lines[1].startswith("• 15  series not selected")
+    assert lines[-2:] == ["Studies excluded: 1", "• 1  study has no series that meets data.series"]
     labels = _excluded_text(flow["exclusions"], "labels")
     # the label rows naming no study remove no study: not in the excluded count
     assert labels == (
@@ -96,7 +99,7 @@ def test_section_text(tmp_path: Path, evaluation: dict) -> None:
     assert "joined by AccessionNumber to the column acc of labels.csv" in text
     assert "one of the model's classes (normal, nodule)" in text
     assert "Images. One series per study, read as a volume." in text
-    assert "Series selected (one per study) 24 of 40 Studies 25 Studies with a label 23" in text
+    assert "Studies 25 Series selected (one per study) 24 of 40 Studies with a label 23" in text
     assert "of which fit split 10 (9 patients) of which evaluation split 12 (11 patients)" in text
     assert "Series series not selected: 2 slices, fewer than min_slices 3 15" in text
     assert "(130 files found)" in text

@@ -46,9 +46,10 @@ def flow_steps(flow: Mapping[str, Any]) -> list[FlowStep]:
         FlowStep("DICOM image instances", flow.get("dicom_instances"), "scan"),
     ]
     if flow.get("series_found") is not None:
+        # studies first: a study without a qualifying series is left out at the series step
         selected = f"{format_count(flow.get('series_selected'))} of {format_count(flow['series_found'])}"
-        steps.append(FlowStep("Series selected (one per study)", selected, "series"))
         steps.append(FlowStep("Studies", flow.get("studies"), None))
+        steps.append(FlowStep("Series selected (one per study)", selected, "series"))
     else:
         steps.append(FlowStep("Studies (one image each)", flow.get("studies"), "studies"))
     steps += [
@@ -75,6 +76,10 @@ def _reason_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _total(items: Sequence[Mapping[str, Any]]) -> int:
+    return sum(int(get(e, "count") or 0) for e in items)
+
+
 def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str | None:
     items = sorted(
         (e for e in exclusions if get(e, "stage") == stage),
@@ -83,8 +88,15 @@ def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str |
     removed = [e for e in items if not _not_a_study(e)]
     labels_only = [e for e in items if _not_a_study(e)]
     lines: list[str] = []
-    if removed:
-        lines += [f"Excluded: {format_count(sum(int(get(e, 'count') or 0) for e in removed))}"]
+    if stage == "series":  # series set aside, and studies left without one: counted apart
+        studies = [e for e in removed if str(get(e, "reason") or "").startswith("study ")]
+        series = [e for e in removed if e not in studies]
+        if series:
+            lines += [f"Series not selected: {format_count(_total(series))}", *_reason_lines(series)]
+        if studies:
+            lines += [f"Studies excluded: {format_count(_total(studies))}", *_reason_lines(studies)]
+    elif removed:
+        lines += [f"Excluded: {format_count(_total(removed))}"]
         lines += _reason_lines(removed)
     if labels_only:
         total = sum(int(get(e, "count") or 0) for e in labels_only)
