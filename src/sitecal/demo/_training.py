@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,7 @@ from ._local_metrics import ece, fit_temperature
 
 __all__ = [
     "FoldedScores",
-    "TrainingRecord",
+    "TrainingResult",
     "TrainingSettings",
     "check_config",
     "deterministic_threads",
@@ -34,6 +34,7 @@ __all__ = [
     "fold_temperature",
     "model_card",
     "training_cli",
+    "training_result",
     "write_card",
 ]
 
@@ -67,23 +68,34 @@ class TrainingSettings(Protocol):
     def threads(self) -> int: ...
 
 
-class TrainingRecord(Protocol):
-    """What a demo's ``TrainingResult`` holds."""
+@dataclass(frozen=True)
+class TrainingResult(Generic[ModelT]):
+    """A trained demo model (eval mode, temperature folded in) and its record."""
 
-    @property
-    def model(self) -> nn.Module: ...
-    @property
-    def train_accuracy(self) -> float: ...
-    @property
-    def val_accuracy(self) -> float: ...
-    @property
-    def val_ece(self) -> float: ...
-    @property
-    def folded_temperature(self) -> float: ...
-    @property
-    def seconds(self) -> float: ...
-    @property
-    def config(self) -> TrainingSettings: ...
+    model: ModelT
+    train_accuracy: float
+    val_accuracy: float
+    val_ece: float
+    folded_temperature: float
+    seconds: float
+    config: Any  # the demo's TrainingConfig (a TrainingSettings)
+
+
+def training_result(
+    model: ModelT, scores: FoldedScores, seconds: float, config: TrainingSettings
+) -> TrainingResult[ModelT]:
+    """Log the end of a training run and return its :class:`TrainingResult`."""
+    logger.info(
+        "Trained in %.1f s: train accuracy %.3f, val accuracy %.3f, val ECE %.3f, folded T %.3f",
+        seconds,
+        scores.train_accuracy,
+        scores.val_accuracy,
+        scores.val_ece,
+        scores.temperature,
+    )
+    return TrainingResult(
+        model, scores.train_accuracy, scores.val_accuracy, scores.val_ece, scores.temperature, seconds, config
+    )
 
 
 def check_config(config: TrainingSettings, scanner_by_key: Callable[[str], object]) -> None:
@@ -209,7 +221,7 @@ def fold_temperature(
 
 
 def model_card(
-    result: TrainingRecord,
+    result: TrainingResult[Any],
     *,
     head: Mapping[str, Any],
     reference_scanner: Mapping[str, str],

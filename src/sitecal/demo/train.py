@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from ._preprocess import DEMO_TRANSFORMS, preprocess_batch
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, ScannerProfile, scanner_by_key
 from ._synthesis import acquire, render_scenes, sample_anatomy, sample_labels, stored_to_presentation
+from ._training import TrainingResult as _TrainingResult
 from ._training import (
     check_config,
     deterministic_threads,
@@ -36,6 +37,7 @@ from ._training import (
     fold_temperature,
     model_card,
     training_cli,
+    training_result,
     write_card,
 )
 from ._weights import write_weights
@@ -71,17 +73,8 @@ class TrainingConfig:
     threads: int = 2
 
 
-@dataclass(frozen=True)
-class TrainingResult:
-    """The trained model (eval mode, temperature folded in) and its record."""
-
-    model: DemoNet
-    train_accuracy: float
-    val_accuracy: float
-    val_ece: float
-    folded_temperature: float
-    seconds: float
-    config: TrainingConfig
+TrainingResult = _TrainingResult[DemoNet]
+"""The trained model (eval mode, temperature folded in) and its record."""
 
 
 def synthesize_stored(
@@ -172,17 +165,7 @@ def train_demo_model(config: TrainingConfig | None = None) -> TrainingResult:
         model = model.to(memory_format=torch.contiguous_format).eval()
         scores = fold_temperature(model, (x_train, y_train), (x_val, y_val), chunk=1024)
         seconds = time.perf_counter() - started
-    logger.info(
-        "Trained in %.1f s: train accuracy %.3f, val accuracy %.3f, val ECE %.3f, folded T %.3f",
-        seconds,
-        scores.train_accuracy,
-        scores.val_accuracy,
-        scores.val_ece,
-        scores.temperature,
-    )
-    return TrainingResult(
-        model, scores.train_accuracy, scores.val_accuracy, scores.val_ece, scores.temperature, seconds, config
-    )
+    return training_result(model, scores, seconds, config)
 
 
 def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._training import TrainingResult as _TrainingResult
 from .._training import (
     check_config,
     deterministic_threads,
@@ -29,6 +30,7 @@ from .._training import (
     fold_temperature,
     model_card,
     training_cli,
+    training_result,
     write_card,
 )
 from .._weights import write_weights
@@ -68,17 +70,8 @@ class TrainingConfig:
     threads: int = 2
 
 
-@dataclass(frozen=True)
-class TrainingResult:
-    """The trained model (eval mode, temperature folded in) and its record."""
-
-    model: DemoNet3D
-    train_accuracy: float
-    val_accuracy: float
-    val_ece: float
-    folded_temperature: float
-    seconds: float
-    config: TrainingConfig
+TrainingResult = _TrainingResult[DemoNet3D]
+"""The trained model (eval mode, temperature folded in) and its record."""
 
 
 def synthesize(n: int, scanner: CtScanner, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
@@ -156,17 +149,7 @@ def train_ct_model(config: TrainingConfig | None = None) -> TrainingResult:
         model = fit_classifier(DemoNet3D, x_train, y_train, config, augment=_mirror).eval()
         scores = fold_temperature(model, (x_train, y_train), (x_val, y_val), chunk=256)
         seconds = time.perf_counter() - started
-    logger.info(
-        "Trained in %.1f s: train accuracy %.3f, val accuracy %.3f, val ECE %.3f, folded T %.3f",
-        seconds,
-        scores.train_accuracy,
-        scores.val_accuracy,
-        scores.val_ece,
-        scores.temperature,
-    )
-    return TrainingResult(
-        model, scores.train_accuracy, scores.val_accuracy, scores.val_ece, scores.temperature, seconds, config
-    )
+    return training_result(model, scores, seconds, config)
 
 
 def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
