@@ -115,7 +115,7 @@ def run_protocol(
         logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
         studies = [cohort.studies[i] for i in inference.ok]
         exclusions = list(cohort.exclusions) + [
-            Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key)
+            Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key, unit="study")
             for i, reason in inference.failures
         ]
         if not studies:

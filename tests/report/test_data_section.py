@@ -12,6 +12,7 @@ from sitecal.report._data import data_section
 from sitecal.report.flow_figure import _excluded_text, flow_steps
 
 SHORT = "series not selected: 2 slices, fewer than min_slices 3"
+NO_SERIES = "study has no series that meets data.series"
 HOSTILE = '<b>St. Mary\'s & "Ünïcødé" <font color=red>'
 
 
@@ -30,16 +31,17 @@ def evaluation() -> dict[str, Any]:
             "fit": 10,
             "evaluation": 12,
             "exclusions": [
-                {"stage": "scan", "reason": "not a DICOM file", "count": 3},
+                {"stage": "scan", "reason": "not a DICOM file", "unit": "file", "count": 3},
+                {"stage": "series", "reason": SHORT, "unit": "series", "count": 15},
+                {"stage": "series", "reason": NO_SERIES, "unit": "study", "count": 1},
+                {"stage": "labels", "reason": "study has no label", "unit": "study", "count": 1},
+                {"stage": "labels", "reason": "label matches no study", "unit": "label", "count": 4},
                 {
-                    "stage": "series",
-                    "reason": "series not selected: 2 slices, fewer than min_slices 3",
-                    "count": 15,
+                    "stage": "inference",
+                    "reason": "image could not be read: bad slice spacing",
+                    "unit": "study",
+                    "count": 1,
                 },
-                {"stage": "series", "reason": "study has no series that meets data.series", "count": 1},
-                {"stage": "labels", "reason": "study has no label", "count": 1},
-                {"stage": "labels", "reason": "label matches no study", "count": 4},
-                {"stage": "inference", "reason": "image could not be read: bad slice spacing", "count": 1},
             ],
             "sources": {
                 "sites": [{"value": HOSTILE, "count": 15}, {"value": "unknown", "count": 7}],

@@ -90,19 +90,27 @@ def build_cohort(
         label = labels.labels.get(join_value) if join_value else None
         if label is None:
             reason = "study has no label" if join_value else f"study has no {key} to join labels"
-            exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key))
+            exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key, unit="study"))
             continue
         matched.add(join_value)  # type: ignore[arg-type]
         studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize))
     for line, reason in labels.bad_rows:  # a CSV line or a Parquet row
         exclusions.append(
             Exclusion(
-                stage="labels", reason=f"unusable label row: {reason}", key=f"{labels.numbered_by} {line}"
+                stage="labels",
+                reason=f"unusable label row: {reason}",
+                key=f"{labels.numbered_by} {line}",
+                unit="label",
             )
         )
     for unmatched in sorted(set(labels.labels) - matched - excluded_keys):
         exclusions.append(
-            Exclusion(stage="labels", reason="label matches no study", key=pseudonymize("study", unmatched))
+            Exclusion(
+                stage="labels",
+                reason="label matches no study",
+                key=pseudonymize("study", unmatched),
+                unit="label",
+            )
         )
     return Cohort(
         studies=tuple(studies),
@@ -142,6 +150,7 @@ def _choose(
                     reason="additional image in study (one image per study is analysed)",
                     path=other.path.relative_to(scan.root),
                     key=study_key,
+                    unit="image",
                 )
                 for other in others
             )
@@ -158,6 +167,7 @@ def _choose(
                 path=_folder(group, scan.root),
                 key=study_key,
                 series_key=_series_key(group, pseudonymize),
+                unit="series",
             )
             for group, reason in choice.passed_over
         )
@@ -168,6 +178,7 @@ def _choose(
                     reason="study has no series that meets data.series",
                     key=study_key,
                     study_uid=choice.study_instance_uid,
+                    unit="study",
                 )
             )
             join_value = choice.passed_over[0][0][0].values.get(key)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["Cohort", "Exclusion", "Study"]
+__all__ = ["UNITS", "Cohort", "Exclusion", "Study", "Unit"]
+
+Unit = Literal["file", "image", "series", "study", "label"]
+UNITS: tuple[Unit, ...] = ("file", "image", "series", "study", "label")
 
 
 @dataclass(frozen=True)
@@ -16,6 +20,8 @@ class Exclusion:
     ``path`` is relative to the DICOM folder (pseudonymised where it carries an identifier when written);
     ``key`` is a pseudonymised study key where there is one. ``study_uid`` (in memory only, never written)
     lets a label whose study's file was excluded be recognised as such rather than as matching no study.
+    ``unit`` says what was left out (:data:`UNITS`): a file, an image of a study, a series, a study, or a
+    label row; only a ``study`` removes a study from the flow.
     """
 
     stage: str
@@ -24,6 +30,7 @@ class Exclusion:
     key: str | None = None
     study_uid: str | None = field(default=None, repr=False)
     series_key: str | None = None  # pseudonymised SeriesInstanceUID, for series-stage exclusions
+    unit: Unit = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -69,5 +76,5 @@ class Cohort:
 
     def exclusion_counts(self) -> list[dict[str, object]]:
         """Exclusions counted by (stage, reason), in order of first appearance."""
-        counts = Counter((e.stage, e.reason) for e in self.exclusions)
-        return [{"stage": s, "reason": r, "count": n} for (s, r), n in counts.items()]
+        counts = Counter((e.stage, e.reason, e.unit) for e in self.exclusions)
+        return [{"stage": s, "reason": r, "unit": u, "count": n} for (s, r, u), n in counts.items()]

@@ -137,7 +137,11 @@ def scan_folder(
         if isinstance(outcome, Unusable):
             exclusions.append(
                 Exclusion(
-                    stage="scan", reason=outcome.reason, path=relative, study_uid=outcome.study_instance_uid
+                    stage="scan",
+                    reason=outcome.reason,
+                    path=relative,
+                    study_uid=outcome.study_instance_uid,
+                    unit="file",
                 )
             )
         elif outcome["SOPInstanceUID"] in seen:
@@ -147,6 +151,7 @@ def scan_folder(
                     reason=_duplicate_reason(path, seen[outcome["SOPInstanceUID"]], digests),
                     path=relative,
                     study_uid=outcome.get("StudyInstanceUID"),
+                    unit="file",
                 )
             )
         else:

@@ -27,7 +27,6 @@ _EXCLUDED = "#fbeeee"
 _EDGE = "#1f4e79"
 _EXCLUDED_EDGE = "#a61c1c"
 _MAX_REASONS = 4
-_LABEL_ONLY = ("label matches no study", "unusable label row")
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,9 @@ def flow_steps(flow: Mapping[str, Any]) -> list[FlowStep]:
     return steps
 
 
-def _not_a_study(item: Mapping[str, Any]) -> bool:
-    """A label row that names no study removes no study: it is listed beside the count, not in it."""
-    reason = str(get(item, "reason") or "")
-    return get(item, "stage") == "labels" and reason.startswith(_LABEL_ONLY)
+def _unit(item: Mapping[str, Any]) -> str:
+    """What an exclusion left out (``cohort_flow.exclusions[].unit``); older documents: ``study``."""
+    return str(get(item, "unit") or "study")
 
 
 def _reason_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -85,12 +83,13 @@ def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str |
         (e for e in exclusions if get(e, "stage") == stage),
         key=lambda e: (-int(get(e, "count") or 0), str(get(e, "reason"))),
     )
-    removed = [e for e in items if not _not_a_study(e)]
-    labels_only = [e for e in items if _not_a_study(e)]
+    # a label row that names no study removes no study: it is listed beside the count, not in it
+    removed = [e for e in items if _unit(e) != "label"]
+    labels_only = [e for e in items if _unit(e) == "label"]
     lines: list[str] = []
     if stage == "series":  # series set aside, and studies left without one: counted apart
-        studies = [e for e in removed if str(get(e, "reason") or "").startswith("study ")]
-        series = [e for e in removed if e not in studies]
+        studies = [e for e in removed if _unit(e) == "study"]
+        series = [e for e in removed if _unit(e) != "study"]
         if series:
             lines += [f"Series not selected: {format_count(_total(series))}", *_reason_lines(series)]
         if studies:
