@@ -15,7 +15,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sitecal"))
 REPO = Path(__file__).resolve().parents[1]
 DEMO_PROTOCOL = REPO / "protocols" / "demo.yaml"
 #: The site secret of the tests' demo runs (a real site's key is random and secret).
-TEST_PSEUDONYM_KEY = "sitecal-test-key-" + "0123456789abcdef" * 3
+TEST_PSEUDONYM_KEY = "0123456789abcdef" * 4  # 64 hex digits, the form of a key sitecal creates
 
 
 @pytest.fixture

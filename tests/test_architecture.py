@@ -18,6 +18,7 @@ LAYER = {
     "_pseudonym": 1,
     "_io": 1,
     "_dicomfile": 1,
+    "_scrub": 1,
     "__init__": 1,
     "metrics": 2,
     "stats": 2,
@@ -29,6 +30,7 @@ LAYER = {
     "evaluation": 4,
     "report": 4,
     "run": 5,
+    "preflight": 5,
     "cli": 6,
 }
 NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
@@ -44,7 +46,8 @@ ALLOWED = {
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
     "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
-    "cli": {"run", "protocol", "cohort", "inference", "demo"},  # `check` reads the mapping files
+    "preflight": {"protocol", "cohort", "inference"},  # labels, mappings and the model, before the scan
+    "cli": {"run", "preflight", "protocol", "cohort", "inference", "demo"},
 }
 
 

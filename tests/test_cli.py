@@ -12,15 +12,18 @@ from sitecal.cli import main
 
 def _protocol_with_inputs(tmp_path: Path) -> Path:
     (tmp_path / "dicom").mkdir()
-    (tmp_path / "labels.csv").write_text("StudyInstanceUID,label\n")
+    (tmp_path / "labels.csv").write_text("StudyInstanceUID,label\n1.2.3.4,nodule\n")
     text = DEMO_PROTOCOL.read_text().replace("../demo-data/dicom", str(tmp_path / "dicom"))
     text = text.replace("../demo-data/labels.csv", str(tmp_path / "labels.csv"))
+    text = text.replace("output_dir: ../reports", "output_dir: reports")
     path = tmp_path / "p.yaml"
     path.write_text(text)
     return path
 
 
-@pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 1)])
+@pytest.mark.parametrize(
+    ("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 1), ("inconclusive", 3)]
+)
 def test_run_exit_code_follows_verdict(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -31,7 +34,9 @@ def test_run_exit_code_follows_verdict(
     monkeypatch.setattr(
         sitecal.run,
         "run_protocol",
-        lambda loaded, **kw: SimpleNamespace(verdict=verdict, report_pdf=tmp_path / "report.pdf"),
+        lambda loaded, **kw: SimpleNamespace(
+            verdict=verdict, report_pdf=tmp_path / "report.pdf", evaluation={"cohort_flow": {}}
+        ),
     )
     assert main(["run", str(_protocol_with_inputs(tmp_path)), "--no-progress"]) == code
     assert f"Verdict: {verdict.upper()}" in capsys.readouterr().out

@@ -1,7 +1,9 @@
 """The ``sitecal`` command line: a thin layer over :mod:`sitecal.run` and the stages.
 
-Exit codes: 0 every acceptance criterion passes; 1 a criterion fails or has insufficient data;
-2 bad input or usage (one-line message, no traceback); 130 interrupted.
+Exit codes, one meaning each: 0 every acceptance criterion passes; 1 a criterion fails or has
+insufficient data; 2 bad input or usage (a message naming the file, field or tag; no traceback);
+3 inconclusive (kept for verdicts whose intervals straddle a margin); 4 internal error (one line on the
+console, the traceback in run.log); 130 interrupted. A crash is never reported as a FAIL.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sitecal import __version__
+from sitecal._scrub import ScrubFilter, scrub
 from sitecal.errors import SitecalError
 
 __all__ = ["main"]
 
-EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 DEFAULT_DEMO_PROTOCOL = Path("protocols/demo.yaml")
 _DEMO_STAMP = ".sitecal-demo.json"
 _DEMO_STUDIES = 2000
@@ -39,8 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("protocol", type=Path, help="protocol YAML file")
     _run_options(run)
 
-    check = sub.add_parser("check", help="validate a protocol and the files it names, without running")
+    check = sub.add_parser(
+        "check",
+        help="validate a protocol and everything a run needs (files, labels, model, device, output folder)",
+    )
     check.add_argument("protocol", type=Path, help="protocol YAML file")
+    _placement_options(check)
 
     demo = sub.add_parser(
         "demo",
@@ -64,7 +71,16 @@ def _parser() -> argparse.ArgumentParser:
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--workers", type=int, default=None, help="processes for the header scan")
+    _placement_options(parser)
+
+
+def _placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device for inference (default: %(default)s)")
+    parser.add_argument(
+        "--allow-output-anywhere",
+        action="store_true",
+        help="accept a report.output_dir outside the protocol's folder and the working folder",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,69 +89,99 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_console_logging()
     try:
         if args.command == "check":
-            return _check(args.protocol)
+            return _check(args.protocol, args)
         if args.command == "demo":
             return _demo(args, argv)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
-        print(f"sitecal: error: {exc}", file=sys.stderr)
+        print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("sitecal: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug, not bad input: never exit 1, which reads as a FAIL verdict
+        where = _notes(exc) or _crash_log(exc)
+        print(
+            scrub(
+                f"sitecal: internal error ({type(exc).__name__}: {_first_line(exc)}). This is a bug in "
+                f"sitecal or a library it uses; nothing was judged.{where}"
+            ),
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else "no message"
+
+
+def _notes(exc: BaseException) -> str:
+    """The notes a run added to its exception (where its run.log is), as text for the console."""
+    notes = getattr(exc, "__notes__", None) or []
+    return "".join(f"\n  {note}" for note in notes)
+
+
+def _crash_log(exc: BaseException) -> str:
+    """Write the traceback of a failure outside any run folder to a private temporary file; say where."""
+    import tempfile
+    import traceback
+
+    text = scrub("".join(traceback.format_exception(exc)))
+    try:
+        fd, name = tempfile.mkstemp(prefix="sitecal-error-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:
+        return ""
+    return f"\n  The traceback is in {name}."
 
 
 def _configure_console_logging() -> None:
-    """Warnings and errors on stderr; the run log (INFO) is written by the run itself."""
+    """Warnings and errors on stderr, scrubbed; the run log (INFO) is written by the run itself.
+
+    Python warnings (a library's, e.g. pydicom quoting a header value) go through logging too, so that
+    they are scrubbed like every other line instead of being printed as they are.
+    """
     handler = logging.StreamHandler()
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("sitecal: %(levelname)s: %(name)s: %(message)s"))
+    handler.addFilter(ScrubFilter())
+    handler.addFilter(lambda record: not getattr(record, "run_log_only", False))
     logging.getLogger().addHandler(handler)
+    logging.captureWarnings(True)
     # MONAI announces on every worker that an optional GPU decoder is absent; sitecal does not use it.
     logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").setLevel(logging.ERROR)
 
 
-def _check(path: Path) -> int:
+def _check(path: Path, args: argparse.Namespace) -> int:
     from sitecal.protocol import load_protocol
 
     loaded = load_protocol(path)
-    problems = _missing_inputs(loaded)
-    if problems:
-        print(f"sitecal: error: {path}: the protocol is valid but:\n" + "\n".join(problems), file=sys.stderr)
-        return EXIT_INPUT
+    _refuse_if_not_ready(path, loaded, args, verb="the protocol is valid but")
     p = loaded.protocol
     print(
         f"{path}: valid protocol '{p.name}' (sha256 {loaded.sha256[:12]}); "
         f"{len(p.subgroups)} subgroups, calibration per {p.calibration.per or 'nothing (global)'}, "
-        f"{len(p.acceptance)} acceptance criteria."
+        f"{len(p.acceptance)} acceptance criteria; labels, model ({len(p.model.class_names)} outputs), "
+        f"device {args.device} and output folder checked."
     )
     return EXIT_PASS
 
 
-def _missing_inputs(loaded: object) -> list[str]:
-    from sitecal.cohort.mapping import read_mapping
-    from sitecal.inference import build_transforms
-    from sitecal.protocol import LoadedProtocol
+def _refuse_if_not_ready(path: Path, loaded: object, args: argparse.Namespace, *, verb: str) -> None:
+    """Raise :class:`_InputError` listing every problem :func:`sitecal.preflight.preflight` finds."""
+    from sitecal.preflight import preflight
 
-    assert isinstance(loaded, LoadedProtocol)
-    problems = []
-    if not loaded.dicom_dir.is_dir():
-        problems.append(f"  data.dicom_dir: folder not found: {loaded.dicom_dir}")
-    if not loaded.labels_path.is_file():
-        problems.append(f"  data.labels: file not found: {loaded.labels_path}")
-    if not loaded.model_path.exists():
-        problems.append(f"  model.path: file not found: {loaded.model_path}")
-    for name, subgroup in loaded.protocol.subgroups.items():
-        if subgroup.mapping is not None:
-            try:
-                read_mapping(loaded.resolve(subgroup.mapping), field=f"subgroups.{name}.mapping")
-            except SitecalError as exc:
-                problems.append(f"  subgroups.{name}.mapping: {exc}")
-    try:
-        build_transforms(loaded.protocol.inputs.transforms, load=False)
-    except SitecalError as exc:
-        problems.append(f"  {exc}")
-    return problems
+    outcome = preflight(
+        loaded,  # type: ignore[arg-type]
+        device=args.device,
+        allow_output_anywhere=args.allow_output_anywhere,
+    )
+    for note in outcome.notes:
+        print(f"sitecal: note: {note}", file=sys.stderr)
+    if outcome.problems:
+        raise _InputError(f"{path}: {verb}:\n" + "\n".join(f"  {p}" for p in outcome.problems))
 
 
 def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> int:
@@ -143,9 +189,7 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
     from sitecal.run import run_protocol
 
     loaded = load_protocol(path)
-    problems = _missing_inputs(loaded)
-    if problems:
-        raise _InputError(f"{path}: cannot run:\n" + "\n".join(problems))
+    _refuse_if_not_ready(path, loaded, args, verb="cannot run")
     result = run_protocol(
         loaded,
         progress=not args.no_progress,
@@ -154,9 +198,29 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
         device=args.device,
         now=_source_date(),
     )
+    _print_exclusions(result.evaluation)
     print(f"Verdict: {result.verdict.upper()}")
     print(f"Report:  {result.report_pdf}")
-    return EXIT_PASS if result.verdict == "pass" else EXIT_FAIL
+    if result.verdict == "pass":
+        return EXIT_PASS
+    if result.verdict == "inconclusive":
+        return EXIT_INCONCLUSIVE
+    return EXIT_FAIL
+
+
+def _print_exclusions(evaluation: object) -> None:
+    """One console line per exclusion reason (most frequent first), so that none goes unnoticed."""
+    flow = evaluation.get("cohort_flow", {}) if isinstance(evaluation, dict) else {}
+    rows = sorted(flow.get("exclusions") or [], key=lambda r: (-int(r["count"]), r["stage"], r["reason"]))
+    if not rows:
+        print("Excluded: nothing.")
+        return
+    total = sum(int(r["count"]) for r in rows)
+    print(f"Excluded: {total} (see exclusions.csv):")
+    for row in rows[:12]:
+        print(f"  {int(row['count']):>6} {row['unit']}s at {row['stage']}: {row['reason']}")
+    if len(rows) > 12:
+        print(f"  ... and {len(rows) - 12} more reasons (exclusions.csv lists every one)")
 
 
 class _InputError(SitecalError, ValueError):

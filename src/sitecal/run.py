@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from tqdm import tqdm
 from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
+from sitecal._scrub import ScrubFilter
 from sitecal.cohort import Cohort, Exclusion, Study, build_cohort, read_labels, read_mappings, scan_folder
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
@@ -119,11 +121,16 @@ def run_protocol(
             for i, reason in inference.failures
         ]
         if not studies:
-            from sitecal.errors import DataError
-
-            raise DataError(
-                f"{loaded.dicom_dir}: no study could be analysed (see exclusions.csv in {folder})."
+            _write_tables(
+                folder,
+                protocol.model.class_names,
+                [],
+                exclusions,
+                np.zeros(0, bool),
+                np.zeros((0, n_classes)),
+                pseudonymize,
             )
+            raise _nothing_to_analyse(loaded, cohort, exclusions, folder)
         data = EvaluationData(
             logits=inference.logits.astype(np.float64),
             labels=np.array([s.label for s in studies], dtype=np.int64),
@@ -223,8 +230,48 @@ def run_protocol(
         )
         logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
         return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
+    except KeyboardInterrupt:
+        logger.error("run interrupted; nothing was judged (start it again: finished logits are cached)")
+        raise
+    except Exception as exc:
+        # every failure leaves its reason in run.log; the console gets one line and this pointer
+        logger.error(
+            "run failed, nothing was judged: %s: %s",
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+            extra={"run_log_only": True},  # the console gets one line from the CLI instead
+        )
+        exc.add_note(f"The run log is {folder / 'run.log'}.")
+        raise
     finally:
         _detach_log(handler)
+
+
+def _nothing_to_analyse(
+    loaded: LoadedProtocol, cohort: Cohort, exclusions: Sequence[Exclusion], folder: Path
+) -> Exception:
+    """The error of a run in which no study is left, with the likeliest cause named."""
+    from sitecal.errors import DataError
+
+    data = loaded.protocol.data
+    key_column = data.key_column or data.key
+    counts = Counter(e.reason for e in exclusions)
+    top = "; ".join(f"{n} × {reason}" for reason, n in counts.most_common(3)) or "nothing was found"
+    hint = ""
+    if cohort.n_studies_found and not cohort.n_labelled:
+        hint = (
+            f" None of the {cohort.n_studies_found} studies found matches a label row by data.key "
+            f"({data.key}, labels column '{key_column}'): check data.key and data.key_column."
+        )
+    elif not cohort.files_found:
+        hint = f" {loaded.dicom_dir} holds no files: check data.dicom_dir."
+    elif not cohort.dicom_instances:
+        hint = f" None of the {cohort.files_found} files under data.dicom_dir is a usable DICOM image."
+    return DataError(
+        f"{loaded.dicom_dir}: no study could be analysed ({top}).{hint} Every exclusion is listed in "
+        f"{folder / 'exclusions.csv'}."
+    )
 
 
 def _cohort(
@@ -342,6 +389,7 @@ def _new_run_folder(root: Path, name: str, started: datetime) -> Path:
 def _attach_log(path: Path) -> tuple[logging.Handler, int]:
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ScrubFilter())
     package = logging.getLogger("sitecal")
     previous = package.level
     package.addHandler(handler)

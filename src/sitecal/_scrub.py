@@ -1,0 +1,49 @@
+"""Scrubbing identifiers out of text that leaves the process: console lines, run.log, library warnings.
+
+The run's own messages never carry an identifier (keys are pseudonyms, paths are pseudonymised); this is
+the second line of defence for text sitecal does not write itself: a library's warning that quotes a
+header value (pydicom's "Invalid value for VR UI: '1.2.840...'"), or an exception message of a library
+that names a file. Anything that looks like a DICOM UID, a quoted header value or a path below the DICOM
+folder is replaced before the text reaches a handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+__all__ = ["ScrubFilter", "scrub"]
+
+#: DICOM UIDs: dot-separated numbers, four components or more (``1.2.840.10008...``).
+_UID = re.compile(r"(?<![\w.])\d+(?:\.\d+){3,}(?![\w])")
+#: Quoted values in library messages (``Invalid value for VR PN: 'DOE^JANE'``), after a VR name or 'value'.
+_QUOTED_VALUE = re.compile(r"""(\b(?:VR|value|Value)\b[^'"\n]{0,40}?)(['"])(?:(?!\2).){1,200}\2""")
+
+
+def scrub(text: str) -> str:
+    """``text`` with UID-like numbers and quoted header values replaced by placeholders.
+
+    >>> scrub("Invalid value for VR UI: '1.2.840.113619.2.55.3'")
+    "Invalid value for VR UI: '<value>'"
+    >>> scrub("study 1.2.3.4.5 excluded")
+    'study <UID> excluded'
+    """
+    text = _QUOTED_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}<value>{m.group(2)}", text)
+    return _UID.sub("<UID>", text)
+
+
+class ScrubFilter(logging.Filter):
+    """A logging filter that scrubs each record's message (and its traceback text) in place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace the record's message by its scrubbed text; always keep the record."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: keep what can be shown
+            message = str(record.msg)
+        record.msg, record.args = scrub(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True

@@ -1,0 +1,235 @@
+"""Everything ``sitecal run`` would refuse, checked before any long work; ``sitecal check`` is this alone.
+
+A protocol that loads is only half the question: the files it names must be there and usable, the model
+must load with the declared architecture and give one logit per class, the device must exist and the
+output folder must be writable and inside the protocol's tree. Each problem is one line naming the
+protocol field and the fix, so that a site sees all of them at once instead of one per run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sitecal.errors import SitecalError
+from sitecal.protocol import LoadedProtocol
+
+__all__ = ["Preflight", "check_device", "preflight"]
+
+logger = logging.getLogger(__name__)
+
+#: The synthetic input of the test forward pass: an image (rows, columns), or a volume (slices, rows, cols).
+_TEST_IMAGE = (256, 256)
+_TEST_VOLUME = (32, 128, 128)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The outcome of :func:`preflight`: problems refuse the run; notes are said and the run goes on."""
+
+    problems: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+def preflight(
+    loaded: LoadedProtocol, *, device: str = "cpu", allow_output_anywhere: bool = False
+) -> Preflight:
+    """Check what a run needs besides a valid protocol, without scanning the DICOM folder.
+
+    Parameters
+    ----------
+    loaded : LoadedProtocol
+        From :func:`sitecal.protocol.load_protocol`.
+    device : str
+        The torch device the run will use.
+    allow_output_anywhere : bool
+        Accept a ``report.output_dir`` (and logit cache) outside the protocol's folder and the working
+        folder.
+
+    Returns
+    -------
+    Preflight
+        ``problems``: one line each, ``field: what is wrong. What to do.``; empty when the run can start.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
+    device_problem = check_device(device)
+    if device_problem:
+        problems.append(f"--device: {device_problem}")
+    if not loaded.dicom_dir.is_dir():
+        problems.append(f"data.dicom_dir: folder not found: {loaded.dicom_dir}")
+    problems += _labels_problems(loaded)
+    problems += _mapping_problems(loaded)
+    problems += _output_problems(loaded, allow_output_anywhere)
+    model_problems, model_notes = _model_problems(loaded)
+    problems += model_problems
+    notes += model_notes
+    return Preflight(problems=tuple(problems), notes=tuple(notes))
+
+
+def check_device(device: str) -> str | None:
+    """Why ``device`` cannot run the model here, or ``None``."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        return f"'{device}' is not a torch device. Use cpu, cuda, cuda:N or mps."
+    if parsed.type == "cpu":
+        return None
+    if parsed.type == "cuda":
+        if torch.version.cuda is None:
+            return (
+                f"'{device}': this PyTorch build has no CUDA support (a CPU build). Use --device cpu, or "
+                "install a CUDA build of torch."
+            )
+        if not torch.cuda.is_available():
+            return f"'{device}': no CUDA GPU is visible to this process. Use --device cpu."
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            return (
+                f"'{device}': there are {torch.cuda.device_count()} CUDA devices "
+                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})."
+            )
+        return None
+    if parsed.type == "mps":
+        return None if torch.backends.mps.is_available() else f"'{device}': MPS is not available here."
+    return f"'{device}': sitecal runs models on cpu, cuda or mps."
+
+
+def _labels_problems(loaded: LoadedProtocol) -> list[str]:
+    from sitecal.cohort import read_labels
+
+    if not loaded.labels_path.is_file():
+        return [f"data.labels: file not found: {loaded.labels_path}"]
+    data = loaded.protocol.data
+    try:
+        table = read_labels(
+            loaded.labels_path,
+            key_column=data.key_column or data.key,
+            label_column=data.label_column,
+            class_names=loaded.protocol.model.class_names,
+        )
+    except SitecalError as exc:
+        return [f"data.labels: {exc}"]
+    if not table.labels:
+        return [
+            f"data.labels: {loaded.labels_path}: none of its {table.n_rows} rows has a usable label "
+            f"(labels must be one of {list(loaded.protocol.model.class_names)} or an index). Check "
+            "data.label_column and model.class_names."
+        ]
+    return []
+
+
+def _mapping_problems(loaded: LoadedProtocol) -> list[str]:
+    from sitecal.cohort.mapping import read_mapping
+
+    problems = []
+    for name, subgroup in loaded.protocol.subgroups.items():
+        if subgroup.mapping is not None:
+            try:
+                read_mapping(loaded.resolve(subgroup.mapping), field=f"subgroups.{name}.mapping")
+            except SitecalError as exc:
+                problems.append(f"subgroups.{name}.mapping: {exc}")
+    return problems
+
+
+def _output_problems(loaded: LoadedProtocol, allow_anywhere: bool) -> list[str]:
+    problems = []
+    places = [("report.output_dir", loaded.output_root)]
+    if loaded.protocol.inputs.logit_cache and loaded.protocol.inputs.logit_cache_dir is not None:
+        cache = loaded.logit_cache_dir
+        assert cache is not None
+        places.append(("inputs.logit_cache_dir", cache))
+    for field_name, folder in places:
+        if not allow_anywhere and not _inside_allowed(folder, loaded.path.parent):
+            problems.append(
+                f"{field_name}: {folder} is outside the protocol's folder ({loaded.path.parent}) and the "
+                "working folder. Write the run below one of them, or pass --allow-output-anywhere."
+            )
+            continue
+        problem = _writable_problem(folder)
+        if problem:
+            problems.append(f"{field_name}: {problem}")
+    return problems
+
+
+def _inside_allowed(folder: Path, protocol_folder: Path) -> bool:
+    target = folder.resolve()
+    return any(target.is_relative_to(root.resolve()) for root in (protocol_folder, Path.cwd()))
+
+
+def _writable_problem(folder: Path) -> str | None:
+    """Why a run folder cannot be created under ``folder``, or ``None`` (creates nothing)."""
+    existing = folder
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder. Choose another output folder."
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing}: no permission to write here. Choose a writable folder."
+    return None
+
+
+def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
+    """Load the model and run one forward pass on a synthetic input through the protocol's transforms."""
+    from sitecal.inference import build_transforms, load_model
+
+    settings = loaded.protocol.model
+    if not loaded.model_path.exists():
+        return [f"model.path: file not found: {loaded.model_path}"], []
+    try:
+        transforms = build_transforms(loaded.protocol.inputs.transforms, load=False)
+    except SitecalError as exc:
+        return [f"inputs.transforms: {exc}"], []
+    try:
+        model = load_model(settings, loaded.model_path)
+    except SitecalError as exc:
+        return [f"model: {exc}"], []
+    try:
+        width = _test_forward(model.module, transforms, loaded.protocol.inputs.kind)
+    except Exception as exc:  # the synthetic input may not suit every chain; the real data will tell
+        from sitecal.inference._bundle import first_line
+
+        note = (
+            f"model: a test forward pass on a synthetic {_shape_text(loaded.protocol.inputs.kind)} input "
+            f"did not run ({type(exc).__name__}: {first_line(exc)[:200]}); the class count is checked on "
+            "the first batch instead."
+        )
+        return [], [note]
+    n_classes = len(settings.class_names)
+    if width != n_classes:
+        return [
+            f"model.class_names: the model gives {width} outputs per study but {n_classes} class names "
+            f"are listed ({', '.join(settings.class_names)}). List one name per output, in order."
+        ], []
+    return [], []
+
+
+def _shape_text(kind: str) -> str:
+    shape = _TEST_VOLUME if kind == "volume" else _TEST_IMAGE
+    return " × ".join(str(n) for n in shape)
+
+
+def _test_forward(module: object, transforms: object, kind: str) -> int:
+    """The output width of ``module`` on a synthetic image or volume passed through ``transforms``."""
+    import numpy as np
+    import torch
+    from monai.data import MetaTensor
+
+    shape = _TEST_VOLUME if kind == "volume" else _TEST_IMAGE
+    # a smooth ramp: NormalizeIntensity and percentile scalings see a non-constant image
+    values = np.linspace(0.0, 1.0, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    image = MetaTensor(torch.from_numpy(values), affine=torch.eye(4))
+    item = transforms(image)  # type: ignore[operator]
+    batch = torch.as_tensor(item).unsqueeze(0).float()
+    assert isinstance(module, torch.nn.Module)
+    with torch.inference_mode():
+        out = module(batch)
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    out = torch.as_tensor(out)
+    return int(out.reshape(out.shape[0], -1).shape[1])
