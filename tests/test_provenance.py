@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from importlib.metadata import PackageNotFoundError
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_dependency_versions_of_the_installed_sitecal() -> None:
     assert all(name == name.lower() and "_" not in name for name in versions)
 
 
-def test_document_id_depends_on_inputs_only() -> None:
+def test_document_id_depends_on_inputs_and_time_only() -> None:
     inputs = {"protocol": "a" * 64, "model": "b" * 64, "labels": "c" * 64, "dataset_manifest": "d" * 64}
     kwargs: dict[str, Any] = dict(
         sitecal_version="0.1.0",
@@ -124,11 +125,46 @@ def test_document_id_depends_on_inputs_only() -> None:
     one = provenance_document(sha256=inputs, outputs_sha256={"predictions": "1" * 64}, **kwargs)
     two = provenance_document(sha256=inputs, outputs_sha256={"predictions": "2" * 64}, **kwargs)
     assert one["sha256"] == {**inputs, "predictions": "1" * 64}
-    assert one["document_id"] == two["document_id"] == document_id(inputs)
-    # by hand: "SC-" + the first 12 hex digits (upper case) of sha256 of the sorted "name value" lines
-    lines = "\n".join(f"{k} {inputs[k]}" for k in sorted(inputs))
+    assert one["document_id"] == two["document_id"] == document_id(inputs, created_utc=kwargs["created_utc"])
+    # by hand: "SC-" + 12 hex digits (upper case) of sha256 of the time and the sorted "name value" lines
+    lines = "\n".join([f"created_utc {kwargs['created_utc']}", *(f"{k} {inputs[k]}" for k in sorted(inputs))])
     assert one["document_id"] == "SC-" + hashlib.sha256(lines.encode()).hexdigest()[:12].upper()
     changed = provenance_document(sha256={**inputs, "dataset_manifest": "0" * 64}, **kwargs)
     assert changed["document_id"] != one["document_id"]
+    later = provenance_document(sha256=inputs, **{**kwargs, "created_utc": "2026-12-02T18:45:00Z"})
+    assert later["document_id"] != one["document_id"]  # a run 45 minutes later is another document
     assert "predictions" not in changed["sha256"]
     assert one["dependencies"] == dependency_versions()
+
+
+def test_the_model_record_carries_its_architecture_and_no_unknown_field() -> None:
+    kwargs: dict[str, Any] = dict(
+        sitecal_version="0.1.0",
+        created_utc="2026-12-02T18:00:00Z",
+        command_line="sitecal run p.yaml",
+        run_folder="demo-20261202T180000Z",
+        seeds={"split": 1, "bootstrap": 2},
+        sha256={"model": "b" * 64},
+        transforms_sha256="e" * 64,
+        device="cpu",
+        pseudonym_key="f" * 12,
+    )
+    model = {
+        "code_sha256": "c" * 64,
+        "architecture_args": {"scale": -5.0, "bad": "NaN"},
+        "architecture": "package.module:Net",
+        "file": "net.safetensors",
+        "format": "safetensors",
+        "version": "2",
+        "name": "m",
+    }
+    document = provenance_document(model=model, **kwargs)
+    assert document["model"] == model
+    assert list(document["model"]) == list(provenance.MODEL_FIELDS)  # in the documented order
+    assert json.loads(json.dumps(document, allow_nan=False))["model"] == model
+    with pytest.raises(ValueError) as raised:
+        provenance_document(model={"name": "m", "weights": "w", "args": {}}, **kwargs)
+    assert str(raised.value) == (
+        "The 'model' parameter of provenance_document takes the fields name, version, format, file, "
+        "architecture, architecture_args, code_sha256. Got 'args', 'weights'."
+    )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -13,9 +14,11 @@ def test_key_file_created_private_and_reused(tmp_path: Path) -> None:
     path = tmp_path / "k" / ".key"
     key = load_or_create_key(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert re.fullmatch(rb"[0-9a-f]{64}", key) and path.read_bytes() == key + b"\n"
     assert load_or_create_key(path) == key
+    assert [p.name for p in path.parent.iterdir()] == [".key"]  # no temporary file left behind
     path.write_text("short")
-    with pytest.raises(OutputError, match="shorter than 32 characters"):
+    with pytest.raises(OutputError, match="not a pseudonymisation key created by sitecal"):
         load_or_create_key(path)
 
 
@@ -28,12 +31,15 @@ def test_pseudonyms_are_keyed_stable_and_typed() -> None:
     assert "a" * 32 not in repr(a)
 
 
-def test_paths_lose_uids_and_identifiers() -> None:
+def test_every_path_part_is_pseudonymised_and_folders_still_group() -> None:
     p = Pseudonymizer(b"k" * 32)
-    assert p.path(Path("site-1/s000001/IM00001.dcm")) == "site-1/s000001/IM00001.dcm"
-    masked = p.path(Path("PAT0042_scans/1.2.840.113619.2.55.3.1/1.2.840.99.1.2.dcm"), ["PAT0042"])
-    assert "PAT0042" not in masked and "1.2.840" not in masked
-    assert masked.endswith(".dcm") and masked.count("/") == 2
+    written = p.path(Path("site-1/s000001/IM00001.dcm"))
+    assert re.fullmatch(r"F-[0-9a-f]{16}/F-[0-9a-f]{16}/F-[0-9a-f]{16}\.dcm", written)
+    # the same folder has the same pseudonym; a folder of the same name elsewhere another one
+    assert p.path(Path("site-1/s000001/IM00002.dcm")).rsplit("/", 1)[0] == written.rsplit("/", 1)[0]
+    assert p.path(Path("site-2/s000001/IM00001.dcm")).split("/")[1] != written.split("/")[1]
+    assert p.path(Path("a/b.DCM")).endswith(".DCM") and p.path(Path("a/b.txt")).count(".") == 0
+    assert p.path(Path(".")) == "."
 
 
 def test_key_fingerprint_names_the_key_without_revealing_it() -> None:

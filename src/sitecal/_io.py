@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import secrets
@@ -13,7 +14,7 @@ from typing import Any
 
 from sitecal.errors import OutputError
 
-__all__ = ["write_bytes_atomic", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["csv_cell", "write_bytes_atomic", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -49,9 +50,47 @@ def write_json_atomic(path: Path, document: Any) -> None:
 
 
 def write_csv_atomic(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Write a CSV with a header row atomically."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_text_atomic(path, buffer.getvalue())
+    r"""Write a CSV with a header row atomically, every cell escaped by :func:`csv_cell`.
+
+    Rows end in ``\n``. A cell holding a line break (``\n`` or ``\r``) is quoted, so that it cannot
+    start a row of its own.
+    """
+    lines = []
+    record = io.StringIO()
+    # the csv module quotes a cell only for the characters of its line terminator: with "\n" alone, a
+    # bare "\r" (a hostile file name or header value) would go out unquoted and split the row in readers
+    writer = csv.writer(record, lineterminator="\r\n")
+    for row in itertools.chain([header], rows):
+        record.seek(0)
+        record.truncate()
+        writer.writerow([csv_cell(cell) for cell in row])
+        lines.append(record.getvalue()[:-2] + "\n")
+    write_text_atomic(path, "".join(lines))
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV Injection"); tab and
+# carriage return start one after the program strips them.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell that no spreadsheet runs as a formula.
+
+    Text starting with ``=``, ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'``, as OWASP
+    recommends, unless the whole text is a number (a logit ``-1.25`` or ``-inf`` stays a number). Values
+    that are not text (numbers, ``None``) are returned as they are.
+
+    Examples
+    --------
+    >>> csv_cell("=SUM(A1:A9)"), csv_cell("-1.25"), csv_cell("-1+2"), csv_cell(-3)
+    ("'=SUM(A1:A9)", '-1.25', "'-1+2", -3)
+    """
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    # float() also takes surrounding whitespace ("\t1") and digit separators ("-1_0"), which are no
+    # number a spreadsheet reads: such cells are escaped like any other text
+    return value if value == value.strip() and "_" not in value else "'" + value

@@ -1,9 +1,9 @@
 """Pseudonymisation: identifiers become keyed hashes that never leave the run in clear.
 
 A key is ``HMAC-SHA256(site secret, kind + NUL + identifier)``, shortened to 16 hex digits and prefixed by
-its kind (``P-`` patient, ``S-`` study, ``I-`` instance, ``F-`` file path part). The site secret lives in a
-key file (created with mode 0600 on first use) so that keys are stable across runs at one site and cannot
-be reversed or recomputed by anyone without that file.
+its kind (``P-`` patient, ``S-`` study, ``I-`` instance, ``R-`` series, ``F-`` file path part). The site
+secret lives in a key file that sitecal creates (64 hexadecimal digits and a newline, mode 0600) so that
+keys are stable across runs at one site and cannot be reversed or recomputed by anyone without that file.
 """
 
 from __future__ import annotations
@@ -13,41 +13,116 @@ import hmac
 import os
 import re
 import secrets
-from collections.abc import Iterable
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from sitecal.errors import OutputError
 
-__all__ = ["Pseudonymizer", "load_or_create_key"]
+__all__ = ["KEPT_SUFFIXES", "Pseudonymizer", "load_or_create_key"]
 
 _PREFIX = {"patient": "P", "study": "S", "instance": "I", "path": "F", "series": "R"}
-_UID_LIKE = re.compile(r"^\d+(\.\d+){3,}$")
+
+#: File name endings written in clear after a path part's pseudonym (compared ignoring case): they say
+#: what a file is and nothing about whom. Any other ending is hashed with the rest of the name, since a
+#: site may write anything after a dot (``DOE^JANE.19650304``).
+KEPT_SUFFIXES = (".dcm", ".dicom", ".dic", ".ima")
+
+# What load_or_create_key writes: 32 random bytes as 64 lower-case hex digits, then a newline (accepted
+# without it, as some editors save). Anything else was not made by sitecal.
+_KEY_TEXT = re.compile(rb"[0-9a-f]{64}\n?")
+_KEY_FILE_MAX = 4096  # read no further: a key file is 65 bytes
+_HOW_TO_CREATE = (
+    "Point privacy.key_file at a key that sitecal created, or at a path that does not exist yet "
+    "(sitecal then creates a key there, readable by its owner only)."
+)
 
 
 def load_or_create_key(path: Path) -> bytes:
-    """Read the site secret from ``path``, creating a random 32-byte one if the file does not exist."""
+    """Read the site secret from ``path``, creating a random one there if the file does not exist.
+
+    Parameters
+    ----------
+    path : Path
+        The key file (``privacy.key_file``).
+
+    Returns
+    -------
+    bytes
+        The secret: the 64 hexadecimal digits of the file (the HMAC key of :class:`Pseudonymizer`).
+
+    Raises
+    ------
+    OutputError
+        When the key cannot be created or read, when ``path`` is not a regular file, when the file is not
+        a key sitecal wrote (64 hexadecimal digits and a newline) or when its group or other users may read
+        or write it (it must be mode 0600). Each message says how to fix it.
+    """
     try:
-        data = path.read_bytes().strip()
+        return _read_key(path)
     except FileNotFoundError:
+        pass
+    _create_key(path)
+    return _read_key(path)
+
+
+def _create_key(path: Path) -> None:
+    """Write a new key at ``path`` unless one appears there meanwhile (another run created it first)."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = secrets.token_hex(32).encode()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data + b"\n")
-        except FileExistsError:  # created concurrently by another run
-            data = path.read_bytes().strip()
-        except OSError as exc:
-            raise OutputError(
-                f"{path}: cannot create the pseudonymisation key ({exc.strerror}). "
-                "Set privacy.key_file in the protocol to a writable location."
-            ) from None
+                fh.write(secrets.token_hex(32).encode() + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            # a hard link appears whole or not at all, and fails if a key exists: a concurrent run never
+            # reads a half-written key, and an existing key is never replaced
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot read the pseudonymisation key ({exc.strerror}).") from None
-    if len(data) < 32:
-        raise OutputError(f"{path}: the pseudonymisation key is shorter than 32 characters. Replace it.")
-    return data
+        raise OutputError(
+            f"{path}: cannot create the pseudonymisation key ({exc.strerror or exc}). "
+            "Set privacy.key_file in the protocol to a writable location."
+        ) from None
+
+
+def _read_key(path: Path) -> bytes:
+    """The key in ``path``, after checking that it is a private regular file that sitecal wrote."""
+    try:
+        # O_NONBLOCK: a FIFO named like the key must not block the run; it is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise OutputError(
+            f"{path}: cannot read the pseudonymisation key ({exc.strerror or exc}). {_HOW_TO_CREATE}"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OutputError(f"{path}: the pseudonymisation key is not a regular file. {_HOW_TO_CREATE}")
+        data = os.read(fd, _KEY_FILE_MAX)
+    finally:
+        os.close(fd)
+    # the content first: 'chmod 600' is the wrong advice for a file that is no key (/etc/passwd)
+    if not _KEY_TEXT.fullmatch(data):
+        raise OutputError(
+            f"{path}: not a pseudonymisation key created by sitecal (one holds 64 hexadecimal digits and a "
+            f"newline; this file holds {len(data)}{'+' if len(data) == _KEY_FILE_MAX else ''} bytes of "
+            f"something else). {_HOW_TO_CREATE}"
+        )
+    if os.name == "posix" and info.st_mode & 0o077:
+        raise OutputError(
+            f"{path}: the pseudonymisation key may be read or changed by other users (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}); anyone who reads it can recompute every pseudonym. "
+            f"Make it private with 'chmod 600 {path}'."
+        )
+    return data.rstrip(b"\n")
 
 
 @dataclass(frozen=True)
@@ -73,18 +148,33 @@ class Pseudonymizer:
         """
         return hmac.new(self.key, b"sitecal key fingerprint", hashlib.sha256).hexdigest()[:16]
 
-    def path(self, relative: Path, identifiers: Iterable[str] = ()) -> str:
-        """``relative`` with each part that is UID-like or contains one of ``identifiers`` pseudonymised.
+    def path(self, relative: PurePath) -> str:
+        """``relative`` with every part pseudonymised: ``F-<16 hex>`` per part, ``/`` between parts.
 
-        Exports often name folders by PatientID or files by SOPInstanceUID; such parts are replaced by
-        their pseudonym (keeping a ``.dcm`` suffix) so a path can be written to the run folder.
+        Sites name folders and files by patient name, birth date, MRN, accession number or UID
+        (``DOE^JANE_19650304/MRN7777777/ACC99999999_report.dcm``), and no filter can tell every such name
+        from a harmless one, so no part is written in clear. A part's pseudonym is the keyed hash of the
+        path up to and including it: the same folder always gets the same pseudonym (rows can still be
+        grouped by folder), two folders of the same name under different parents get different ones.
+        A last part ending in one of :data:`KEPT_SUFFIXES` keeps that ending.
+
+        Examples
+        --------
+        >>> from pathlib import PurePosixPath
+        >>> p = Pseudonymizer(b"k" * 32)
+        >>> written = p.path(PurePosixPath("DOE^JANE_19650304/MRN7777777/ACC99999999_report.dcm"))
+        >>> [len(part) for part in written.split("/")], written.endswith(".dcm")
+        ([18, 18, 22], True)
         """
-        needles = [value for value in identifiers if len(value) >= 3]
-        parts = []
-        for part in relative.parts:
-            stem, suffix = (part[:-4], part[-4:]) if part.lower().endswith(".dcm") else (part, "")
-            if _UID_LIKE.match(stem) or any(needle in part for needle in needles):
-                parts.append(self("path", stem) + suffix)
-            else:
-                parts.append(part)
-        return "/".join(parts)
+        parts = relative.parts
+        if not parts:  # the DICOM folder itself (a series whose files lie at its top)
+            return "."
+        written = []
+        for i, part in enumerate(parts):
+            prefix = "/".join(parts[: i + 1])
+            suffix = next(
+                (part[-len(s) :] for s in KEPT_SUFFIXES if i == len(parts) - 1 and part.lower().endswith(s)),
+                "",
+            )
+            written.append(self("path", prefix) + suffix)
+        return "/".join(written)

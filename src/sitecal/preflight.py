@@ -184,7 +184,7 @@ def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
     try:
         transforms = build_transforms(loaded.protocol.inputs.transforms, load=False)
     except SitecalError as exc:
-        return [f"inputs.transforms: {exc}"], []
+        return [str(exc)], []
     try:
         model = load_model(settings, loaded.model_path)
     except SitecalError as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MODEL_FIELDS",
     "dataset_manifest_sha256",
     "dependency_versions",
     "document_id",
@@ -36,6 +37,16 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20  # 1 MiB: files are hashed streaming, never read whole
+#: What ``provenance.json`` records of the model, in this order; see :func:`provenance_document`.
+MODEL_FIELDS = (
+    "name",
+    "version",
+    "format",
+    "file",
+    "architecture",
+    "architecture_args",
+    "code_sha256",
+)
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
@@ -149,15 +160,17 @@ def instances_sha256(instance_uids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(instance_uids)).encode()).hexdigest()
 
 
-def document_id(sha256: Mapping[str, str]) -> str:
-    """The report's document ID, ``SC-`` and 12 hex digits of a hash of the run's input hashes.
+def document_id(sha256: Mapping[str, str], *, created_utc: str) -> str:
+    """The report's document ID, ``SC-`` and 12 hex digits of a hash of the run's input hashes and time.
 
-    ``sha256`` is provenance's table of input hashes (protocol, model, labels, dataset manifest, ...): the
-    same protocol, model and data give the same ID, any change another one. Output hashes (predictions)
-    are not part of it, so that a bitwise-different but equivalent inference does not rename the report.
+    ``sha256`` is provenance's table of input hashes (protocol, model, labels, dataset manifest, ...) and
+    ``created_utc`` the run's time, which the report prints: every run is a new document (two runs of the
+    same inputs write different PDFs, so they share neither this ID nor report.dcm's Study Instance UID);
+    ``SOURCE_DATE_EPOCH`` fixes the time, and then the same inputs give the same ID. Output hashes
+    (predictions) are not part of it, so that an equivalent inference does not rename the report.
     """
-    canonical = "\n".join(f"{name} {value}" for name, value in sorted(sha256.items()))
-    return "SC-" + hashlib.sha256(canonical.encode()).hexdigest()[:12].upper()
+    lines = [f"created_utc {created_utc}", *(f"{name} {value}" for name, value in sorted(sha256.items()))]
+    return "SC-" + hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12].upper()
 
 
 def provenance_document(
@@ -185,11 +198,28 @@ def provenance_document(
     outputs_sha256 : mapping of str to str, optional
         Hashes of files the run wrote (``predictions``); recorded in the same ``sha256`` table, not part
         of the document ID.
+    model : mapping
+        The model, with any of :data:`MODEL_FIELDS`: ``name``, ``version`` (the provider's), ``format``,
+        ``file`` (the file or bundle folder name), ``architecture`` (``package.module:Class``, for
+        weights), ``architecture_args`` (its keyword arguments, JSON values) and ``code_sha256`` (the
+        hash of the architecture's code, :func:`sitecal.inference.architecture_code_sha256`). The weights'
+        sha256 is in ``sha256["model"]``.
     logits : mapping of str to int, optional
         Where the analysed logits came from (``{"cached": n, "computed": m}``).
 
     Other parameters are recorded as given.
+
+    Raises
+    ------
+    ValueError
+        When ``model`` has a field that is not one of :data:`MODEL_FIELDS`.
     """
+    unknown = sorted(set(model) - set(MODEL_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"The 'model' parameter of provenance_document takes the fields {', '.join(MODEL_FIELDS)}. "
+            f"Got {', '.join(map(repr, unknown))}."
+        )
     return {
         "sitecal_version": sitecal_version,
         "python": platform.python_version(),
@@ -201,8 +231,8 @@ def provenance_document(
         "run_folder": run_folder,
         "seeds": dict(seeds),
         "sha256": {**sha256, **(outputs_sha256 or {})},
-        "document_id": document_id(sha256),
-        "model": dict(model),
+        "document_id": document_id(sha256, created_utc=created_utc),
+        "model": {name: model[name] for name in MODEL_FIELDS if name in model},
         "transforms_sha256": transforms_sha256,
         "device": device,
         "pseudonym_key_fingerprint": pseudonym_key,

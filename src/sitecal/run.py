@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,25 @@ from sitecal import __version__
 from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal._scrub import ScrubFilter
-from sitecal.cohort import Cohort, Exclusion, Study, build_cohort, read_labels, read_mappings, scan_folder
+from sitecal.cohort import (
+    UNKNOWN,
+    UNMAPPED,
+    Cohort,
+    Exclusion,
+    Study,
+    build_cohort,
+    read_labels,
+    read_mappings,
+    scan_folder,
+)
+from sitecal.cohort.attributes import suppress_rare_values
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.inference import (
     LogitCache,
     build_transforms,
+    cache_identity,
     file_sha256,
     image_key,
     load_model,
@@ -111,11 +123,25 @@ def run_protocol(
             num_workers=protocol.inputs.num_workers,
             device=device,
             progress=progress,
-            cache=LogitCache(cache_dir, model.sha256, transforms_sha256, n_classes) if cache_dir else None,
+            cache=(
+                LogitCache(
+                    cache_dir,
+                    cache_identity(model.identity(), transforms_sha256=transforms_sha256),
+                    n_classes,
+                    secret=pseudonymize.key,
+                )
+                if cache_dir
+                else None
+            ),
             keys=[image_key(pseudonymize, _hashed(s, file_hashes)) for s in cohort.studies],
         )
         logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
         studies = [cohort.studies[i] for i in inference.ok]
+        # studies the model could not read leave their groups smaller: pool again what is now rare
+        shown = suppress_rare_values(
+            [s.attributes for s in studies], protocol.privacy.min_count_shown, keep=(UNKNOWN, UNMAPPED)
+        )
+        studies = [replace(s, attributes=a) for s, a in zip(studies, shown, strict=True)]
         exclusions = list(cohort.exclusions) + [
             Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key, unit="study")
             for i, reason in inference.failures
@@ -148,6 +174,8 @@ def run_protocol(
             "exclusions": Cohort.exclusion_counts(_with(cohort, exclusions)),
             "sources": summarise_sources(s.sources for s in studies),
         }
+        if inference.n_model_failed or inference.n_non_finite:  # a finding about the model, for the report
+            flow |= {"model_failed": inference.n_model_failed, "non_finite_logits": inference.n_non_finite}
         if cohort.n_series_found is not None:
             flow |= {"series_found": cohort.n_series_found, "series_selected": cohort.n_series_selected}
         outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=loaded.sha256, progress=progress)
@@ -187,12 +215,7 @@ def run_protocol(
                 "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
             },
             outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
-            model={
-                "name": model.name,
-                "version": protocol.model.version,
-                "format": model.format,
-                "file": model.path.name,
-            },
+            model=model.record(),
             transforms_sha256=transforms_sha256,
             pseudonym_key=pseudonymize.fingerprint,
             device=device,
@@ -295,6 +318,7 @@ def _cohort(
         key=protocol.data.key,
         pseudonymize=pseudonymize,
         series=_series_rules(loaded),
+        min_count_shown=protocol.privacy.min_count_shown,
     )
 
 
@@ -318,8 +342,6 @@ def _series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
 
 
 def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:
-    from dataclasses import replace
-
     return replace(cohort, exclusions=tuple(exclusions))
 
 

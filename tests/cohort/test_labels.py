@@ -21,7 +21,7 @@ def test_names_and_indices_and_bad_rows(tmp_path: Path) -> None:
     assert table.n_rows == 6
     assert table.bad_rows == (
         (4, "empty StudyInstanceUID"),
-        (5, "label 'cat' is not one of ['normal', 'nodule', 'effusion']"),
+        (5, "label is not one of the class names [normal, nodule, effusion] or an index 0..2"),
         (7, "key labelled twice with different labels"),
     )
 
@@ -30,7 +30,8 @@ def test_missing_column_names_it_and_the_field(tmp_path: Path) -> None:
     path = tmp_path / "labels.csv"
     path.write_text("uid,label\n1.2.3,normal\n")
     with pytest.raises(
-        DataError, match=r"no column 'StudyInstanceUID' \(columns: uid, label\). Set data.key_column"
+        DataError,
+        match=r"no column 'StudyInstanceUID' \(columns: uid, label; delimiter ','\). Set data.key_column",
     ):
         read_labels(path, key_column="StudyInstanceUID", label_column="label", class_names=CLASSES)
 
@@ -62,7 +63,7 @@ def test_parquet_names_indices_and_bad_rows_by_row_number(tmp_path: Path) -> Non
     assert table.numbered_by == "row"
     assert table.bad_rows == (
         (3, "empty StudyInstanceUID"),
-        (4, "label 'cat' is not one of ['normal', 'nodule', 'effusion']"),
+        (4, "label is not one of the class names [normal, nodule, effusion] or an index 0..2"),
         (6, "key labelled twice with different labels"),
     )
 
@@ -76,8 +77,8 @@ def test_parquet_integer_labels_and_keys(tmp_path: Path) -> None:
     table = read_labels(path, key_column="AccessionNumber", label_column="label", class_names=CLASSES)
     assert table.labels == {"1001": 0, "1002": 1}
     assert table.bad_rows == (
-        (3, "label '' is not one of ['normal', 'nodule', 'effusion']"),
-        (4, "label '3' is not one of ['normal', 'nodule', 'effusion']"),
+        (3, "empty label"),
+        (4, "label is not one of the class names [normal, nodule, effusion] or an index 0..2"),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -18,32 +19,56 @@ from tests.conftest import REPO, write_demo_protocol
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cli import main
 from sitecal.demo import generate_demo
-from sitecal.errors import OutputError
 from sitecal.inference import LogitCache, image_key, predict_files
 from sitecal.inference.models import LoadedModel
+
+SECRET = b"s" * 32
+IDENTITY = {"model": {"sha256": "a" * 64}, "transforms_sha256": "b" * 64}
 
 
 def test_chunks_round_trip_and_a_torn_chunk_is_skipped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cache = LogitCache(tmp_path, "a" * 64, "b" * 64, n_classes=2)
+    cache = LogitCache(tmp_path, IDENTITY, n_classes=2, secret=SECRET)
     cache.store(["k1", "k2"], np.array([[0.5, -1.0], [2.0, 3.0]]))
     cache.store(["k3"], np.array([[1.0, 1.5]]))
     (cache.folder / "chunk-torn.npz").write_bytes(b"PK\x03\x04 not a whole zip")
     loaded = cache.load()
     assert sorted(loaded) == ["k1", "k2", "k3"]
     np.testing.assert_array_equal(loaded["k2"], np.float32([2.0, 3.0]))
-    assert "skipped unreadable chunk chunk-torn.npz" in caplog.text
+    assert caplog.messages == [
+        f"logit cache {cache.folder}: ignored 1 of 3 chunks (1 truncated or unreadable) and moved them to "
+        "quarantine/; their images are computed again"
+    ]
+    assert (cache.folder / "quarantine" / "chunk-torn.npz").is_file()
 
 
-def test_another_identity_under_the_same_short_name_is_refused(tmp_path: Path) -> None:
-    LogitCache(tmp_path, "a" * 64, "b" * 64, n_classes=2)
-    with pytest.raises(OutputError, match="another model or transform chain"):
-        LogitCache(tmp_path, "a" * 16 + "c" * 48, "b" * 64, n_classes=2)
+def test_the_folder_is_named_by_the_identity_and_the_site_key(tmp_path: Path) -> None:
+    cache = LogitCache(tmp_path, IDENTITY, n_classes=2, secret=SECRET)
+    digest = hashlib.sha256(
+        json.dumps({**IDENTITY, "n_classes": 2}, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    assert cache.folder == tmp_path / f"{digest}-{Pseudonymizer(SECRET).fingerprint}"
+    assert json.loads((cache.folder / "identity.json").read_text()) == {**IDENTITY, "n_classes": 2}
+    others = {
+        LogitCache(tmp_path, {**IDENTITY, "transforms_sha256": "c" * 64}, 2, secret=SECRET).folder,
+        LogitCache(tmp_path, IDENTITY, 3, secret=SECRET).folder,
+        LogitCache(tmp_path, IDENTITY, 2, secret=b"t" * 32).folder,
+    }
+    assert len(others) == 3 and cache.folder not in others
+
+
+def test_a_damaged_identity_file_is_rewritten(tmp_path: Path) -> None:
+    cache = LogitCache(tmp_path, IDENTITY, n_classes=2, secret=SECRET)
+    cache.store(["k1"], np.array([[0.5, -1.0]]))
+    (cache.folder / "identity.json").write_bytes(b"")
+    again = LogitCache(tmp_path, IDENTITY, n_classes=2, secret=SECRET)
+    assert json.loads((again.folder / "identity.json").read_text()) == {**IDENTITY, "n_classes": 2}
+    assert list(again.load()) == ["k1"]
 
 
 def test_many_chunks_are_merged_into_one_without_loss(tmp_path: Path) -> None:
-    cache = LogitCache(tmp_path, "a" * 64, "b" * 64, n_classes=3)
+    cache = LogitCache(tmp_path, IDENTITY, n_classes=3, secret=SECRET)
     expected = {}
     for i in range(70):
         row = np.array([[i, i + 0.25, -i]], dtype=np.float32)
@@ -73,7 +98,7 @@ class _Refuses(torch.nn.Module):
 
 
 def test_cached_images_are_neither_read_nor_inferred(tmp_path: Path) -> None:
-    cache = LogitCache(tmp_path, "a" * 64, "b" * 64, n_classes=2)
+    cache = LogitCache(tmp_path, IDENTITY, n_classes=2, secret=SECRET)
     cache.store(["k1", "k2"], np.array([[0.0, 1.0], [0.0, -1.0]]))
     model = LoadedModel(module=_Refuses(), name="m", format="torchscript", sha256="a" * 64, path=tmp_path)
     # the files do not exist: reading them would be an exclusion, calling the model an AssertionError

@@ -72,6 +72,23 @@ def test_the_instance_links_to_no_patient_and_is_reproducible(tmp_path: Path) ->
         assert keyword not in a
 
 
+@pytest.mark.timeout(30)
+def test_a_different_pdf_is_a_different_instance_of_the_same_document(tmp_path: Path) -> None:
+    # two renderings of one document (same document ID) whose bytes differ, e.g. a later `sitecal report`
+    args = {"document_id": "SC-0123456789ab", "title": "t", "created_utc": "2026-12-03T09:08:07Z"}
+    _pdf(tmp_path / "one.pdf", 1)
+    _pdf(tmp_path / "two.pdf", 2)
+    write_report_dicom(tmp_path / "one.pdf", tmp_path / "one.dcm", **args)
+    write_report_dicom(tmp_path / "two.pdf", tmp_path / "two.dcm", **args)
+    one, two = pydicom.dcmread(tmp_path / "one.dcm"), pydicom.dcmread(tmp_path / "two.dcm")
+    assert one.SOPInstanceUID != two.SOPInstanceUID
+    assert one.file_meta.MediaStorageSOPInstanceUID == one.SOPInstanceUID
+    assert one.SeriesInstanceUID != two.SeriesInstanceUID
+    assert one.StudyInstanceUID == two.StudyInstanceUID
+    for uid in (one.SOPInstanceUID, one.SeriesInstanceUID, one.StudyInstanceUID):
+        assert uid.startswith("2.25.") and len(uid) <= 64 and uid.is_valid
+
+
 def test_a_file_that_is_not_a_pdf_is_refused(tmp_path: Path) -> None:
     (tmp_path / "report.pdf").write_bytes(b"<html>")
     with pytest.raises(ValueError, match="not a PDF"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -9,17 +10,19 @@ from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort._records import Cohort, Exclusion, Study
-from sitecal.cohort.attributes import attribute_value, intersection_value
+from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable
-from sitecal.cohort.mapping import ValueMapping
+from sitecal.cohort.mapping import UNMAPPED, ValueMapping
 from sitecal.cohort.scan import InstanceHeader, ScanResult
 from sitecal.cohort.series import group_by_study, select_series
 from sitecal.cohort.sources import source_values
-from sitecal.protocol import SeriesRules, SubgroupSettings
+from sitecal.protocol import PrivacySettings, SeriesRules, SubgroupSettings
 
 __all__ = ["build_cohort"]
 
-_IDENTIFYING = ("PatientID", "AccessionNumber", "StudyInstanceUID", "SeriesInstanceUID", "SOPInstanceUID")
+logger = logging.getLogger(__name__)
+
+_MIN_COUNT_SHOWN: int = PrivacySettings.model_fields["min_count_shown"].default
 
 
 def build_cohort(
@@ -31,6 +34,7 @@ def build_cohort(
     key: str,
     pseudonymize: Pseudonymizer,
     series: SeriesRules | None = None,
+    min_count_shown: int = _MIN_COUNT_SHOWN,
 ) -> Cohort:
     """Assemble studies from scanned instances, attach subgroup attributes and labels.
 
@@ -53,12 +57,17 @@ def build_cohort(
         Given for volumes: each study's image is the series these rules choose
         (:func:`sitecal.cohort.series.select_series`); a study with no qualifying series is excluded.
         Without it, one image per study (:func:`sitecal.cohort.series.group_by_study`).
+    min_count_shown : int, default 5
+        ``privacy.min_count_shown``: a subgroup value of fewer labelled studies becomes
+        ``"other (n < k)"`` (:func:`sitecal.cohort.attributes.suppress_rare_values`), tags first, then
+        intersections; ``unknown`` and ``unmapped`` stay.
 
     Returns
     -------
     Cohort
         Labelled studies, and exclusions for extra instances, studies without label and labels without
-        study. Patients without PatientID count as one patient per study.
+        study. Patients without PatientID count as one patient per study. Each study's
+        ``relative_path`` is pseudonymised part by part (:meth:`Pseudonymizer.path`).
 
     Raises
     ------
@@ -94,6 +103,17 @@ def build_cohort(
             continue
         matched.add(join_value)  # type: ignore[arg-type]
         studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize))
+    if labels.labels and chosen_per_study and not matched:
+        # the usual cause is a key that joins on the wrong field, not missing studies
+        logger.warning(
+            "none of the %d keys in the labels file matches the %s of any of the %d studies found: check "
+            "data.key and data.key_column in the protocol, and that the labels belong to these studies.",
+            len(labels.labels),
+            key,
+            len(chosen_per_study),
+        )
+    # reasons name the problem and the location is the line or row: the cell's text (a key, or free text a
+    # site typed into the label column) never reaches an output
     for line, reason in labels.bad_rows:  # a CSV line or a Parquet row
         exclusions.append(
             Exclusion(
@@ -113,7 +133,7 @@ def build_cohort(
             )
         )
     return Cohort(
-        studies=tuple(studies),
+        studies=_shown(studies, subgroups, min_count_shown),
         exclusions=tuple(exclusions),
         files_found=scan.files_found,
         dicom_instances=len(scan.instances),
@@ -210,14 +230,12 @@ def _study(
     patient_key = (
         pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
     )
-    attributes = _attributes(values, subgroups, mappings)
-    relative = _folder(instances, scan.root)
-    identifiers = [values[k] for k in _IDENTIFYING if k in values]
+    attributes = _tag_values(values, subgroups, mappings)
     return Study(
         study_key=study_key,
         patient_key=patient_key,
         files=tuple(i.path for i in instances),
-        relative_path=pseudonymize.path(relative, identifiers),
+        relative_path=pseudonymize.path(_folder(instances, scan.root)),
         instance_uids=tuple(i.sop_instance_uid for i in instances),
         attributes=attributes,
         label=label,
@@ -233,18 +251,39 @@ def _series_key(instances: Sequence[InstanceHeader], pseudonymize: Pseudonymizer
     return pseudonymize("series", uid) if uid else ""
 
 
-def _attributes(
+def _tag_values(
     values: Mapping[str, str], subgroups: Mapping[str, SubgroupSettings], mappings: Mapping[str, ValueMapping]
 ) -> dict[str, str]:
-    """Subgroup name → value in protocol order: tags normalised, banded, mapped; then intersections."""
+    """Tag subgroup name → value for one study's header values: normalised, banded, mapped."""
     tagged = {}
     for name, s in subgroups.items():
         if s.tag is not None:
             value = attribute_value(s.tag, values, s.bands)
             tagged[name] = mappings[name].group(value) if name in mappings else value
-    return {
-        name: tagged[name]
-        if s.intersection is None
-        else intersection_value([tagged[p] for p in s.intersection])
-        for name, s in subgroups.items()
-    }
+    return tagged
+
+
+def _shown(studies: Sequence[Study], subgroups: Mapping[str, SubgroupSettings], k: int) -> tuple[Study, ...]:
+    """The studies with every subgroup value as it may be shown, in protocol order.
+
+    Rare tag values are pooled first, so an intersection never joins a rare value (and shows it as part
+    of a larger group); then the intersections are formed and their rare values pooled too.
+    """
+    kept = (UNKNOWN, UNMAPPED)
+    tagged = suppress_rare_values([s.attributes for s in studies], k, keep=kept)
+    joined = suppress_rare_values(
+        [
+            {
+                name: intersection_value([row[p] for p in s.intersection])
+                for name, s in subgroups.items()
+                if s.intersection is not None
+            }
+            for row in tagged
+        ],
+        k,
+        keep=kept,
+    )
+    return tuple(
+        replace(study, attributes={name: {**row, **both}[name] for name in subgroups})
+        for study, row, both in zip(studies, tagged, joined, strict=True)
+    )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from itertools import pairwise
 from types import MappingProxyType
@@ -22,7 +23,9 @@ __all__ = [
     "intersection_value",
     "normalise_manufacturer",
     "normalise_text",
+    "other_value",
     "parse_age_years",
+    "suppress_rare_values",
 ]
 
 #: The group of studies whose tag is absent or empty. It is reported like any other group.
@@ -201,3 +204,55 @@ def intersection_value(components: Sequence[str]) -> str:
     if UNKNOWN in components:
         return UNKNOWN
     return INTERSECTION_SEPARATOR.join(components)
+
+
+def other_value(k: int) -> str:
+    """The group that pools the values held by fewer than ``k`` studies: ``"other (n < 5)"``."""
+    return f"other (n < {k})"
+
+
+def suppress_rare_values(
+    rows: Sequence[Mapping[str, str]], k: int, *, keep: Iterable[str] = (UNKNOWN,)
+) -> list[dict[str, str]]:
+    """Pool every subgroup value held by fewer than ``k`` rows as :func:`other_value`, attribute by attribute.
+
+    A value seen in one or a few studies is as good as a name, and some are names (a StationName typed as
+    ``"SMITH JOHN 55512345"``). Pooling them before anything is evaluated or written means no output can
+    show them; the pooled group is evaluated and reported like any other. Apply it to the tag attributes
+    before intersections are formed, then to the intersections.
+
+    Parameters
+    ----------
+    rows : sequence of mapping
+        One mapping per study: attribute name → value.
+    k : int
+        The smallest number of studies a value must have to be shown (``privacy.min_count_shown``);
+        1 shows every value.
+    keep : iterable of str, default (UNKNOWN,)
+        Values that are never pooled however rare (they name no one): ``unknown`` and ``unmapped``.
+
+    Returns
+    -------
+    list of dict
+        The rows with rare values replaced, in the same order, each with the keys of its input row.
+
+    Raises
+    ------
+    ValueError
+        When ``k`` is not an int >= 1.
+
+    Examples
+    --------
+    >>> rows = [{"site": "A"}] * 5 + [{"site": "SMITH JOHN"}, {"site": "B"}, {"site": "unknown"}]
+    >>> [row["site"] for row in suppress_rare_values(rows, 5)]
+    ['A', 'A', 'A', 'A', 'A', 'other (n < 5)', 'other (n < 5)', 'unknown']
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"The 'k' parameter of suppress_rare_values must be an int >= 1. Got {k!r}.")
+    kept = set(keep)
+    counts: Counter[tuple[str, str]] = Counter((name, value) for row in rows for name, value in row.items())
+    other = other_value(k)
+    return [
+        {name: value if value in kept or counts[name, value] >= k else other for name, value in row.items()}
+        for row in rows
+    ]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sitecal.inference.cache import LogitCache, image_key
-from sitecal.inference.models import LoadedModel, file_sha256, load_model
+from sitecal.inference.cache import LogitCache, cache_identity, image_key
+from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
 from sitecal.inference.reader import DicomImageReader, presentation_values
 from sitecal.inference.transforms import build_transforms, transform_fingerprint
@@ -13,7 +13,9 @@ __all__ = [
     "InferenceResult",
     "LoadedModel",
     "LogitCache",
+    "architecture_code_sha256",
     "build_transforms",
+    "cache_identity",
     "file_sha256",
     "image_key",
     "load_model",

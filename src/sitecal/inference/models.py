@@ -32,7 +32,12 @@ What each format could run, and what sitecal does about it (torch 2.13):
     See :mod:`sitecal.inference._bundle`: nothing in the configs is evaluated; weights are read as above.
 
 The model fingerprint is the sha256 of the file's bytes, the very bytes that were loaded; for a bundle
-see :func:`sitecal.inference._bundle.bundle_sha256`.
+see :func:`sitecal.inference._bundle.bundle_sha256`. The weights alone do not determine a logit: the same
+file under other ``architecture_args``, or under an edited architecture module, gives other outputs. So
+:class:`LoadedModel` also carries the architecture, its arguments (canonical JSON) and ``code_sha256``, a
+hash of the source files of every Python class the network is built from (see
+:func:`architecture_code_sha256`). :meth:`LoadedModel.identity` is all of it, for the logit cache;
+:meth:`LoadedModel.record` is what provenance writes.
 """
 
 from __future__ import annotations
@@ -40,12 +45,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import json
 import logging
 import pickle
 import re
+import secrets
+import sys
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +65,7 @@ from sitecal.inference._bundle import first_line
 from sitecal.protocol import ModelSettings
 from sitecal.provenance import file_sha256
 
-__all__ = ["LoadedModel", "file_sha256", "load_model"]
+__all__ = ["LoadedModel", "architecture_code_sha256", "file_sha256", "load_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +75,10 @@ class LoadedModel:
     """A model in eval mode, with what identifies it.
 
     ``path`` is the model file, or the bundle folder for ``monai_bundle``; ``sha256`` is the file's
-    sha256, or the bundle fingerprint.
+    sha256, or the bundle fingerprint. ``version``, ``architecture`` and ``architecture_args`` are the
+    protocol's (the architecture for weights formats only; ``None`` and ``{}`` otherwise);
+    ``code_sha256`` is :func:`architecture_code_sha256` of the network, or ``None`` for a program
+    (``torchscript``, ``torch_export``), whose code is in the file that ``sha256`` covers.
     """
 
     module: torch.nn.Module
@@ -75,6 +86,89 @@ class LoadedModel:
     format: str
     sha256: str
     path: Path
+    version: str | None = None
+    architecture: str | None = None
+    architecture_args: Mapping[str, Any] = field(default_factory=dict)
+    code_sha256: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """Everything about the model that determines its logits, as JSON values.
+
+        ``{"format", "sha256", "version", "architecture", "architecture_args", "code_sha256"}``, with
+        ``architecture_args`` as canonical JSON text (sorted keys, no spaces), so that ``NaN`` and
+        ``"NaN"`` stay apart. The logit cache keys on it (:func:`sitecal.inference.cache_identity`);
+        ``version`` is there so that a provider's new version of a model is never served old logits.
+        """
+        return {
+            "format": self.format,
+            "sha256": self.sha256,
+            "version": self.version,
+            "architecture": self.architecture,
+            "architecture_args": _canonical_json(self.architecture_args),
+            "code_sha256": self.code_sha256,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """What provenance records of the model (:data:`sitecal.provenance.MODEL_FIELDS`), as JSON values.
+
+        ``architecture_args`` are written as plain JSON: a non-finite float becomes the string ``"NaN"``,
+        ``"Infinity"`` or ``"-Infinity"``, which strict JSON has no number for.
+        """
+        return {
+            "name": self.name,
+            "version": self.version,
+            "format": self.format,
+            "file": self.path.name,
+            "architecture": self.architecture,
+            "architecture_args": json.loads(_canonical_json(self.architecture_args), parse_constant=str),
+            "code_sha256": self.code_sha256,
+        }
+
+
+def _canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces, ASCII; values JSON cannot hold are tagged by type.
+
+    YAML may give a protocol dates, byte strings or sets, which JSON has no type for; each becomes the
+    string ``"<type name>:<repr>"`` (a set's members sorted), so the text stays the same run after run.
+    """
+
+    def tag(obj: Any) -> Any:
+        if isinstance(obj, set | frozenset):
+            return sorted(repr(member) for member in obj)
+        return f"{type(obj).__name__}:{obj!r}"
+
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=tag)
+    except TypeError:  # keys of mixed types (1 and "a") cannot be sorted; YAML order is stable anyway
+        return json.dumps(value, separators=(",", ":"), default=tag)
+
+
+def architecture_code_sha256(module: torch.nn.Module) -> str:
+    """sha256 of the code the network is built from: the files of every class in its module tree.
+
+    Every submodule's class and the classes it inherits from (``torch.nn.Module`` subclasses from the
+    site's package, MONAI and torch alike) are traced to the module that defines them, and that module's
+    file (source, or compiled extension) is hashed. The result is the sha256 of the sorted lines
+    ``<module name> <file sha256>``: file locations do not enter it, so two installs of the same code
+    agree. Classes are taken from the objects already built; nothing new is imported.
+
+    What it does not see: code a ``forward`` reaches only by calling functions or reading constants of
+    other modules. A change there needs a new ``model.version`` in the protocol (part of the cache
+    identity), or an emptied logit cache.
+    """
+    lines: dict[str, str] = {}
+    for sub in module.modules():
+        for cls in type(sub).__mro__:
+            name = cls.__module__
+            if cls is object or name in lines:
+                continue
+            source = getattr(sys.modules.get(name), "__file__", None)
+            try:
+                lines[name] = file_sha256(source) if source else "no file"
+            except OSError:  # gone since import: the running code is unknown, so match no earlier run
+                lines[name] = "unreadable " + secrets.token_hex(16)
+    text = "".join(f"{name} {digest}\n" for name, digest in sorted(lines.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
@@ -116,7 +210,18 @@ def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
         else:
             module = _read_torchscript(data, path)
     module.eval()
-    return LoadedModel(module=module, name=settings.name, format=settings.format, sha256=sha, path=path)
+    program = settings.format in ("torchscript", "torch_export") or isinstance(module, torch.jit.ScriptModule)
+    return LoadedModel(
+        module=module,
+        name=settings.name,
+        format=settings.format,
+        sha256=sha,
+        path=path,
+        version=settings.version,
+        architecture=settings.architecture,
+        architecture_args=dict(settings.architecture_args),
+        code_sha256=None if program else architecture_code_sha256(module),
+    )
 
 
 def _load_bundle(folder: Path) -> tuple[torch.nn.Module, str]:

@@ -1,8 +1,17 @@
-"""Cohort + model → logits, through a MONAI ``Dataset`` and ``DataLoader`` that lose no study silently."""
+"""Cohort + model → logits, through a MONAI ``Dataset`` and ``DataLoader`` that lose no study silently.
+
+Faults are isolated per study: an image that cannot be read, that a transform cannot take or whose values
+are not finite after the transforms, a forward pass that raises for one study, and a row of non-finite
+logits each become that study's exclusion reason, and the run goes on. Only a model that fails on every
+study in the same way stops it (:class:`~sitecal.errors.ModelError`): then the model is broken, not the data.
+Reasons hold no identifier: messages from MONAI, PyTorch and the model pass through :func:`_safe_text`.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +31,30 @@ __all__ = ["InferenceResult", "predict_files"]
 
 logger = logging.getLogger(__name__)
 
+#: The exclusion reason of a study whose logits hold NaN or infinity.
+NON_FINITE_LOGITS = "the model returned non-finite logits"
+#: Longest message, from a library or the model, copied into a reason.
+_MAX_MESSAGE = 200
+
 
 @dataclass(frozen=True)
 class InferenceResult:
     """Logits for the files that loaded, and the reason for each that did not.
 
-    ``logits`` has one row per entry of ``ok`` (ascending indices into the input list), float32 ``(n, C)``;
-    ``n_cached`` of them came from the logit cache, ``n_computed`` were computed by the model.
+    ``logits`` has one row per entry of ``ok`` (ascending indices into the input list), float32 ``(n, C)``,
+    all finite; ``n_cached`` of them came from the logit cache, ``n_computed`` were computed by the model.
+    ``failures`` holds ``(index, reason)`` for every other entry; ``n_model_failed`` of them are studies
+    on which the model's forward pass raised, ``n_non_finite`` studies for which it returned NaN or
+    infinity (:data:`NON_FINITE_LOGITS`), so that the report can count the model's faults apart from the
+    images'.
     """
 
     logits: np.ndarray
     ok: np.ndarray
     failures: tuple[tuple[int, str], ...]
     n_cached: int = 0
+    n_model_failed: int = 0
+    n_non_finite: int = 0
 
     @property
     def n_computed(self) -> int:
@@ -47,25 +67,146 @@ class _SafeDataset(Dataset):
 
     def _transform(self, index: int) -> dict[str, Any]:
         try:
-            image = super()._transform(index)
-        except Exception as exc:  # each failure becomes an exclusion; the run goes on
-            return {"index": index, "error": _reason(exc)}
+            image = _load(self.transform, self.data[index])
+        except _Unusable as exc:  # each failure becomes an exclusion; the run goes on
+            return {"index": index, "error": str(exc)}
         return {"index": index, "image": image}
 
 
-def _reason(exc: BaseException) -> str:
-    # the reader names every read and decode failure (a DicomError); MONAI's Compose may wrap it
-    for cause in (exc, exc.__cause__, exc.__context__):
-        if isinstance(cause, DicomError):
+class _Unusable(Exception):
+    """An image the transform chain cannot turn into a model input; the message is the reason."""
+
+
+def _load(transform: Any, item: Any) -> torch.Tensor:
+    """Run the chain on one study, one transform at a time, so that a failure names its transform."""
+    steps = list(transform.transforms) if isinstance(transform, Compose) else [transform]
+    data = item
+    for i, step in enumerate(steps):
+        try:
+            data = transform(data, start=i, end=i + 1) if isinstance(transform, Compose) else step(data)
+        except Exception as exc:  # MONAI wraps the transform's own error; _transform_reason unwraps it
+            raise _Unusable(_transform_reason(exc, type(step).__name__, data if i else None)) from None
+    try:
+        image = torch.as_tensor(data.as_tensor() if hasattr(data, "as_tensor") else data, dtype=torch.float32)
+    except Exception:  # a custom chain may end in something that is not an array
+        raise _Unusable(
+            f"the transforms returned {type(data).__name__}, not an image array: end inputs.transforms with "
+            "array transforms."
+        ) from None
+    if not torch.isfinite(image).all():
+        raise _Unusable(
+            "image values are not finite (NaN or infinity) after the transforms: check inputs.transforms "
+            "(e.g. an intensity range of zero width)."
+        )
+    return image
+
+
+def _transform_reason(exc: BaseException, name: str, image: Any) -> str:
+    """The exclusion reason for ``exc``, raised by transform ``name`` applied to ``image``."""
+    chain = _causes(exc)
+    for cause in chain:
+        if isinstance(cause, DicomError):  # the reader's reasons are written to be exclusion reasons
             return str(cause)
-    return f"image cannot be loaded: a transform failed ({type(exc).__name__})"
+    kind = _describe(image)
+    prefix = f"{kind} that the transforms cannot take" if kind else "a transform failed"
+    return f"{prefix}: {name}: {_innermost(chain)[1]}"
+
+
+def _describe(image: Any) -> str:
+    """What kind of image the reader made of a study, or "" for a single greyscale image.
+
+    ``colour image (3 samples per pixel)``, ``3-frame image`` or ``colour 3-frame image (...)``, from the
+    metadata :class:`sitecal.inference.DicomImageReader` attaches.
+    """
+    meta = getattr(image, "meta", None)
+    if not isinstance(meta, dict):
+        return ""
+    samples, frames = meta.get("samples_per_pixel", 1), meta.get("number_of_frames", 1)
+    if not isinstance(samples, int) or not isinstance(frames, int):  # not sitecal's reader
+        return ""
+    colour = f"({samples} samples per pixel)" if samples > 1 else ""
+    if frames > 1:
+        return f"colour {frames}-frame image {colour}" if colour else f"{frames}-frame image"
+    return f"colour image {colour}" if colour else ""
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its explicit causes (``raise ... from``), outermost first; a cycle ends the walk."""
+    chain = [exc]
+    while (cause := chain[-1].__cause__) is not None and cause not in chain and len(chain) < 32:
+        chain.append(cause)
+    return chain
+
+
+def _innermost(chain: Sequence[BaseException]) -> tuple[str, str]:
+    """The type and safe message of the innermost exception of ``chain`` that says something.
+
+    MONAI's ``RuntimeError("applying transform <...>")`` wrappers say nothing, so they are passed over; a
+    TorchScript error's text is the script's traceback, whose last line holds the original type and
+    message (``builtins.ValueError: ...``).
+    """
+    for exc in reversed(chain):
+        text = str(exc).strip()
+        if not text or text.startswith("applying transform"):
+            continue
+        kind = type(exc).__name__
+        if "Traceback of TorchScript" in text:
+            last = text.splitlines()[-1].strip()
+            found = re.match(r"(?:builtins\.)?([A-Za-z_][\w.]*?(?:Error|Exception)):\s*(.*)", last)
+            kind, text = (found.group(1).rsplit(".", 1)[-1], found.group(2)) if found else (kind, last)
+        return kind, _safe_text(text)
+    return type(chain[-1]).__name__, "no message"
+
+
+#: What may identify a patient or a site in a library's message, and what it is replaced with. Paths go
+#: first (a folder name can hold a patient's name, birth date or record number), then any word with a
+#: file name extension, a DICOM person name (``^``), UID-like runs of digits and dots, dates, and runs
+#: of six or more digits (record and accession numbers). Memory addresses are dropped as noise.
+_SCRUB = (
+    (re.compile(r"<(?:[\w.]+\.)?(\w+) object at 0x[0-9a-fA-F]+>"), r"\1"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<address>"),
+    (re.compile(r"""(?:[A-Za-z]:)?[^\s'"`<>()\[\]{},;=]*[\\/][^\s'"`<>()\[\]{},;=]*"""), "<path>"),
+    (
+        re.compile(
+            r"""[^\s'"`<>()\[\]{},;=]+\.(?:dcm|dicom|dic|ima|img|nii|nrrd|mha|mhd|png|jpe?g|tiff?|bmp|gz|"""
+            r"""zip|tar|npz|npy|pt|pth|pt2|ts|safetensors|csv|tsv|txt|json|ya?ml)\b""",
+            re.IGNORECASE,
+        ),
+        "<file>",
+    ),
+    (re.compile(r"[^\s'\"`<>()\[\]{},;=]*\^[^\s'\"`<>()\[\]{},;=]*"), "<name>"),
+    (re.compile(r"\d+(?:\.\d+){2,}"), "<uid>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
+    (re.compile(r"(?<![\d.])\d{6,}"), "<number>"),
+)
+
+
+def _safe_text(text: str, limit: int = _MAX_MESSAGE) -> str:
+    """``text`` on one line, without what could identify a patient, cut to ``limit`` characters.
+
+    Examples
+    --------
+    >>> _safe_text("cannot read /data/DOE^JANE/1.2.840.113619.2.1.dcm (MRN 7777777)")
+    'cannot read <path> (MRN <number>)'
+    """
+    for pattern, replacement in _SCRUB:
+        text = pattern.sub(replacement, text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    good = [item for item in items if "image" in item]
+    # images of one shape are stacked together: a chain without Resize gives the model each size apart,
+    # instead of a batch that cannot be stacked
+    groups: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+    for item in items:
+        if "image" in item:
+            groups.setdefault(tuple(item["image"].shape), []).append(item)
     return {
-        "index": [item["index"] for item in good],
-        "image": torch.stack([torch.as_tensor(item["image"]) for item in good]) if good else None,
+        "groups": [
+            ([item["index"] for item in group], torch.stack([item["image"] for item in group]))
+            for group in groups.values()
+        ],
         "failed": [(item["index"], item["error"]) for item in items if "error" in item],
     }
 
@@ -103,18 +244,27 @@ def predict_files(
         Show a progress bar.
     cache : LogitCache, optional
         Logits already computed for this model and transform chain are taken from it (their images are
-        not read) and every batch computed is added to it as it completes; needs ``keys``.
+        not read) and the finite logits of every batch are added to it as it completes; needs ``keys``.
     keys : sequence of str, optional
         The cache key of each entry of ``files`` (:func:`sitecal.inference.cache.image_key`).
 
     Returns
     -------
     InferenceResult
+        A study that cannot be read or transformed, on which the model raises, or for which it returns a
+        non-finite logit is in ``failures`` with its reason; the run goes on.
+
+    Raises
+    ------
+    ModelError
+        When the model returns something other than ``(batch, n_classes)`` logits, or fails on every study
+        it is given with the same error.
     """
     if cache is not None and (keys is None or len(keys) != len(files)):
         raise ValueError("a logit cache needs one key per entry of files")
     cached = cache.load() if cache is not None else {}
-    hits = {i: cached[k] for i, k in enumerate(keys or ()) if k in cached}
+    # a non-finite row in the cache (written before such rows were refused) is computed again
+    hits = {i: cached[k] for i, k in enumerate(keys or ()) if k in cached and np.isfinite(cached[k]).all()}
     todo = [i for i in range(len(files)) if i not in hits]
     dataset = _SafeDataset(data=[_item(files[i]) for i in todo], transform=transforms)
     loader = DataLoader(
@@ -122,7 +272,7 @@ def predict_files(
     )
     module = model.module
     was_training = module.training
-    computed: dict[int, np.ndarray] = {}
+    run = _Forward(module, n_classes=n_classes, name=model.name, device=device)
     failures: list[tuple[int, str]] = []
     if todo:
         module.eval()
@@ -136,21 +286,28 @@ def predict_files(
         ):
             for batch in loader:
                 failures.extend((todo[j], reason) for j, reason in batch["failed"])
-                if batch["image"] is not None:
-                    out = module(batch["image"].to(device=device, dtype=torch.float32))
-                    rows = _as_logits(out, n_classes, model.name)
-                    indices = [todo[j] for j in batch["index"]]
-                    computed.update(zip(indices, rows, strict=True))
-                    if cache is not None and keys is not None:
-                        cache.store([keys[i] for i in indices], rows)
-                bar.update(len(batch["index"]) + len(batch["failed"]))
+                for positions, images in batch["groups"]:
+                    indices = [todo[j] for j in positions]
+                    stored = run.batch(indices, images)
+                    if cache is not None and keys is not None and stored:
+                        cache.store([keys[i] for i in stored], np.stack([run.computed[i] for i in stored]))
+                    bar.update(len(indices))
+                bar.update(len(batch["failed"]))
     finally:
         module.train(was_training)
+    run.raise_if_broken()
+    failures.extend(run.failures)
     if cache is not None and hits:
         logger.info("logit cache: %d of %d images already computed (%s)", len(hits), len(files), cache.folder)
-    ok = sorted({*hits, *computed})
+    if run.failures:
+        logger.warning(
+            "the model failed on %d studies and returned non-finite logits for %d; they are excluded",
+            run.n_failed,
+            run.n_non_finite,
+        )
+    ok = sorted({*hits, *run.computed})
     stacked = (
-        np.stack([hits[i] if i in hits else computed[i] for i in ok]).astype(np.float32)
+        np.stack([hits[i] if i in hits else run.computed[i] for i in ok]).astype(np.float32)
         if ok
         else np.zeros((0, n_classes), dtype=np.float32)
     )
@@ -159,7 +316,86 @@ def predict_files(
         ok=np.asarray(ok, dtype=np.int64),
         failures=tuple(sorted(failures)),
         n_cached=len(hits),
+        n_model_failed=run.n_failed,
+        n_non_finite=run.n_non_finite,
     )
+
+
+class _Forward:
+    """The model's forward passes over a run, with each study's fault kept apart.
+
+    A batch whose forward pass raises is run again one study at a time, so that one study the model
+    cannot take costs only that study; a row of non-finite logits is that study's exclusion.
+    """
+
+    def __init__(self, module: torch.nn.Module, *, n_classes: int, name: str, device: str | torch.device):
+        self.module, self.n_classes, self.name, self.device = module, n_classes, name, device
+        self.computed: dict[int, np.ndarray] = {}
+        self.failures: list[tuple[int, str]] = []
+        self.n_failed = 0
+        self.n_non_finite = 0
+        #: (type, message) of each study's failure, and the first traceback (text: an exception object
+        #: would keep its frames, and the batch on the device, alive)
+        self._errors: set[tuple[str, str]] = set()
+        self._first: str | None = None
+
+    def batch(self, indices: list[int], images: torch.Tensor) -> list[int]:
+        """Run the model on ``images`` (the studies ``indices``); return the indices that got logits."""
+        rows = self._rows(images)
+        done = []
+        for index, row in zip(indices, rows, strict=True):
+            if isinstance(row, tuple):
+                self._errors.add(row)
+                self.n_failed += 1
+                self.failures.append((index, f"the model failed on this study ({row[0]}: {row[1]})"))
+            elif not np.isfinite(row).all():
+                self.n_non_finite += 1
+                self.failures.append((index, NON_FINITE_LOGITS))
+            else:
+                self.computed[index] = row
+                done.append(index)
+        return done
+
+    def _rows(self, images: torch.Tensor) -> list[np.ndarray | tuple[str, str]]:
+        """A row of logits per image, or the (type, message) of the error its forward pass raised."""
+        try:
+            return list(self._logits(images))
+        except _ForwardFailed as failed:
+            if len(images) == 1:
+                return [failed.signature]
+        rows: list[np.ndarray | tuple[str, str]] = []
+        for j in range(len(images)):
+            try:
+                rows.append(self._logits(images[j : j + 1])[0])
+            except _ForwardFailed as failed:
+                rows.append(failed.signature)
+        return rows
+
+    def _logits(self, images: torch.Tensor) -> np.ndarray:
+        try:
+            out = self.module(images.to(device=self.device, dtype=torch.float32))
+        except Exception as exc:  # the model's own failure on these inputs; the caller isolates it
+            self._first = self._first or "".join(traceback.format_exception(exc))
+            raise _ForwardFailed(_innermost(_causes(exc))) from None
+        return _as_logits(out, self.n_classes, self.name)  # a wrong output shape is the model's contract
+
+    def raise_if_broken(self) -> None:
+        """Raise ModelError when every study the model was run on failed, all with one error."""
+        if self.computed or self.n_non_finite or len(self._errors) != 1:
+            return
+        kind, message = next(iter(self._errors))
+        logger.info("the model's first failure:\n%s", self._first)
+        raise ModelError(
+            f"model '{self.name}' failed on every study it was given ({self.n_failed}), each time with "
+            f"{kind}: {message}. The model is broken, not the data: check model.architecture, its "
+            "arguments and weights, and the input shape inputs.transforms produce."
+        )
+
+
+class _ForwardFailed(Exception):
+    def __init__(self, signature: tuple[str, str]) -> None:
+        super().__init__(*signature)
+        self.signature = signature
 
 
 def _item(entry: Path | Sequence[Path]) -> str | list[str]:

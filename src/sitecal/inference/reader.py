@@ -4,10 +4,16 @@ MONAI's own ``PydicomReader`` converts every header to JSON (slow), leaves MONOC
 stacks every series of a folder into one volume. This reader is given explicit files, reads each once, and
 returns ``(Rows, Columns)`` float32 arrays (no transposition) in the convention of
 :func:`presentation_values`, which the bundled model was trained with.
+
+Every value it returns is finite: a header whose rescale gives NaN or infinity, and an image that declares
+more values than the reader's limit, are refused with a :class:`~sitecal.errors.DicomError` whose message
+is the study's exclusion reason.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from os import PathLike
 from typing import Any
@@ -22,7 +28,13 @@ from sitecal._dicomfile import decoded_pixels, open_dicom
 from sitecal.errors import DicomError
 from sitecal.inference._slices import order_slices
 
-__all__ = ["DicomImageReader", "apply_presentation", "presentation_values", "window"]
+__all__ = ["DEFAULT_MAX_VALUES", "DicomImageReader", "apply_presentation", "presentation_values", "window"]
+
+#: Pixel values one image (or one series) may declare before the reader refuses to decode it: 2**28
+#: float32 values are 1 GiB, and decoding and rescaling need a few times that, within a 16 GB workstation.
+DEFAULT_MAX_VALUES = 2**28
+#: The protocol setting that raises the limit, named in the refusal.
+_LIMIT_SETTING = "inputs.max_image_values"
 
 
 def apply_presentation(
@@ -115,7 +127,9 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
     ------
     DicomError
         If Pixel Data is missing or cannot be decoded (truncated, corrupt, unsupported transfer syntax),
-        or ``voi="window"`` and the image has no VOI transform; the message is the exclusion reason.
+        RescaleSlope or RescaleIntercept is not a finite number, a value is not finite after the rescale
+        (NaN in Float Pixel Data, or an overflow past float32), or ``voi="window"`` and the image has no
+        VOI transform; the message is the exclusion reason.
 
     Examples
     --------
@@ -149,32 +163,65 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
             ) from exc
     if int(ds.get("SamplesPerPixel", 1)) > 1:
         return np.asarray(stored, dtype=np.float32)
+    if np.issubdtype(stored.dtype, np.floating) and not np.isfinite(stored).all():
+        raise DicomError(
+            "Float Pixel Data (7FE0,0008/0009) holds values that are not finite (NaN or infinity): "
+            "exclude the image, or correct it at its source."
+        )
     slope = _number(ds, "RescaleSlope", 1.0)
     intercept = _number(ds, "RescaleIntercept", 0.0)
     bits_stored = int(ds.get("BitsStored", ds.get("BitsAllocated", 16)))
     signed = int(ds.get("PixelRepresentation", 0)) == 1
-    if voi == "window":
-        modality = np.asarray(stored, dtype=np.float64) * slope + intercept
-        shown = _voi(modality, ds, stored)
-        return (1.0 - shown if photometric == "MONOCHROME1" else shown).astype(np.float32)
-    return apply_presentation(
-        stored,
-        photometric=photometric,
-        bits_stored=bits_stored,
-        slope=slope,
-        intercept=intercept,
-        signed=signed,
-    )
+    # an overflow is detected below, by value, and named with the header values that caused it
+    with np.errstate(over="ignore", invalid="ignore"):
+        if voi == "window":
+            modality = np.asarray(stored, dtype=np.float64) * slope + intercept
+            _check_finite(modality, slope, intercept)
+            shown = _voi(modality, ds, stored)
+            return (1.0 - shown if photometric == "MONOCHROME1" else shown).astype(np.float32)
+        values = apply_presentation(
+            stored,
+            photometric=photometric,
+            bits_stored=bits_stored,
+            slope=slope,
+            intercept=intercept,
+            signed=signed,
+        )
+    _check_finite(values, slope, intercept)
+    return values
+
+
+#: Tags of the header numbers read with :func:`_number`, for messages.
+_TAGS = {"RescaleSlope": "(0028,1053)", "RescaleIntercept": "(0028,1052)"}
 
 
 def _number(ds: pydicom.Dataset, keyword: str, default: float) -> float:
-    value = ds.get(keyword, default)
+    # pydicom warns (with the raw text) on a DS value such as 'NaN'; the checks below say it better
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        value = ds.get(keyword, default)
     if value in (None, ""):
         return default
+    tag = _TAGS.get(keyword, "")
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        raise DicomError(f"{keyword} must be a number. Got {value!r}.") from None
+        raise DicomError(
+            f"{keyword} {tag} is not a number: correct the header, or exclude the image."
+        ) from None
+    if not math.isfinite(number):
+        raise DicomError(
+            f"{keyword} {tag} is not a finite number ({number:g}): correct the header, or exclude the image."
+        )
+    return number
+
+
+def _check_finite(values: np.ndarray, slope: float, intercept: float) -> None:
+    if not np.isfinite(values).all():
+        raise DicomError(
+            f"pixel values are not finite after rescale (RescaleSlope {slope:g}, RescaleIntercept "
+            f"{intercept:g}): correct the header, or exclude the image."
+        )
 
 
 def _voi(modality: np.ndarray, ds: pydicom.Dataset, stored: np.ndarray) -> np.ndarray:
@@ -198,7 +245,9 @@ def _first(ds: pydicom.Dataset, keyword: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise DicomError(f"{keyword} must be a number. Got {value!r}.") from None
+        raise DicomError(
+            f"{keyword} is not a number: correct the header, or set inputs.voi to 'none'."
+        ) from None
 
 
 class DicomImageReader(ImageReader):
@@ -208,17 +257,32 @@ class DicomImageReader(ImageReader):
     (ImagePositionPatient along the orientation normal, not InstanceNumber or the order given). Files
     without preamble or File Meta Information are read too (:func:`sitecal._dicomfile.open_dicom`).
 
+    Before anything is decoded, the values the headers declare (Rows x Columns x frames x samples, summed
+    over the files of a series) are checked against ``max_values``: a small compressed file can declare
+    an image of many gigabytes.
+
     Parameters
     ----------
     voi : {"none", "window"}
         Passed to :func:`presentation_values` (the protocol's ``inputs.voi``).
+    max_values : int, default 2**28
+        The most pixel values one image or series may declare (:data:`DEFAULT_MAX_VALUES`, 1 GiB as
+        float32).
+
+    Examples
+    --------
+    >>> DicomImageReader(max_values=2**20).max_values
+    1048576
     """
 
-    def __init__(self, voi: str = "none") -> None:
+    def __init__(self, voi: str = "none", *, max_values: int = DEFAULT_MAX_VALUES) -> None:
         super().__init__()
         if voi not in ("none", "window"):
             raise ValueError(f"voi must be 'none' or 'window'. Got {voi!r}.")
+        if isinstance(max_values, bool) or not isinstance(max_values, int) or max_values < 1:
+            raise ValueError(f"max_values must be an int >= 1. Got {max_values!r}.")
         self.voi = voi
+        self.max_values = max_values
 
     def verify_suffix(self, filename: Sequence[PathLike[str] | str] | PathLike[str] | str) -> bool:
         """Accept any name: DICOM files often have no suffix, and sitecal passes only scanned DICOM files."""
@@ -244,6 +308,7 @@ class DicomImageReader(ImageReader):
         the patient-space affine of that index order.
         """
         datasets = ensure_tuple(img)
+        _check_size(datasets, self.max_values)
         if len(datasets) == 1:
             array = presentation_values(datasets[0], voi=self.voi)
             affine = np.eye(array.ndim + (0 if _is_colour(datasets[0]) else 1))
@@ -261,8 +326,59 @@ class DicomImageReader(ImageReader):
             "original_channel_dim": -1 if colour else "no_channel",
             "affine": affine,
             "original_affine": affine.copy(),
+            # what the image is, so that a transform that cannot take it can be explained by predict
+            "samples_per_pixel": int(array.shape[-1]) if colour else 1,
+            "number_of_frames": _declared(datasets[0], "NumberOfFrames") if len(datasets) == 1 else 1,
+            "slices": len(datasets),
         }
         return array, meta
+
+
+def _declared(ds: pydicom.Dataset, keyword: str, default: int = 1) -> int:
+    """A count the header declares (Rows, NumberOfFrames, ...), ``default`` when absent or empty."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # pydicom repeats the raw value in its warning
+        value = ds.get(keyword, default)
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise DicomError(
+            f"{keyword} is not a whole number: the image's size cannot be known; exclude the file."
+        ) from None
+    if number < 0:
+        raise DicomError(f"{keyword} is negative: the image's size cannot be known; exclude the file.")
+    return number
+
+
+def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
+    """Refuse, before decoding, an image or series that declares more than ``limit`` pixel values."""
+    sizes = []
+    for ds in datasets:
+        samples = 3 if str(ds.get("PhotometricInterpretation", "")).strip() == "PALETTE COLOR" else 1
+        sizes.append(
+            (
+                _declared(ds, "Rows", 0),
+                _declared(ds, "Columns", 0),
+                _declared(ds, "NumberOfFrames"),
+                max(samples, _declared(ds, "SamplesPerPixel")),
+            )
+        )
+    total = sum(math.prod(size) for size in sizes)
+    if total <= limit:
+        return
+    rows, columns, frames, samples = sizes[0]
+    what = (
+        f"image declares {rows} x {columns} pixels x {frames} frame(s) x {samples} sample(s) = "
+        f"{total:,} values"
+        if len(sizes) == 1
+        else f"series of {len(sizes)} images declares {total:,} values in all"
+    )
+    raise DicomError(
+        f"{what}, more than the limit of {limit:,} per image; it was not decoded. "
+        f"Raise {_LIMIT_SETTING} in the protocol if such images are expected."
+    )
 
 
 def _is_colour(ds: pydicom.Dataset) -> bool:

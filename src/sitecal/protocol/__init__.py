@@ -8,6 +8,9 @@ pydantic models below. Every error names the file, the line and the dotted field
 Paths in the protocol (``data.dicom_dir``, ``data.labels``, ``model.path``, ``report.output_dir``) are
 relative to the protocol file's folder. ``model.path`` may also name a file shipped inside the package as
 ``sitecal:demo/demo_cnn.safetensors``.
+
+``inputs.transforms`` is data: :data:`TRANSFORM_ALLOWLIST` lists the MONAI array transforms a protocol may
+name and the plain arguments each takes, and :func:`transform_problem` says why an entry is refused.
 """
 
 from sitecal.protocol._inputs import (
@@ -30,8 +33,10 @@ from sitecal.protocol._schema import (
     ReportSettings,
     SplitSettings,
 )
+from sitecal.protocol._transforms import TRANSFORM_ALLOWLIST, transform_problem
 
 __all__ = [
+    "TRANSFORM_ALLOWLIST",
     "AcceptanceCriterion",
     "BootstrapSettings",
     "CalibrationSettings",
@@ -50,4 +55,5 @@ __all__ = [
     "TransformSettings",
     "load_protocol",
     "protocol_summary",
+    "transform_problem",
 ]

@@ -9,20 +9,137 @@ from pydantic import BaseModel, ConfigDict
 
 MetricName = Literal["ece", "nll", "brier", "accuracy"]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-_IDENTIFYING_TAGS = frozenset(
+
+# The identifier policy for subgroup tags. A subgroup's values are printed in cohort.csv, evaluation.json,
+# the PDF and its figures, so a tag may be a subgroup only when its values cannot name a person:
+#   1. SHOWN_TAGS are shown as they are (after normalisation, and pooled when rare, see
+#      privacy.min_count_shown): they describe the device, the acquisition, the organisation, or the
+#      patient only as coarsely as a validation must (sex; age, whole years or banded).
+#   2. Any other tag needs a ``mapping`` (the site's CSV renames each value to a group name it chose; the
+#      values it does not list become ``unmapped``), or, when it holds a number, ``bands``: then only the
+#      site's group names or the band labels are shown. StationName is here, not in 1: it names a device,
+#      but sites type operators' names into it. So are EthnicGroup and other special-category or free
+#      text fields (a site names the groups it will report), and PatientSize and PatientWeight (an exact
+#      height or weight picks out a patient; bands do not).
+#   3. Some tags are refused even with a mapping: those whose VR is a name, a date or time, a UID, free
+#      text, a sequence or bytes (REFUSED_VRS), and the identifiers in IDENTIFYING_TAGS. A mapping of such
+#      values would have to list patients' identifiers in a file next to the protocol.
+SHOWN_TAGS = frozenset(
     {
-        "PatientID",
-        "PatientName",
-        "PatientBirthDate",
-        "AccessionNumber",
-        "OtherPatientIDs",
-        "PatientAddress",
-        "ReferringPhysicianName",
-        "PatientTelephoneNumbers",
-        "IssuerOfPatientID",
-        "MedicalRecordLocator",
+        "BodyPartExamined",
+        "ConvolutionKernel",
+        "DetectorType",
+        "ImageLaterality",
+        "InstitutionName",
+        "InstitutionalDepartmentName",
+        "KVP",
+        "Laterality",
+        "MagneticFieldStrength",
+        "Manufacturer",
+        "ManufacturerModelName",
+        "Modality",
+        "PatientAge",
+        "PatientPosition",
+        "PatientSex",
+        "PhotometricInterpretation",
+        "SliceThickness",
+        "SoftwareVersions",
+        "SpacingBetweenSlices",
+        "ViewPosition",
     }
 )
+#: VRs never allowed as a subgroup (what their values are, for the message).
+REFUSED_VRS = {
+    "PN": "a person's name",
+    "DA": "a date",
+    "DT": "a date and time",
+    "TM": "a time",
+    "UI": "a UID",
+    "LT": "free text",
+    "ST": "free text",
+    "UT": "free text",
+    "SQ": "a sequence",
+    **{vr: "binary data" for vr in ("OB", "OD", "OF", "OL", "OV", "OW", "UN")},
+}
+#: Identifiers of patients, studies and requests whose VR is not refused by itself (LO, SH, CS, ...).
+IDENTIFYING_TAGS = frozenset(
+    {
+        "AccessionNumber",
+        "AdmissionID",
+        "BranchOfService",
+        "FillerOrderNumberImagingServiceRequest",
+        "IssuerOfAdmissionID",
+        "IssuerOfPatientID",
+        "MedicalRecordLocator",
+        "MilitaryRank",
+        "OtherPatientIDs",
+        "PatientAddress",
+        "PatientID",
+        "PatientTelecomInformation",
+        "PatientTelephoneNumbers",
+        "PerformedProcedureStepID",
+        "PlacerOrderNumberImagingServiceRequest",
+        "RequestedProcedureID",
+        "ScheduledProcedureStepID",
+        "ServiceEpisodeID",
+        "StudyID",
+    }
+)
+#: VRs of numbers, which ``bands`` can group (PatientAge, VR AS, is banded as years).
+NUMBER_VRS = frozenset({"DS", "IS", "FL", "FD", "US", "SS", "UL", "SL", "UV", "SV"})
+_SHOWN_LIST = ", ".join(sorted(SHOWN_TAGS))
+
+
+def tag_vr(keyword: str) -> str:
+    """The VR of a DICOM keyword (the first of an ambiguous ``"US or SS"``)."""
+    from pydicom.datadict import dictionary_VR, keyword_dict
+
+    return str(dictionary_VR(keyword_dict[keyword])).split(" or ")[0]
+
+
+def refused_tag(keyword: str) -> str | None:
+    """Why ``keyword`` (a DICOM keyword) can never be a subgroup, even with a mapping; ``None`` if it can."""
+    vr = tag_vr(keyword)
+    if vr in REFUSED_VRS:
+        why = f"holds {REFUSED_VRS[vr]} (VR {vr})"
+    elif keyword in IDENTIFYING_TAGS:
+        why = "identifies patients, studies or requests"
+    else:
+        return None
+    return (
+        f"'{keyword}' {why}, so it cannot be a subgroup, even with a mapping: its values would identify "
+        f"patients in the outputs. Use one of the tags allowed as subgroups ({_SHOWN_LIST}), or another "
+        "tag with a mapping."
+    )
+
+
+def unshown_tag(keyword: str, *, mapping: bool, bands: bool) -> str | None:
+    """Why ``keyword`` needs a mapping (or bands) to be a subgroup; ``None`` when it is fine as given."""
+    numeric = tag_vr(keyword) in NUMBER_VRS
+    if keyword in SHOWN_TAGS or mapping or (bands and numeric):
+        return None
+    why = {
+        "StationName": "sites type operators' names into it",
+        "PatientSize": "an exact height picks out a patient",
+        "PatientWeight": "an exact weight picks out a patient",
+    }.get(keyword, "its values may identify people")
+    ranges = ", or 'bands' (increasing edges) to show it in ranges" if numeric else ""
+    return (
+        f"'{keyword}' is not among the tags whose values are shown as they are ({why}). Add "
+        "'mapping: <file>.csv' (columns 'value,group') to show each value as a group name you "
+        f"choose{ranges}; or use one of the tags allowed as subgroups: {_SHOWN_LIST}."
+    )
+
+
+def unbandable_tag(keyword: str) -> str | None:
+    """Why ``bands`` cannot apply to ``keyword``; ``None`` for PatientAge and numbers."""
+    vr = tag_vr(keyword)
+    if keyword == "PatientAge" or vr in NUMBER_VRS:
+        return None
+    return (
+        f"'bands' groups numbers, and '{keyword}' holds text (VR {vr}): every value would be 'unknown'. "
+        "Remove 'bands', or use a mapping to group its values."
+    )
 
 
 class _Strict(BaseModel):

@@ -3,8 +3,14 @@
 The instance belongs to a study of its own and names no patient: its patient is the fixed placeholder
 :data:`REPORT_PATIENT_ID` (so that PACS which require a Patient ID file every report under one
 non-person entry), the other Patient and Study attributes that could carry an identifier are present and
-empty (Type 2), and its UIDs are derived from the report's document ID: the same run gives the same file,
-and nothing in it links to the studies analysed.
+empty (Type 2), and nothing in it links to the studies analysed.
+
+Its UIDs are derived from content, so that a PACS never receives two different objects under one UID:
+the SOP Instance and Series Instance UIDs from the sha256 of the PDF bytes together with every other value
+the instance holds (document ID, title, time, sitecal version), so the same report gives the same file
+and a different PDF a different instance; the Study Instance UID from the document ID, so that every
+rendering of one document (``sitecal report`` run again) files under one study. The document ID changes
+with the run time (:func:`sitecal.provenance.document_id`), so two runs are two studies.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 import pydicom
 from pydicom.dataset import FileMetaDataset
 from pydicom.sequence import Sequence
-from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, ExplicitVRLittleEndian
+from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, UID, ExplicitVRLittleEndian
 
 from sitecal import __version__
 from sitecal._io import write_bytes_atomic
@@ -26,14 +32,20 @@ __all__ = ["ENCAPSULATED_PDF_STORAGE", "REPORT_PATIENT_ID", "encapsulated_pdf", 
 REPORT_PATIENT_ID = "SITECAL-VALIDATION"
 
 #: SOP Class UID of Encapsulated PDF Storage (PS3.4 B.5).
-ENCAPSULATED_PDF_STORAGE = "1.2.840.10008.5.1.4.1.1.104.1"
+ENCAPSULATED_PDF_STORAGE = UID("1.2.840.10008.5.1.4.1.1.104.1")
 #: UID root for sitecal documents: UUID-derived "2.25" (PS3.5 B.2) of a hash of the document ID.
 _UID_ROOT = "2.25."
 
 
-def _uid(document_id: str, role: str) -> str:
-    digest = hashlib.sha256(f"sitecal\0{document_id}\0{role}".encode()).digest()
-    return _UID_ROOT + str(int.from_bytes(digest[:16], "big"))  # 128 bits, as a UUID-derived UID
+def _uid(name: str, role: str) -> UID:
+    digest = hashlib.sha256(f"sitecal\0{name}\0{role}".encode()).digest()
+    return UID(_UID_ROOT + str(int.from_bytes(digest[:16], "big")))  # 128 bits, as a UUID-derived UID
+
+
+def _content_name(pdf: bytes, *, document_id: str, title: str, created_utc: str) -> str:
+    """What names the instance: the PDF's sha256 and every other value written into it."""
+    parts = (hashlib.sha256(pdf).hexdigest(), document_id, title, created_utc, __version__)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def encapsulated_pdf(pdf: bytes, *, document_id: str, title: str, created_utc: str) -> pydicom.Dataset:
@@ -44,7 +56,8 @@ def encapsulated_pdf(pdf: bytes, *, document_id: str, title: str, created_utc: s
     pdf : bytes
         The report.
     document_id : str
-        The report's document ID; the UIDs are derived from it and it is the StudyID.
+        The report's document ID: the StudyID, and what the StudyInstanceUID is derived from. The SOP
+        Instance and Series Instance UIDs are derived from the PDF's sha256 and the other parameters.
     title : str
         DocumentTitle (0042,0010); shortened to the 64 characters of its VR (LO).
     created_utc : str
@@ -55,7 +68,8 @@ def encapsulated_pdf(pdf: bytes, *, document_id: str, title: str, created_utc: s
         raise ValueError("encapsulated_pdf: the document is not a PDF (it must start with '%PDF-').")
     date = created_utc[0:4] + created_utc[5:7] + created_utc[8:10]
     time = created_utc[11:13] + created_utc[14:16] + created_utc[17:19]
-    sop_uid = _uid(document_id, "instance")
+    content = _content_name(pdf, document_id=document_id, title=title, created_utc=created_utc)
+    sop_uid = _uid(content, "instance")
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = ENCAPSULATED_PDF_STORAGE
     meta.MediaStorageSOPInstanceUID = sop_uid
@@ -82,7 +96,7 @@ def encapsulated_pdf(pdf: bytes, *, document_id: str, title: str, created_utc: s
     ds.StudyDescription = "sitecal calibration validation report"
     # Encapsulated Document Series, General Equipment, SC Equipment
     ds.Modality = "DOC"
-    ds.SeriesInstanceUID = _uid(document_id, "series")
+    ds.SeriesInstanceUID = _uid(content, "series")
     ds.SeriesNumber = 1
     ds.SeriesDate, ds.SeriesTime = date, time
     ds.SeriesDescription = "Validation report"
