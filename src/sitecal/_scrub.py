@@ -12,12 +12,46 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["ScrubFilter", "scrub"]
+__all__ = ["ScrubFilter", "safe_text", "scrub"]
 
 #: DICOM UIDs: dot-separated numbers, four components or more (``1.2.840.10008...``).
 _UID = re.compile(r"(?<![\w.])\d+(?:\.\d+){3,}(?![\w])")
 #: Quoted values in library messages (``Invalid value for VR PN: 'DOE^JANE'``), after a VR name or 'value'.
 _QUOTED_VALUE = re.compile(r"""(\b(?:VR|value|Value)\b[^'"\n]{0,40}?)(['"])(?:(?!\2).){1,200}\2""")
+
+
+#: What :func:`safe_text` removes from a library's message before it becomes an exclusion reason.
+_SCRUB = (
+    (re.compile(r"<(?:[\w.]+\.)?(\w+) object at 0x[0-9a-fA-F]+>"), r"\1"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<address>"),
+    (re.compile(r"""(?:[A-Za-z]:)?[^\s'"`<>()\[\]{},;=]*[\\/][^\s'"`<>()\[\]{},;=]*"""), "<path>"),
+    (
+        re.compile(
+            r"""[^\s'"`<>()\[\]{},;=]+\.(?:dcm|dicom|dic|ima|img|nii|nrrd|mha|mhd|png|jpe?g|tiff?|bmp|gz|"""
+            r"""zip|tar|npz|npy|pt|pth|pt2|ts|safetensors|csv|tsv|txt|json|ya?ml)\b""",
+            re.IGNORECASE,
+        ),
+        "<file>",
+    ),
+    (re.compile(r"[^\s'\"`<>()\[\]{},;=]*\^[^\s'\"`<>()\[\]{},;=]*"), "<name>"),
+    (re.compile(r"\d+(?:\.\d+){2,}"), "<uid>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
+    (re.compile(r"(?<![\d.])\d{6,}"), "<number>"),
+)
+
+
+def safe_text(text: str, limit: int = 200) -> str:
+    """``text`` on one line, without what could identify a patient, cut to ``limit`` characters.
+
+    Examples
+    --------
+    >>> safe_text("cannot read /data/DOE^JANE/1.2.840.113619.2.1.dcm (MRN 7777777)")
+    'cannot read <path> (MRN <number>)'
+    """
+    for pattern, replacement in _SCRUB:
+        text = pattern.sub(replacement, text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def scrub(text: str) -> str:

@@ -20,10 +20,11 @@ from monai.transforms import Compose
 from pydicom.dataset import FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
+from sitecal._scrub import safe_text
 from sitecal.errors import DicomError, ModelError
 from sitecal.inference import DicomImageReader, build_transforms, predict_files
 from sitecal.inference.models import LoadedModel
-from sitecal.inference.predict import NON_FINITE_LOGITS, InferenceResult, _safe_text
+from sitecal.inference.predict import NON_FINITE_LOGITS, InferenceResult
 from sitecal.inference.transforms import dicom_loader
 from sitecal.protocol import TransformSettings
 
@@ -282,17 +283,17 @@ def test_a_transform_s_message_reaches_the_reason_without_identifiers(tmp_path: 
 @pytest.mark.timeout(30)
 def test_safe_text_scrubs_paths_names_uids_and_numbers() -> None:
     assert (
-        _safe_text(
+        safe_text(
             "failed at C:\\PACS\\SMITH^JOHN\\x.dcm and scan_DOE^JANE.dcm, uid 1.2.3.4\n 0x7ffd12 "
             "<a.B object at 0x1f> of 10x2"
         )
         == "failed at <path> and <file>, uid <uid> <address> B of 10x2"
     )
     assert (
-        _safe_text("ratio 1.5 of 3 after 0.125 s, 12345 voxels")
+        safe_text("ratio 1.5 of 3 after 0.125 s, 12345 voxels")
         == "ratio 1.5 of 3 after 0.125 s, 12345 voxels"
     )
-    assert _safe_text("y" * 250) == "y" * 197 + "..."
+    assert safe_text("y" * 250) == "y" * 197 + "..."
 
 
 @pytest.mark.timeout(60)

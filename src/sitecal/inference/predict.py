@@ -4,7 +4,8 @@ Faults are isolated per study: an image that cannot be read, that a transform ca
 are not finite after the transforms, a forward pass that raises for one study, and a row of non-finite
 logits each become that study's exclusion reason, and the run goes on. Only a model that fails on every
 study in the same way stops it (:class:`~sitecal.errors.ModelError`): then the model is broken, not the data.
-Reasons hold no identifier: messages from MONAI, PyTorch and the model pass through :func:`_safe_text`.
+Reasons hold no identifier: messages from MONAI, PyTorch and the model pass through
+:func:`sitecal._scrub.safe_text`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from monai.data import DataLoader, Dataset
 from monai.transforms import Compose
 from tqdm import tqdm
 
+from sitecal._scrub import safe_text
 from sitecal.errors import DicomError, ModelError
 from sitecal.inference.cache import LogitCache
 from sitecal.inference.models import LoadedModel
@@ -34,7 +36,6 @@ logger = logging.getLogger(__name__)
 #: The exclusion reason of a study whose logits hold NaN or infinity.
 NON_FINITE_LOGITS = "the model returned non-finite logits"
 #: Longest message, from a library or the model, copied into a reason.
-_MAX_MESSAGE = 200
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def _innermost(chain: Sequence[BaseException]) -> tuple[str, str]:
             last = text.splitlines()[-1].strip()
             found = re.match(r"(?:builtins\.)?([A-Za-z_][\w.]*?(?:Error|Exception)):\s*(.*)", last)
             kind, text = (found.group(1).rsplit(".", 1)[-1], found.group(2)) if found else (kind, last)
-        return kind, _safe_text(text)
+        return kind, safe_text(text)
     return type(chain[-1]).__name__, "no message"
 
 
@@ -162,39 +163,6 @@ def _innermost(chain: Sequence[BaseException]) -> tuple[str, str]:
 #: first (a folder name can hold a patient's name, birth date or record number), then any word with a
 #: file name extension, a DICOM person name (``^``), UID-like runs of digits and dots, dates, and runs
 #: of six or more digits (record and accession numbers). Memory addresses are dropped as noise.
-_SCRUB = (
-    (re.compile(r"<(?:[\w.]+\.)?(\w+) object at 0x[0-9a-fA-F]+>"), r"\1"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<address>"),
-    (re.compile(r"""(?:[A-Za-z]:)?[^\s'"`<>()\[\]{},;=]*[\\/][^\s'"`<>()\[\]{},;=]*"""), "<path>"),
-    (
-        re.compile(
-            r"""[^\s'"`<>()\[\]{},;=]+\.(?:dcm|dicom|dic|ima|img|nii|nrrd|mha|mhd|png|jpe?g|tiff?|bmp|gz|"""
-            r"""zip|tar|npz|npy|pt|pth|pt2|ts|safetensors|csv|tsv|txt|json|ya?ml)\b""",
-            re.IGNORECASE,
-        ),
-        "<file>",
-    ),
-    (re.compile(r"[^\s'\"`<>()\[\]{},;=]*\^[^\s'\"`<>()\[\]{},;=]*"), "<name>"),
-    (re.compile(r"\d+(?:\.\d+){2,}"), "<uid>"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
-    (re.compile(r"(?<![\d.])\d{6,}"), "<number>"),
-)
-
-
-def _safe_text(text: str, limit: int = _MAX_MESSAGE) -> str:
-    """``text`` on one line, without what could identify a patient, cut to ``limit`` characters.
-
-    Examples
-    --------
-    >>> _safe_text("cannot read /data/DOE^JANE/1.2.840.113619.2.1.dcm (MRN 7777777)")
-    'cannot read <path> (MRN <number>)'
-    """
-    for pattern, replacement in _SCRUB:
-        text = pattern.sub(replacement, text)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
-
-
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     # images of one shape are stacked together: a chain without Resize gives the model each size apart,
     # instead of a batch that cannot be stacked
