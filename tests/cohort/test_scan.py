@@ -37,7 +37,9 @@ def test_scan_reads_headers_and_explains_every_exclusion(tmp_path: Path) -> None
             "a/good.dcm": "duplicate file: identical copy of an instance already in the cohort",
             "a/truncated.dcm": "truncated file",
             "a/notes.dcm": "not a DICOM file",
-            "a/nopixels.dcm": "no pixel data (not an image)",
+            "a/nopixels.dcm": (
+                "no pixel data although Rows and Columns are present (truncated file or header-only export)"
+            ),
         }
         values = result.instances[0].values
         assert values["Modality"] == "CT"

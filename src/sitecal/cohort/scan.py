@@ -1,25 +1,57 @@
-"""Walk a folder and read DICOM headers (never pixel data), in parallel, turning bad files into exclusions."""
+"""Walk a folder and read DICOM headers (never pixel data), in parallel, turning bad files into exclusions.
+
+The folder may be hostile or messy: only regular files are read (FIFOs, sockets, devices and symbolic
+links that leave the folder are excluded unopened), folder links are not followed (no walk can loop), an
+unreadable subfolder is an exclusion, each read has a time limit, and an image declaring more pixel values
+than a limit is excluded before anything decodes it. pydicom's warnings, which quote UIDs, are captured
+and only counted (:func:`sitecal._dicomfile.quiet_pydicom`).
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import stat
+import struct
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pydicom
-from pydicom.tag import Tag
-from pydicom.uid import DeflatedExplicitVRLittleEndian
+from pydicom.multival import MultiValue
+from pydicom.sequence import Sequence as DicomSequence
 from tqdm import tqdm
 
-from sitecal._dicomfile import NotDicom, open_dicom
+from sitecal._dicomfile import (
+    CorruptHeader,
+    NotDicom,
+    NotRegularFile,
+    file_kind,
+    open_dicom,
+    open_regular,
+    quiet_pydicom,
+)
 from sitecal.cohort._records import Exclusion
 from sitecal.errors import DataError
 
-__all__ = ["REQUIRED_KEYWORDS", "InstanceHeader", "ScanResult", "Unusable", "read_header", "scan_folder"]
+__all__ = [
+    "DEFAULT_MAX_PIXELS_PER_IMAGE",
+    "DEFAULT_READ_TIMEOUT_S",
+    "REQUIRED_KEYWORDS",
+    "InstanceHeader",
+    "ScanResult",
+    "Unusable",
+    "read_header",
+    "render_value",
+    "scan_folder",
+    "unreadable_folder_reason",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +77,14 @@ BASE_KEYWORDS = (
     "Manufacturer",
     "ManufacturerModelName",
 )
+#: Rows x Columns x NumberOfFrames x SamplesPerPixel above which an image is excluded: 2**28 values are
+#: 1 GiB as float32, what one decoded image may take on a 16 GB workstation with the model beside it.
+DEFAULT_MAX_PIXELS_PER_IMAGE = 2**28
+#: Seconds one header read may take before the file is excluded (a hung network share, not a slow disk).
+DEFAULT_READ_TIMEOUT_S = 60.0
 _CHUNK = 32
+_UNREADABLE_FOLDER = "unreadable folder ({}): its files were not read"
+_OUTSIDE = "symbolic link pointing outside data.dicom_dir (not followed)"
 
 
 @dataclass(frozen=True)
@@ -76,12 +115,26 @@ class InstanceHeader:
 
 @dataclass(frozen=True)
 class ScanResult:
-    """Instances found under a folder and the files that could not be used."""
+    """Instances found under a folder and the entries that could not be used.
+
+    ``files_found`` counts every entry the walk met (regular files, links, FIFOs and other special files,
+    unreadable folders): it equals ``len(instances) + len(exclusions)``.
+    """
 
     root: Path
     files_found: int
     instances: tuple[InstanceHeader, ...]
     exclusions: tuple[Exclusion, ...]
+
+
+@dataclass(frozen=True)
+class _Limits:
+    max_pixels_per_image: int
+    read_timeout_s: float | None
+
+
+#: One file's outcome and the value-free kinds of what pydicom said while reading it.
+_Outcome = tuple["dict[str, str] | Unusable", tuple[str, ...]]
 
 
 def scan_folder(
@@ -90,50 +143,72 @@ def scan_folder(
     *,
     workers: int | None = None,
     progress: bool = False,
+    max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE,
+    read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S,
 ) -> ScanResult:
     """Read the header of every file under ``root``.
 
     Parameters
     ----------
     root : Path
-        Folder searched recursively; hidden files and folders (``.name``) are skipped.
+        Folder searched recursively; hidden files and folders (``.name``) are skipped. Symbolic links to
+        regular files inside ``root`` are read; links to folders are not followed (their files are read
+        where they are); links leaving ``root``, dangling links, FIFOs, sockets and devices are excluded
+        without being opened.
     keywords : iterable of str
         DICOM keywords to keep besides :data:`BASE_KEYWORDS` (the protocol's subgroup tags).
     workers : int, optional
         Processes reading headers; default ``min(4, os.cpu_count())``; 1 reads in this process.
     progress : bool
         Show a progress bar.
+    max_pixels_per_image : int
+        Largest Rows x Columns x NumberOfFrames x SamplesPerPixel admitted; default
+        :data:`DEFAULT_MAX_PIXELS_PER_IMAGE` (2**28 values, 1 GiB as float32).
+    read_timeout_s : float or None
+        Seconds one file's header read may take before the file is excluded; default
+        :data:`DEFAULT_READ_TIMEOUT_S`; ``None`` waits for ever. A read stuck in the kernel (a hard-mounted
+        share that never answers) keeps its thread until the share answers, but the scan goes on.
 
     Returns
     -------
     ScanResult
-        Instances sorted by path, and one :class:`Exclusion` per file that is not a usable DICOM image,
+        Instances sorted by path, and one :class:`Exclusion` per entry that is not a usable DICOM image,
         with its reason. An SOPInstanceUID found in several files is kept once (the first path); every
         other file with it is an exclusion, as an identical copy or as a UID clash (different content).
+
+    Raises
+    ------
+    DataError
+        If ``root`` is not a readable folder, or a limit is not positive.
     """
     if not root.is_dir():
         raise DataError(f"{root}: DICOM folder not found. Check data.dicom_dir in the protocol.")
-    paths = sorted(_walk(root))
+    limit = max_pixels_per_image
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise DataError(
+            f"The 'max_pixels_per_image' parameter of scan_folder must be an int >= 1. Got {limit!r}."
+        )
+    if read_timeout_s is not None and not read_timeout_s > 0:
+        raise DataError(
+            "The 'read_timeout_s' parameter of scan_folder must be a number > 0 or None. "
+            f"Got {read_timeout_s!r}."
+        )
+    entries = sorted(_walk(root))
+    paths = [path for path, problem in entries if problem is None]
     wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
+    limits = _Limits(max_pixels_per_image, read_timeout_s)
     n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
     with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
-        if n_workers == 1:
-            outcomes = []
-            for path in paths:
-                outcomes.append(read_header(path, wanted))
-                bar.update()
-        else:
-            with ProcessPoolExecutor(max_workers=n_workers) as pool:
-                outcomes = []
-                for outcome in pool.map(read_header, paths, [wanted] * len(paths), chunksize=_CHUNK):
-                    outcomes.append(outcome)
-                    bar.update()
+        outcomes = dict(zip(paths, _read_all(paths, wanted, limits, n_workers, bar), strict=True))
     instances: list[InstanceHeader] = []
     exclusions: list[Exclusion] = []
     seen: dict[str, Path] = {}
     digests: dict[Path, bytes] = {}  # of files met in duplicate checks, each read once
-    for path, outcome in zip(paths, outcomes, strict=True):
+    said: Counter[str] = Counter()
+    for path, problem in entries:
         relative = path.relative_to(root)
+        outcome: dict[str, str] | Unusable = Unusable(problem) if problem else outcomes[path][0]
+        said.update(() if problem else outcomes[path][1])
         if isinstance(outcome, Unusable):
             exclusions.append(
                 Exclusion(
@@ -157,10 +232,88 @@ def scan_folder(
         else:
             seen[outcome["SOPInstanceUID"]] = path
             instances.append(InstanceHeader(path=path, values=outcome))
-    logger.info("scanned %d files: %d instances, %d excluded", len(paths), len(instances), len(exclusions))
+    _log_summary(entries, exclusions, instances, said)
     return ScanResult(
-        root=root, files_found=len(paths), instances=tuple(instances), exclusions=tuple(exclusions)
+        root=root, files_found=len(entries), instances=tuple(instances), exclusions=tuple(exclusions)
     )
+
+
+def _log_summary(
+    entries: list[tuple[Path, str | None]],
+    exclusions: list[Exclusion],
+    instances: list[InstanceHeader],
+    said: Counter[str],
+) -> None:
+    """Log counts only: paths and pydicom's messages may hold identifiers (names in folder names, UIDs)."""
+    logger.info("scanned %d files: %d instances, %d excluded", len(entries), len(instances), len(exclusions))
+    folders = sum(1 for e in exclusions if e.reason.startswith("unreadable folder"))
+    if folders:
+        logger.warning(
+            "%d folder(s) under data.dicom_dir could not be read, so their files were not scanned; they are "
+            "listed in exclusions.csv. Give the account running sitecal read access to include them.",
+            folders,
+        )
+    timed_out = sum(1 for e in exclusions if e.reason.startswith("header read timed out"))
+    if timed_out:
+        logger.warning(
+            "%d file(s) under data.dicom_dir did not answer within the read time limit and were excluded; "
+            "check the storage they are on.",
+            timed_out,
+        )
+    if said:
+        logger.info(
+            "pydicom reported %d problem(s) it worked around while reading headers (values withheld): %s",
+            sum(said.values()),
+            "; ".join(f"{kind} (x{n})" for kind, n in said.most_common()),
+        )
+
+
+def _read_all(
+    paths: list[Path], keywords: tuple[str, ...], limits: _Limits, workers: int, bar: tqdm
+) -> Iterator[_Outcome]:
+    task = partial(_read_entry, keywords=keywords, limits=limits)
+    if workers == 1:
+        for path in paths:
+            yield task(path)
+            bar.update()
+        return
+    # each worker bounds its own reads (_read_entry), so the pool always drains and its processes are
+    # joined when the block ends: none is left behind
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for outcome in pool.map(task, paths, chunksize=_CHUNK):
+            yield outcome
+            bar.update()
+
+
+def _read_entry(path: Path, keywords: tuple[str, ...], limits: _Limits) -> _Outcome:
+    """Read one header under the time limit.
+
+    The read runs in a daemon thread that is abandoned when it overruns: a read blocked on a hung share
+    cannot be interrupted from Python, but it must not hold up the other files or, being a daemon, the
+    process's exit.
+    """
+    if limits.read_timeout_s is None:
+        return _read(path, keywords, limits.max_pixels_per_image)
+    box: list[_Outcome] = []
+
+    def target() -> None:
+        try:
+            box.append(_read(path, keywords, limits.max_pixels_per_image))
+        except BaseException as exc:  # a thread's exception would otherwise be lost
+            box.append((Unusable(f"unreadable file ({type(exc).__name__})"), ()))
+
+    thread = threading.Thread(target=target, name="sitecal-header-read", daemon=True)
+    thread.start()
+    thread.join(limits.read_timeout_s)
+    if box:
+        return box[0]
+    return Unusable(f"header read timed out after {limits.read_timeout_s:g} s"), ()
+
+
+def _read(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> _Outcome:
+    with quiet_pydicom() as notes:
+        outcome = _header(path, keywords, max_pixels_per_image)
+    return outcome, tuple(notes.kinds())
 
 
 def _duplicate_reason(path: Path, kept: Path, digests: dict[Path, bytes]) -> str:
@@ -178,56 +331,140 @@ def _duplicate_reason(path: Path, kept: Path, digests: dict[Path, bytes]) -> str
 
 def _digest(path: Path) -> bytes:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open_regular(path) as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:  # gone, unreadable or replaced since its header was read: it cannot be shown a copy
+        return b"unreadable: " + bytes(path)
     return digest.digest()
 
 
-def _walk(root: Path) -> Iterable[Path]:
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            if not name.startswith("."):
-                yield Path(folder) / name
+def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
+    """Every entry under ``root`` with why it is not read, or ``None`` for a file to read.
+
+    ``os.scandir`` reports each entry's type without following links, so nothing is opened here. A link is
+    followed only to a regular file inside ``root``; folder links are never followed, and a folder met a
+    second time (a bind mount of its parent) is not entered again, so the walk cannot loop.
+    """
+    real_root = os.path.realpath(root)
+    stack, visited = [root], set[tuple[int, int]]()
+    while stack:
+        folder = stack.pop()
+        try:
+            status = os.stat(folder)
+            identity = (status.st_dev, status.st_ino)
+            if identity in visited:
+                yield folder, "folder already scanned under another path (not read twice)"
+                continue
+            visited.add(identity)
+            with os.scandir(folder) as it:
+                found = list(it)
+        except OSError as exc:
+            if folder == root:
+                raise DataError(
+                    f"{root}: the DICOM folder cannot be read ({_why(exc)}). Check data.dicom_dir in the "
+                    "protocol and that the account running sitecal may read it."
+                ) from exc
+            yield folder, unreadable_folder_reason(exc)
+            continue
+        for entry in found:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            try:
+                if entry.is_symlink():
+                    problem = _link_problem(path, real_root)
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(path)
+                    continue
+                elif entry.is_file(follow_symlinks=False):
+                    problem = None
+                else:
+                    problem = f"not a regular file ({file_kind(entry.stat(follow_symlinks=False).st_mode)})"
+            except OSError as exc:  # removed or made unreadable while the walk ran
+                problem = f"unreadable file ({_why(exc)})"
+            yield path, problem
 
 
-def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusable:
+def unreadable_folder_reason(exc: OSError) -> str:
+    """The exclusion reason of a subfolder ``os.scandir`` could not list.
+
+    >>> unreadable_folder_reason(PermissionError(13, "Permission denied"))
+    'unreadable folder (permission denied): its files were not read'
+    """
+    return _UNREADABLE_FOLDER.format(_why(exc))
+
+
+def _why(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror.lower() if exc.strerror else type(exc).__name__
+
+
+def _link_problem(link: Path, real_root: str) -> str | None:
+    """Why a symbolic link is not read, or ``None`` when it leads to a regular file inside the root."""
+    try:
+        mode = os.stat(link).st_mode  # follows the link
+    except FileNotFoundError:
+        return "dangling symbolic link (its target does not exist)"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (not followed)"
+        return f"unreadable file ({_why(exc)})"
+    target = os.path.realpath(link)
+    if os.path.commonpath([real_root, target]) != real_root:
+        return _OUTSIDE
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "symbolic link to a folder (not followed: its files are read where they are)"
+    return f"not a regular file (symbolic link to a {file_kind(mode)})"
+
+
+def read_header(
+    path: Path, keywords: Sequence[str], *, max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE
+) -> dict[str, str] | Unusable:
     """Read one file's header; return the wanted values as text, or why it cannot be used.
 
-    Pixel data is not read: large values are deferred, and a declared pixel-data length that runs past the
-    end of the file marks the file as truncated. Files without preamble or File Meta Information are read
-    (:func:`sitecal._dicomfile.open_dicom`).
+    Pixel data is not read: large values are deferred. The file is opened by
+    :func:`sitecal._dicomfile.open_dicom` (regular files only; also without preamble or File Meta
+    Information; a file that ends inside an element is truncated). An image declaring more than
+    ``max_pixels_per_image`` values (Rows x Columns x NumberOfFrames x SamplesPerPixel) is unusable.
+    Multi-valued values are written as DICOM writes them, joined by a backslash. pydicom's warnings are
+    captured, never shown.
     """
+    with quiet_pydicom():
+        return _header(path, keywords, max_pixels_per_image)
+
+
+def _header(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> dict[str, str] | Unusable:
     try:
         ds = open_dicom(path, defer_size=1024)
     except NotDicom:
         return Unusable("not a DICOM file")
-    except (EOFError, OSError) as exc:
-        return Unusable(
-            "truncated file"
-            if isinstance(exc, EOFError)
-            else f"unreadable file ({exc.strerror or type(exc).__name__})"
-        )
+    except NotRegularFile as exc:
+        return Unusable(str(exc))
+    except CorruptHeader as exc:
+        return Unusable(f"corrupt DICOM header ({exc})")
+    except (EOFError, struct.error):  # struct.error: fewer bytes left than an element header needs
+        return Unusable("truncated file")
+    except OSError as exc:
+        if exc.errno is None:  # raised by pydicom's parser, not by the file system
+            return Unusable("corrupt DICOM header (no data element where one was expected)")
+        return Unusable(f"unreadable file ({exc.strerror or type(exc).__name__})")
     except Exception as exc:  # pydicom raises many types on corrupt input; each becomes a reason
         return Unusable(f"corrupt DICOM header ({type(exc).__name__})")
     if path.name.upper() == "DICOMDIR" or "DirectoryRecordSequence" in ds:
         return Unusable("DICOMDIR media directory, not an image")
     if not any(tag in ds for tag in (0x7FE00010, 0x7FE00008, 0x7FE00009)):
+        if "Rows" in ds and "Columns" in ds:  # an image module without its pixels: cut short, or header-only
+            return Unusable(
+                "no pixel data although Rows and Columns are present (truncated file or header-only export)",
+                _text(ds, "StudyInstanceUID"),
+            )
         return Unusable("no pixel data (not an image)", _text(ds, "StudyInstanceUID"))
-    raw = ds._dict.get(Tag(0x7FE00010)) if 0x7FE00010 in ds else None
-    length = getattr(raw, "length", None)
-    tell = getattr(raw, "value_tell", None)
-    deflated = ds.file_meta.get("TransferSyntaxUID") == DeflatedExplicitVRLittleEndian
-    if (
-        not deflated  # offsets are then into the inflated stream
-        and length is not None
-        and tell is not None
-        and length != 0xFFFFFFFF
-        and tell + length > path.stat().st_size
-    ):
-        return Unusable("truncated file", _text(ds, "StudyInstanceUID"))
-    bad = _image_module_problem(ds)
+    bad = _image_module_problem(ds) or _too_large(ds, max_pixels_per_image)
     if bad:
         return Unusable(bad, _text(ds, "StudyInstanceUID"))
     values: dict[str, str] = {}
@@ -236,8 +473,9 @@ def read_header(path: Path, keywords: Sequence[str]) -> dict[str, str] | Unusabl
             value = ds.get(keyword)
         except Exception:  # a malformed value of one tag
             return Unusable(f"malformed value in tag {keyword}", _text(ds, "StudyInstanceUID"))
-        if value is not None and str(value).strip():
-            values[keyword] = str(value).strip()
+        text = "" if value is None else render_value(value).strip()
+        if text:
+            values[keyword] = text
     missing = [k for k in REQUIRED_KEYWORDS if k not in values]
     if missing:
         return Unusable(f"missing required tag {missing[0]}")
@@ -273,6 +511,45 @@ def _image_module_problem(ds: pydicom.Dataset) -> str | None:
         if number is not None and number < (1 if keyword != "PixelRepresentation" else 0):
             return f"implausible value in tag {keyword} ({number})"
     return None
+
+
+def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:
+    """Why an image declares more values than ``limit`` (checked before anything decodes it), or ``None``."""
+    sizes = []
+    for keyword in ("Rows", "Columns", "NumberOfFrames", "SamplesPerPixel"):
+        try:
+            sizes.append(max(1, int(ds.get(keyword) or 1)))
+        except Exception:  # malformed: _image_module_problem names it for PixelData; float data has no limit
+            return None
+    rows, columns, frames, samples = sizes
+    declared = rows * columns * frames * samples
+    if declared <= limit:
+        return None
+    shape = f"{rows} x {columns}" + (f" x {frames} frames" if frames > 1 else "")
+    shape += f" x {samples} samples" if samples > 1 else ""
+    return (
+        f"image too large: declares {shape} = {declared} pixel values, above the limit of {limit} per image; "
+        "raise inputs.max_pixels_per_image in the protocol to read it"
+    )
+
+
+def render_value(value: object) -> str:
+    r"""A header value as text: multi-valued ones joined by a backslash, as DICOM writes them.
+
+    Bytes (OB, UN) are shown as their text when they are printable ASCII, otherwise as hexadecimal.
+
+    >>> from pydicom.multival import MultiValue
+    >>> render_value(MultiValue(str, ["ORIGINAL", "PRIMARY"]))
+    'ORIGINAL\\PRIMARY'
+    >>> render_value(b"AB\x00")
+    'AB'
+    """
+    if isinstance(value, bytes | bytearray):
+        text = bytes(value).rstrip(b"\x00 ")
+        return text.decode("ascii") if text.isascii() and text.decode("ascii").isprintable() else text.hex()
+    if isinstance(value, MultiValue | list | tuple) and not isinstance(value, DicomSequence):
+        return "\\".join(render_value(item) for item in value)
+    return str(value)
 
 
 def _text(ds: pydicom.Dataset, keyword: str) -> str | None:

@@ -24,7 +24,7 @@ from monai.data.image_reader import ImageReader
 from monai.utils.misc import ensure_tuple
 from pydicom.pixels.processing import apply_color_lut, apply_voi
 
-from sitecal._dicomfile import decoded_pixels, open_dicom
+from sitecal._dicomfile import NotRegularFile, decoded_pixels, open_dicom, quiet_pydicom
 from sitecal.errors import DicomError
 from sitecal.inference._slices import order_slices
 
@@ -296,6 +296,10 @@ class DicomImageReader(ImageReader):
         for path in ensure_tuple(data):
             try:
                 datasets.append(open_dicom(str(path), **kwargs))
+            except NotRegularFile as exc:
+                raise DicomError(f"file can no longer be read: {exc} (it was a regular file at the scan)") from exc
+            except EOFError as exc:
+                raise DicomError("truncated file (it changed after the scan)") from exc
             except Exception as exc:  # the scan admitted the file; it changed or is unreadable now
                 raise DicomError(f"file can no longer be read as DICOM ({type(exc).__name__})") from exc
         return datasets
@@ -305,9 +309,13 @@ class DicomImageReader(ImageReader):
 
         Several files are a series: its slices are ordered along the orientation normal
         (:func:`sitecal.inference._slices.order_slices`) and stacked to ``(slices, Rows, Columns)``, with
-        the patient-space affine of that index order.
+        the patient-space affine of that index order. pydicom checks a value when it is first read, here,
+        and its warnings quote the value: they are caught (:func:`sitecal._dicomfile.quiet_pydicom`).
         """
-        datasets = ensure_tuple(img)
+        with quiet_pydicom():
+            return self._data(ensure_tuple(img))
+
+    def _data(self, datasets: tuple[pydicom.Dataset, ...]) -> tuple[np.ndarray, dict[str, Any]]:
         _check_size(datasets, self.max_values)
         if len(datasets) == 1:
             array = presentation_values(datasets[0], voi=self.voi)
