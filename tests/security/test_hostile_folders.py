@@ -25,6 +25,7 @@ from pydicom.data import get_testdata_file
 from pydicom.dataset import FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage
 
+import sitecal.cohort._header as header
 import sitecal.cohort.scan as scan
 from sitecal._dicomfile import NotRegularFile, open_dicom, quiet_pydicom
 from sitecal.cohort.scan import (
@@ -347,7 +348,7 @@ def hang() -> Iterator[threading.Event]:
 
 
 def _hanging_reader(release: threading.Event, name: str):
-    real = scan.open_dicom
+    real = header.open_dicom
 
     def reader(path, **kwargs):  # a file on a share that stopped answering
         if Path(path).name == name:
@@ -362,7 +363,7 @@ def test_a_read_that_hangs_is_cut_off_in_this_process(
     root: Path, monkeypatch: pytest.MonkeyPatch, hang: threading.Event
 ) -> None:
     _image(root / "stuck.dcm", 2)
-    monkeypatch.setattr(scan, "open_dicom", _hanging_reader(hang, "stuck.dcm"))
+    monkeypatch.setattr(header, "open_dicom", _hanging_reader(hang, "stuck.dcm"))
     started = time.monotonic()
     result = scan_folder(root, workers=1, read_timeout_s=0.5)
     assert time.monotonic() - started < 5
@@ -380,7 +381,7 @@ def test_a_read_that_hangs_in_a_worker_leaves_no_process_behind(
     assert multiprocessing.get_start_method() == "fork"
     for n in range(40):
         _image(root / f"f{n:02d}.dcm", 100 + n)
-    monkeypatch.setattr(scan, "open_dicom", _hanging_reader(hang, "f07.dcm"))
+    monkeypatch.setattr(header, "open_dicom", _hanging_reader(hang, "f07.dcm"))
     started = time.monotonic()
     result = scan_folder(root, workers=2, read_timeout_s=1)
     assert time.monotonic() - started < 30

@@ -9,12 +9,9 @@ and only counted (:func:`sitecal._dicomfile.quiet_pydicom`).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import logging
 import os
-import stat
-import struct
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,21 +20,22 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import pydicom
-from pydicom.multival import MultiValue
-from pydicom.sequence import Sequence as DicomSequence
 from tqdm import tqdm
 
 from sitecal._dicomfile import (
-    CorruptHeader,
-    NotDicom,
-    NotRegularFile,
-    file_kind,
-    open_dicom,
     open_regular,
     quiet_pydicom,
 )
+from sitecal.cohort._header import (
+    DEFAULT_MAX_PIXELS_PER_IMAGE,
+    REQUIRED_KEYWORDS,
+    Unusable,
+    read_header,
+    read_values,
+    render_value,
+)
 from sitecal.cohort._records import Exclusion
+from sitecal.cohort._walk import unreadable_folder_reason, walk
 from sitecal.errors import DataError
 
 __all__ = [
@@ -55,8 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Header fields every instance must have to enter the cohort.
-REQUIRED_KEYWORDS = ("SOPInstanceUID", "StudyInstanceUID")
 #: Header fields always read (besides the protocol's subgroup tags).
 BASE_KEYWORDS = (
     "SOPInstanceUID",
@@ -77,22 +73,9 @@ BASE_KEYWORDS = (
     "Manufacturer",
     "ManufacturerModelName",
 )
-#: Rows x Columns x NumberOfFrames x SamplesPerPixel above which an image is excluded: 2**28 values are
-#: 1 GiB as float32, what one decoded image may take on a 16 GB workstation with the model beside it.
-DEFAULT_MAX_PIXELS_PER_IMAGE = 2**28
 #: Seconds one header read may take before the file is excluded (a hung network share, not a slow disk).
 DEFAULT_READ_TIMEOUT_S = 60.0
 _CHUNK = 32
-_UNREADABLE_FOLDER = "unreadable folder ({}): its files were not read"
-_OUTSIDE = "symbolic link pointing outside data.dicom_dir (not followed)"
-
-
-@dataclass(frozen=True)
-class Unusable:
-    """Why a file cannot be used, and its StudyInstanceUID when the header could be read."""
-
-    reason: str
-    study_instance_uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +176,7 @@ def scan_folder(
             "The 'read_timeout_s' parameter of scan_folder must be a number > 0 or None. "
             f"Got {read_timeout_s!r}."
         )
-    entries = sorted(_walk(root))
+    entries = sorted(walk(root))
     paths = [path for path, problem in entries if problem is None]
     wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
     limits = _Limits(max_pixels_per_image, read_timeout_s)
@@ -312,7 +295,7 @@ def _read_entry(path: Path, keywords: tuple[str, ...], limits: _Limits) -> _Outc
 
 def _read(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> _Outcome:
     with quiet_pydicom() as notes:
-        outcome = _header(path, keywords, max_pixels_per_image)
+        outcome = read_values(path, keywords, max_pixels_per_image)
     return outcome, tuple(notes.kinds())
 
 
@@ -338,223 +321,3 @@ def _digest(path: Path) -> bytes:
     except OSError:  # gone, unreadable or replaced since its header was read: it cannot be shown a copy
         return b"unreadable: " + bytes(path)
     return digest.digest()
-
-
-def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
-    """Every entry under ``root`` with why it is not read, or ``None`` for a file to read.
-
-    ``os.scandir`` reports each entry's type without following links, so nothing is opened here. A link is
-    followed only to a regular file inside ``root``; folder links are never followed, and a folder met a
-    second time (a bind mount of its parent) is not entered again, so the walk cannot loop.
-    """
-    real_root = os.path.realpath(root)
-    stack, visited = [root], set[tuple[int, int]]()
-    while stack:
-        folder = stack.pop()
-        try:
-            status = os.stat(folder)
-            identity = (status.st_dev, status.st_ino)
-            if identity in visited:
-                yield folder, "folder already scanned under another path (not read twice)"
-                continue
-            visited.add(identity)
-            with os.scandir(folder) as it:
-                found = list(it)
-        except OSError as exc:
-            if folder == root:
-                raise DataError(
-                    f"{root}: the DICOM folder cannot be read ({_why(exc)}). Check data.dicom_dir in the "
-                    "protocol and that the account running sitecal may read it."
-                ) from exc
-            yield folder, unreadable_folder_reason(exc)
-            continue
-        for entry in found:
-            if entry.name.startswith("."):
-                continue
-            path = Path(entry.path)
-            try:
-                if entry.is_symlink():
-                    problem = _link_problem(path, real_root)
-                elif entry.is_dir(follow_symlinks=False):
-                    stack.append(path)
-                    continue
-                elif entry.is_file(follow_symlinks=False):
-                    problem = None
-                else:
-                    problem = f"not a regular file ({file_kind(entry.stat(follow_symlinks=False).st_mode)})"
-            except OSError as exc:  # removed or made unreadable while the walk ran
-                problem = f"unreadable file ({_why(exc)})"
-            yield path, problem
-
-
-def unreadable_folder_reason(exc: OSError) -> str:
-    """The exclusion reason of a subfolder ``os.scandir`` could not list.
-
-    >>> unreadable_folder_reason(PermissionError(13, "Permission denied"))
-    'unreadable folder (permission denied): its files were not read'
-    """
-    return _UNREADABLE_FOLDER.format(_why(exc))
-
-
-def _why(exc: OSError) -> str:
-    if isinstance(exc, PermissionError):
-        return "permission denied"
-    return exc.strerror.lower() if exc.strerror else type(exc).__name__
-
-
-def _link_problem(link: Path, real_root: str) -> str | None:
-    """Why a symbolic link is not read, or ``None`` when it leads to a regular file inside the root."""
-    try:
-        mode = os.stat(link).st_mode  # follows the link
-    except FileNotFoundError:
-        return "dangling symbolic link (its target does not exist)"
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "symbolic link loop (not followed)"
-        return f"unreadable file ({_why(exc)})"
-    target = os.path.realpath(link)
-    if os.path.commonpath([real_root, target]) != real_root:
-        return _OUTSIDE
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "symbolic link to a folder (not followed: its files are read where they are)"
-    return f"not a regular file (symbolic link to a {file_kind(mode)})"
-
-
-def read_header(
-    path: Path, keywords: Sequence[str], *, max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE
-) -> dict[str, str] | Unusable:
-    """Read one file's header; return the wanted values as text, or why it cannot be used.
-
-    Pixel data is not read: large values are deferred. The file is opened by
-    :func:`sitecal._dicomfile.open_dicom` (regular files only; also without preamble or File Meta
-    Information; a file that ends inside an element is truncated). An image declaring more than
-    ``max_pixels_per_image`` values (Rows x Columns x NumberOfFrames x SamplesPerPixel) is unusable.
-    Multi-valued values are written as DICOM writes them, joined by a backslash. pydicom's warnings are
-    captured, never shown.
-    """
-    with quiet_pydicom():
-        return _header(path, keywords, max_pixels_per_image)
-
-
-def _header(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> dict[str, str] | Unusable:
-    try:
-        ds = open_dicom(path, defer_size=1024)
-    except NotDicom:
-        return Unusable("not a DICOM file")
-    except NotRegularFile as exc:
-        return Unusable(str(exc))
-    except CorruptHeader as exc:
-        return Unusable(f"corrupt DICOM header ({exc})")
-    except (EOFError, struct.error):  # struct.error: fewer bytes left than an element header needs
-        return Unusable("truncated file")
-    except OSError as exc:
-        if exc.errno is None:  # raised by pydicom's parser, not by the file system
-            return Unusable("corrupt DICOM header (no data element where one was expected)")
-        return Unusable(f"unreadable file ({exc.strerror or type(exc).__name__})")
-    except Exception as exc:  # pydicom raises many types on corrupt input; each becomes a reason
-        return Unusable(f"corrupt DICOM header ({type(exc).__name__})")
-    if path.name.upper() == "DICOMDIR" or "DirectoryRecordSequence" in ds:
-        return Unusable("DICOMDIR media directory, not an image")
-    if not any(tag in ds for tag in (0x7FE00010, 0x7FE00008, 0x7FE00009)):
-        if "Rows" in ds and "Columns" in ds:  # an image module without its pixels: cut short, or header-only
-            return Unusable(
-                "no pixel data although Rows and Columns are present (truncated file or header-only export)",
-                _text(ds, "StudyInstanceUID"),
-            )
-        return Unusable("no pixel data (not an image)", _text(ds, "StudyInstanceUID"))
-    bad = _image_module_problem(ds) or _too_large(ds, max_pixels_per_image)
-    if bad:
-        return Unusable(bad, _text(ds, "StudyInstanceUID"))
-    values: dict[str, str] = {}
-    for keyword in keywords:
-        try:
-            value = ds.get(keyword)
-        except Exception:  # a malformed value of one tag
-            return Unusable(f"malformed value in tag {keyword}", _text(ds, "StudyInstanceUID"))
-        text = "" if value is None else render_value(value).strip()
-        if text:
-            values[keyword] = text
-    missing = [k for k in REQUIRED_KEYWORDS if k not in values]
-    if missing:
-        return Unusable(f"missing required tag {missing[0]}")
-    return values
-
-
-#: Image Pixel module attributes (PS3.3 C.7.6.3) that decoding depends on; Rows and Columns are required.
-_IMAGE_MODULE = (
-    "Rows",
-    "Columns",
-    "SamplesPerPixel",
-    "BitsAllocated",
-    "BitsStored",
-    "PixelRepresentation",
-    "NumberOfFrames",
-)
-
-
-def _image_module_problem(ds: pydicom.Dataset) -> str | None:
-    """Why the image's pixel description cannot be used, or ``None``."""
-    if "PixelData" not in ds:  # float pixel data has no Rows/Columns constraints worth checking here
-        return None
-    for keyword in _IMAGE_MODULE:
-        try:
-            value = ds.get(keyword)
-            number = None if value in (None, "") else int(value)
-        except (TypeError, ValueError):
-            return f"malformed value in tag {keyword} (not an integer)"
-        except Exception:  # a value pydicom cannot even parse
-            return f"malformed value in tag {keyword}"
-        if number is None and keyword in ("Rows", "Columns"):
-            return f"missing required tag {keyword} of an image"
-        if number is not None and number < (1 if keyword != "PixelRepresentation" else 0):
-            return f"implausible value in tag {keyword} ({number})"
-    return None
-
-
-def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:
-    """Why an image declares more values than ``limit`` (checked before anything decodes it), or ``None``."""
-    sizes = []
-    for keyword in ("Rows", "Columns", "NumberOfFrames", "SamplesPerPixel"):
-        try:
-            sizes.append(max(1, int(ds.get(keyword) or 1)))
-        except Exception:  # malformed: _image_module_problem names it for PixelData; float data has no limit
-            return None
-    rows, columns, frames, samples = sizes
-    declared = rows * columns * frames * samples
-    if declared <= limit:
-        return None
-    shape = f"{rows} x {columns}" + (f" x {frames} frames" if frames > 1 else "")
-    shape += f" x {samples} samples" if samples > 1 else ""
-    return (
-        f"image too large: declares {shape} = {declared} pixel values, above the limit of {limit} per image; "
-        "raise inputs.max_pixels_per_image in the protocol to read it"
-    )
-
-
-def render_value(value: object) -> str:
-    r"""A header value as text: multi-valued ones joined by a backslash, as DICOM writes them.
-
-    Bytes (OB, UN) are shown as their text when they are printable ASCII, otherwise as hexadecimal.
-
-    >>> from pydicom.multival import MultiValue
-    >>> render_value(MultiValue(str, ["ORIGINAL", "PRIMARY"]))
-    'ORIGINAL\\PRIMARY'
-    >>> render_value(b"AB\x00")
-    'AB'
-    """
-    if isinstance(value, bytes | bytearray):
-        text = bytes(value).rstrip(b"\x00 ")
-        return text.decode("ascii") if text.isascii() and text.decode("ascii").isprintable() else text.hex()
-    if isinstance(value, MultiValue | list | tuple) and not isinstance(value, DicomSequence):
-        return "\\".join(render_value(item) for item in value)
-    return str(value)
-
-
-def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
-    try:
-        value = str(ds.get(keyword, "")).strip()
-    except Exception:  # a malformed value
-        return None
-    return value or None
