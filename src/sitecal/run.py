@@ -108,7 +108,11 @@ def run_protocol(
         cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
         series_rules = _series_rules(loaded)
         model = load_model(protocol.model, loaded.model_path)
-        transforms = build_transforms(protocol.inputs.transforms, voi=protocol.inputs.voi)
+        transforms = build_transforms(
+            protocol.inputs.transforms,
+            voi=protocol.inputs.voi,
+            max_values=protocol.inputs.max_pixels_per_image,
+        )
         transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
         cache_dir = loaded.logit_cache_dir
         file_hashes = _file_hashes(cohort, progress=progress)  # cache keys and the dataset manifest
@@ -303,7 +307,14 @@ def _cohort(
     protocol = loaded.protocol
     mappings = read_mappings(protocol.subgroups, loaded.resolve)  # before the scan: fail fast
     tags = [s.tag for s in protocol.subgroups.values() if s.tag is not None]
-    scan = scan_folder(loaded.dicom_dir, tags, workers=workers, progress=progress)
+    scan = scan_folder(
+        loaded.dicom_dir,
+        tags,
+        workers=workers,
+        progress=progress,
+        max_pixels_per_image=protocol.inputs.max_pixels_per_image,
+        read_timeout_s=protocol.data.read_timeout_s,
+    )
     labels = read_labels(
         loaded.labels_path,
         key_column=protocol.data.key_column or protocol.data.key,

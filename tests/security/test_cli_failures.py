@@ -168,3 +168,31 @@ def test_check_refuses_a_foreign_weights_file(tmp_path: Path, capsys: pytest.Cap
     protocol = _protocol(tmp_path, model={"path": "weights.safetensors"})
     assert main(["check", str(protocol)]) == 2
     assert "weights.safetensors: not a safetensors file" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_the_protocol_limits_reach_the_scan_and_the_reader(tmp_path: Path) -> None:
+    from sitecal._pseudonym import Pseudonymizer
+    from sitecal.demo import generate_demo
+    from sitecal.inference import build_transforms
+    from sitecal.protocol import load_protocol
+    from sitecal.run import _cohort
+
+    manifest = generate_demo(tmp_path / "demo", n_studies=12, seed=3)
+    protocol = _protocol(
+        tmp_path,
+        data={"dicom_dir": str(manifest.dicom_dir), "labels": str(manifest.labels_csv), "read_timeout_s": 5},
+        inputs={"max_pixels_per_image": 128 * 128 - 1},  # the demo's images are 128 x 128
+    )
+    loaded = load_protocol(protocol)
+    cohort = _cohort(loaded, Pseudonymizer(b"k" * 32), workers=1, progress=False)
+    assert not cohort.studies
+    reasons = {e.reason for e in cohort.exclusions if e.stage == "scan"}
+    assert (
+        "image too large: declares 128 x 128 = 16384 pixel values, above the limit of 16383 per image; "
+        "raise inputs.max_pixels_per_image in the protocol to read it"
+    ) in reasons
+    chain = build_transforms([], max_values=loaded.protocol.inputs.max_pixels_per_image)
+    with pytest.raises(RuntimeError) as info:
+        chain(str(manifest.dicom_dir / manifest.studies[0].relative_path))
+    assert "inputs.max_pixels_per_image" in str(info.value.__cause__ or info.value)

@@ -177,6 +177,12 @@ def test_an_exact_weight_needs_bands_or_a_mapping_and_text_takes_no_bands() -> N
         "Value error, 'bands' groups numbers, and 'PatientSex' holds text (VR CS): every value would be "
         "'unknown'. Remove 'bands', or use a mapping to group its values."
     )
+    with pytest.raises(ValidationError) as info:  # a pair of numbers is no single number to band
+        SubgroupSettings(tag="PixelSpacing", bands=[0, 0.5, 1])
+    assert info.value.errors()[0]["msg"] == (
+        "Value error, 'bands' groups single numbers, and 'PixelSpacing' holds several (VM 2): every value "
+        "would be 'unknown'. Remove 'bands', or use a mapping to group its values."
+    )
 
 
 @pytest.mark.timeout(10)

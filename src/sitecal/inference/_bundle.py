@@ -24,6 +24,11 @@ refused first, each with the config file and the key:
 
 The constructors of the named classes do run: they are code installed on this machine, as with
 ``model.architecture`` for a plain state dict.
+
+A bundle's configs are kilobytes of text, so they are bounded before they are parsed: each at most
+:data:`MAX_CONFIG_BYTES`, nested at most :data:`MAX_CONFIG_DEPTH` levels (JSON that nests deeper ends
+Python's parser in RecursionError), and a YAML config at most :data:`MAX_CONFIG_NODES` nodes once its
+aliases are expanded (a few lines of anchors and aliases can expand to billions).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import importlib.util
 import json
 import logging
 import pydoc
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,8 +50,18 @@ import torch
 import yaml
 
 from sitecal.errors import ModelError
+from sitecal.protocol import yaml_excess
 
-__all__ = ["BundleFiles", "build_network", "bundle_sha256", "find_bundle_files", "read_metadata"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_NODES",
+    "BundleFiles",
+    "build_network",
+    "bundle_sha256",
+    "find_bundle_files",
+    "read_metadata",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +74,17 @@ _WEIGHTS: tuple[tuple[str, WeightsKind], ...] = (
 )
 _CONFIGS = ("configs/inference.json", "configs/inference.yaml", "configs/inference.yml")
 _NETWORK_KEY = "network_def"
+
+#: Largest metadata or inference config read, in bytes (4 MiB); MONAI's published bundles have configs of
+#: a few kilobytes.
+MAX_CONFIG_BYTES = 4 << 20
+#: Deepest nesting of objects and lists in a bundle config; published bundles nest fewer than ten levels.
+MAX_CONFIG_DEPTH = 100
+#: Most nodes of a YAML config once its aliases are expanded.
+MAX_CONFIG_NODES = 100_000
+# the next string, bracket or brace of a JSON text; a string is skipped whole so brackets in it do not count
+_JSON_OPEN = re.compile(r'["\[\]{}]')
+_JSON_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -132,6 +159,9 @@ def find_bundle_files(folder: Path) -> BundleFiles:
             f"{folder / 'configs'}: no inference.json or inference.yaml, which {weights.name} needs for its "
             "network_def. Add the bundle's inference config."
         )
+    for text_file in (metadata, config):
+        if text_file is not None and text_file.stat().st_size > MAX_CONFIG_BYTES:
+            raise _too_large(text_file)
     return BundleFiles(folder=folder, metadata=metadata, config=config, weights=weights, kind=kind)
 
 
@@ -155,10 +185,13 @@ def bundle_sha256(folder: Path, digests: Mapping[Path, str]) -> str:
 
 def read_metadata(path: Path, text: str) -> dict[str, Any]:
     """Parse ``configs/metadata.json`` (already read as ``text``); it must be a JSON object."""
+    _check_json_bounds(path, text)
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ModelError(f"{path}: not valid JSON ({exc}). Repair the bundle's metadata.") from None
+    except RecursionError:  # a second lock behind the depth check
+        raise _too_deep(path) from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: expected a JSON object, found {type(data).__name__}.")
     logger.info("MONAI bundle %s, version %s", data.get("name", "(unnamed)"), data.get("version", "?"))
@@ -197,7 +230,10 @@ def build_network(config: Path, text: str, *, folder: Path) -> torch.nn.Module:
             "the network as TorchScript in models/model.ts."
         )
     checker = _Checker(config, folder.resolve())
-    used = checker.entries(raw)
+    try:
+        used = checker.entries(raw)
+    except RecursionError:  # a second lock behind the depth check in _parse_config
+        raise _too_deep(config) from None
     parser = ConfigParser(copy.deepcopy({key: raw[key] for key in used}))
     try:
         with warnings.catch_warnings():
@@ -348,12 +384,66 @@ class _Checker:
 
 def _parse_config(config: Path, text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text) if config.suffix == ".json" else yaml.safe_load(text)
+        if config.suffix == ".json":
+            _check_json_bounds(config, text)
+            data = json.loads(text)
+        else:
+            _check_yaml_bounds(config, text)
+            data = yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ModelError(f"{config}: cannot parse: {first_line(exc)}. Repair the config.") from None
+    except RecursionError:  # a second lock behind the depth checks
+        raise _too_deep(config) from None
     if not isinstance(data, dict):
         raise ModelError(f"{config}: expected a mapping of entries, found {type(data).__name__}.")
     return data
+
+
+def _check_json_bounds(path: Path, text: str) -> None:
+    """Refuse a JSON text over the size or depth limit, scanning it once without parsing it."""
+    if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
+        raise _too_large(path)
+    depth, position = 0, 0
+    while (found := _JSON_OPEN.search(text, position)) is not None:
+        char, position = found.group(), found.end()
+        if char == '"':
+            rest = _JSON_STRING_REST.match(text, position)
+            if rest is None:
+                return  # an unterminated string: json.loads reports it with its position
+            position = rest.end()
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                raise _too_deep(path, text.count("\n", 0, found.start()) + 1)
+        else:
+            depth -= 1
+
+
+def _check_yaml_bounds(path: Path, text: str) -> None:
+    """Refuse a YAML text over the size, depth or expanded-size limit, before it is built."""
+    if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
+        raise _too_large(path)
+    excess = yaml_excess(text, max_nodes=MAX_CONFIG_NODES, max_depth=MAX_CONFIG_DEPTH)
+    if excess is not None:
+        raise ModelError(
+            f"{path}:{excess.line}: the config {excess.problem}; a bundle config needs far fewer. "
+            "Repair the bundle or ask its provider for one without them."
+        )
+
+
+def _too_large(path: Path) -> ModelError:
+    return ModelError(
+        f"{path}: larger than {MAX_CONFIG_BYTES} bytes (4 MiB), the limit for a bundle's config files, "
+        "which are kilobytes of text. Check that this is the bundle's config."
+    )
+
+
+def _too_deep(path: Path, line: int | None = None) -> ModelError:
+    where = f"{path}:{line}" if line is not None else str(path)
+    return ModelError(
+        f"{where}: the config is nested deeper than {MAX_CONFIG_DEPTH} levels of objects and lists; a "
+        "bundle config needs fewer than ten. Repair the bundle or ask its provider for a flatter one."
+    )
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_MAX_VALUES", "DicomImageReader", "apply_presentation", "pres
 #: float32 values are 1 GiB, and decoding and rescaling need a few times that, within a 16 GB workstation.
 DEFAULT_MAX_VALUES = 2**28
 #: The protocol setting that raises the limit, named in the refusal.
-_LIMIT_SETTING = "inputs.max_image_values"
+_LIMIT_SETTING = "inputs.max_pixels_per_image"
 
 
 def apply_presentation(
@@ -297,7 +297,9 @@ class DicomImageReader(ImageReader):
             try:
                 datasets.append(open_dicom(str(path), **kwargs))
             except NotRegularFile as exc:
-                raise DicomError(f"file can no longer be read: {exc} (it was a regular file at the scan)") from exc
+                raise DicomError(
+                    f"file can no longer be read: {exc} (it was a regular file at the scan)"
+                ) from exc
             except EOFError as exc:
                 raise DicomError("truncated file (it changed after the scan)") from exc
             except Exception as exc:  # the scan admitted the file; it changed or is unreadable now

@@ -21,7 +21,7 @@ from sitecal.protocol._inputs import (
     SubgroupSettings,
     TransformSettings,
 )
-from sitecal.protocol._load import LoadedProtocol, load_protocol, protocol_summary
+from sitecal.protocol._load import LoadedProtocol, YamlExcess, load_protocol, protocol_summary, yaml_excess
 from sitecal.protocol._schema import (
     AcceptanceCriterion,
     BootstrapSettings,
@@ -53,7 +53,9 @@ __all__ = [
     "SplitSettings",
     "SubgroupSettings",
     "TransformSettings",
+    "YamlExcess",
     "load_protocol",
     "protocol_summary",
     "transform_problem",
+    "yaml_excess",
 ]

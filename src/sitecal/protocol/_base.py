@@ -132,10 +132,20 @@ def unshown_tag(keyword: str, *, mapping: bool, bands: bool) -> str | None:
 
 
 def unbandable_tag(keyword: str) -> str | None:
-    """Why ``bands`` cannot apply to ``keyword``; ``None`` for PatientAge and numbers."""
+    """Why ``bands`` cannot apply to ``keyword``; ``None`` for PatientAge and single numbers."""
+    from pydicom.datadict import dictionary_VM
+
     vr = tag_vr(keyword)
-    if keyword == "PatientAge" or vr in NUMBER_VRS:
+    if keyword == "PatientAge":
         return None
+    if vr in NUMBER_VRS:
+        vm = str(dictionary_VM(keyword))
+        if vm == "1":
+            return None
+        return (
+            f"'bands' groups single numbers, and '{keyword}' holds several (VM {vm}): every value would "
+            "be 'unknown'. Remove 'bands', or use a mapping to group its values."
+        )
     return (
         f"'bands' groups numbers, and '{keyword}' holds text (VR {vr}): every value would be 'unknown'. "
         "Remove 'bands', or use a mapping to group its values."

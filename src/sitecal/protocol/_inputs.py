@@ -5,24 +5,39 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from sitecal.protocol._base import (
-    _IDENTIFYING_TAGS,
     _check_reference,
     _ReferenceError,
     _spelling_guess,
     _Strict,
+    refused_tag,
+    unbandable_tag,
+    unshown_tag,
 )
+from sitecal.protocol._transforms import transform_problem
 
 
 class TransformSettings(_Strict):
-    """One MONAI array transform, by class name in ``monai.transforms``, with keyword arguments."""
+    """One MONAI array transform, by class name in ``monai.transforms``, with keyword arguments.
+
+    Only the transforms and arguments of :data:`sitecal.protocol.TRANSFORM_ALLOWLIST` are accepted, with
+    plain values (numbers, booleans, words from a fixed vocabulary, short lists of those): a protocol is
+    data, and nothing in it may name code for MONAI to look up (a reader, a function, a dtype).
+    """
 
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _allowlisted(self) -> TransformSettings:
+        problem = transform_problem(self.name, self.args)
+        if problem is not None:
+            raise _ReferenceError(*problem)  # located at the entry's field: args.mode, name, ...
+        return self
 
 
 class ModelSettings(_Strict):
@@ -92,6 +107,38 @@ class InputSettings(_Strict):
         default=None, description="default: <report.output_dir>/.sitecal-logit-cache"
     )
 
+    # Upper bounds, so that a typo such as 10**9 is refused by `sitecal check`, not by the memory of the
+    # machine after the scan: a batch is held in memory whole, and each worker is a process.
+    max_pixels_per_image: int = Field(
+        default=2**28,
+        ge=1,
+        le=2**34,
+        description="pixel values an image may declare (Rows x Columns x frames x samples; a volume's "
+        "slices together) before it is excluded unread: 2**28 is 1 GiB as float32",
+    )
+    MAX_BATCH_SIZE: ClassVar[int] = 1024
+    MAX_NUM_WORKERS: ClassVar[int] = 64
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_size_bound(cls, value: int) -> int:
+        if value > cls.MAX_BATCH_SIZE:
+            raise ValueError(
+                f"must be at most {cls.MAX_BATCH_SIZE}: a batch of images is held in memory whole (1024 "
+                f"images of 512 x 512 already take 1 GiB); 8 to 64 is usual. Got {value}"
+            )
+        return value
+
+    @field_validator("num_workers")
+    @classmethod
+    def _num_workers_bound(cls, value: int) -> int:
+        if value > cls.MAX_NUM_WORKERS:
+            raise ValueError(
+                f"must be at most {cls.MAX_NUM_WORKERS}: each worker is a separate process with its own "
+                f"memory, and more workers than cores only add memory; 2 to 8 is usual. Got {value}"
+            )
+        return value
+
 
 class SeriesRules(_Strict):
     """Which series of a study is the volume analysed (``inputs.kind: volume``).
@@ -139,6 +186,12 @@ class DataSettings(_Strict):
     series: SeriesRules | None = Field(
         default=None, description="series selection rules, for inputs.kind: volume"
     )
+    read_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="seconds one file's header read may take before the file is excluded (a hung share)",
+    )
 
 
 class SubgroupSettings(_Strict):
@@ -149,6 +202,10 @@ class SubgroupSettings(_Strict):
     ignoring case and extra spaces. Values the mapping does not list become ``unmapped``; absent values stay
     ``unknown``. An intersection's value joins its subgroups' values, ``"F × 40–59"``, and is ``unknown``
     when any of them is.
+
+    Which tags may be subgroups is the identifier policy of ``sitecal.protocol._base``: the tags of
+    ``SHOWN_TAGS`` as they are; any other tag only with a ``mapping`` (or, for a number, ``bands``); names,
+    dates, times, UIDs, free text and the identifiers of ``IDENTIFYING_TAGS`` never.
     """
 
     tag: str | None = None
@@ -169,11 +226,9 @@ class SubgroupSettings(_Strict):
         if value not in keyword_dict:
             guess = _spelling_guess(value, keyword_dict)
             raise ValueError(f"'{value}' is not a DICOM keyword.{guess}")
-        if value in _IDENTIFYING_TAGS or value.endswith("UID"):
-            raise ValueError(
-                f"'{value}' identifies patients or studies and cannot be a subgroup: it would appear in "
-                "clear in the report. Use a site mapping or another tag."
-            )
+        problem = refused_tag(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("bands")
@@ -216,6 +271,12 @@ class SubgroupSettings(_Strict):
                     f"'{name}' applies to a tag; an intersection combines the values of its subgroups as "
                     f"they are. Put '{name}' on the subgroups it combines."
                 )
+        if self.tag is not None:
+            problem = (unbandable_tag(self.tag) if self.bands is not None else None) or unshown_tag(
+                self.tag, mapping=self.mapping is not None, bands=self.bands is not None
+            )
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
 

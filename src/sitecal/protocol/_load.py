@@ -1,4 +1,11 @@
-"""Reading a protocol file: YAML (safe loader, no duplicate keys) → schema, errors as ``file:line: field``."""
+"""Reading a protocol file: YAML (safe loader, no duplicate keys) → schema, errors as ``file:line: field``.
+
+A protocol is a few kilobytes of hand-written YAML, so anything far beyond that is refused before it is
+parsed into objects: a file over :data:`MAX_PROTOCOL_BYTES`, mappings and lists nested deeper than
+:data:`MAX_YAML_DEPTH`, and more than :data:`MAX_YAML_NODES` nodes once aliases are expanded (a "billion
+laughs" file of a few lines of anchors and aliases expands to billions). The checks read the parser's event
+stream with a counter per anchor, so they cost one pass over the text whatever the file holds.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,25 @@ from pydantic import BaseModel, ValidationError
 from sitecal.errors import ProtocolError
 from sitecal.protocol._base import _ReferenceError, _spelling_guess
 from sitecal.protocol._schema import Protocol
+
+__all__ = [
+    "MAX_PROTOCOL_BYTES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "LoadedProtocol",
+    "YamlExcess",
+    "load_protocol",
+    "protocol_summary",
+    "yaml_excess",
+]
+
+#: Largest protocol file read, in bytes (1 MiB); a protocol is a few kilobytes.
+MAX_PROTOCOL_BYTES = 1 << 20
+#: Most YAML nodes (mappings, lists and scalars, keys included) once aliases are expanded; a protocol has a
+#: few hundred.
+MAX_YAML_NODES = 100_000
+#: Deepest nesting of mappings and lists; a protocol needs fewer than ten levels.
+MAX_YAML_DEPTH = 50
 
 
 @dataclass(frozen=True)
@@ -91,12 +117,7 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
         schema. The message lists every problem as ``file:line: field: what is wrong``.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ProtocolError(f"{path}: protocol file not found. Check the path.") from None
-    except OSError as exc:
-        raise ProtocolError(f"{path}: cannot read the protocol ({exc.strerror}).") from None
+    raw = _read_bounded(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -104,17 +125,32 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
             f"{path}: the protocol is not UTF-8 text (byte {exc.start}). Save it as UTF-8."
         ) from None
     try:
+        excess = yaml_excess(text, max_nodes=MAX_YAML_NODES, max_depth=MAX_YAML_DEPTH)
+        if excess is not None:
+            raise ProtocolError(f"{path}:{excess.line}: the protocol {excess.problem}.")
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         if root is None:
             raise ProtocolError(f"{path}: the protocol is empty. Start from protocols/demo.yaml.")
-        _reject_duplicate_keys(root, path)
-        data = yaml.safe_load(text)
+        _reject_duplicate_keys(root, path, set())
+        data = _construct(root)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ProtocolError(
             f"{where}: invalid YAML: {problem}. Fix the syntax and run 'sitecal check' again."
+        ) from None
+    except ProtocolError:
+        raise  # a ValueError too, already worded
+    except ValueError as exc:  # from the constructor: a date such as 2024-13-45, an int of 5000 digits
+        problem = str(exc).splitlines()[0].split(";")[0] if str(exc).strip() else type(exc).__name__
+        raise ProtocolError(
+            f"{path}: invalid YAML value: {problem}. Fix the value and run 'sitecal check' again."
+        ) from None
+    except RecursionError:  # a second lock: the depth limit above keeps every walk shallow
+        raise ProtocolError(
+            f"{path}: the protocol is nested too deeply to read. A protocol needs fewer than ten levels; "
+            "flatten it."
         ) from None
     if not isinstance(data, dict):
         raise ProtocolError(
@@ -124,12 +160,136 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
         protocol = Protocol.model_validate(data)
     except ValidationError as exc:
         raise ProtocolError(_format_validation_error(exc, root, path)) from None
+    except RecursionError:
+        raise ProtocolError(f"{path}: the protocol is nested too deeply to validate. Flatten it.") from None
     return LoadedProtocol(
         protocol=protocol, path=path.resolve(), text=text, sha256=hashlib.sha256(raw).hexdigest()
     )
 
 
-def _reject_duplicate_keys(node: yaml.Node, path: Path) -> None:
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes; a path that is not a regular file or is over the size limit is refused unread."""
+    try:
+        if not path.is_file():
+            if not path.exists():
+                raise ProtocolError(f"{path}: protocol file not found. Check the path.")
+            # a FIFO or device would block or never end; a folder is a mistake
+            raise ProtocolError(f"{path}: not a regular file. Give the path of a protocol YAML file.")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_PROTOCOL_BYTES + 1)
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: protocol file not found. Check the path.") from None
+    except OSError as exc:
+        raise ProtocolError(f"{path}: cannot read the protocol ({exc.strerror}).") from None
+    if len(raw) > MAX_PROTOCOL_BYTES:
+        raise ProtocolError(
+            f"{path}: the protocol is larger than {MAX_PROTOCOL_BYTES} bytes (1 MiB); a protocol is a few "
+            "kilobytes of YAML. Check that this is the protocol file."
+        )
+    return raw
+
+
+@dataclass(frozen=True)
+class YamlExcess:
+    """Where and how a YAML text goes past a limit of :func:`yaml_excess`.
+
+    Attributes
+    ----------
+    line : int
+        1-based line of the node that went past the limit.
+    problem : str
+        What went past it, e.g. ``"is nested deeper than 50 levels of mappings and lists"``; it starts
+        with a verb so that callers put the document's name before it.
+    """
+
+    line: int
+    problem: str
+
+
+def yaml_excess(text: str, *, max_nodes: int, max_depth: int) -> YamlExcess | None:
+    r"""The first way ``text`` goes past the node or depth limit, or None; read before composing it.
+
+    One pass over the parser's events (no recursion, nothing built): each scalar, mapping and list counts
+    one node, and an alias counts the expanded size of its anchor, remembered per anchor, so that nested
+    aliases are counted without being expanded.
+
+    Parameters
+    ----------
+    text : str
+        A YAML document.
+    max_nodes : int
+        Most nodes allowed once aliases are expanded.
+    max_depth : int
+        Deepest nesting of mappings and lists allowed (a top-level mapping is depth 1).
+
+    Returns
+    -------
+    YamlExcess or None
+        The line and the problem; None when the text is within both limits.
+
+    Raises
+    ------
+    yaml.YAMLError
+        When the text is not YAML (the caller reports the syntax error as it does for any YAML error).
+
+    Examples
+    --------
+    >>> yaml_excess("a: &x [1, 2]\nb: [*x, *x]\n", max_nodes=100, max_depth=5) is None
+    True
+    >>> yaml_excess("a: &x [1, 2]\nb: [*x, *x]\n", max_nodes=8, max_depth=5).problem
+    'uses YAML aliases that expand to more than 8 nodes'
+    """
+    open_nodes: list[list[Any]] = []  # [anchor, expanded size] of each mapping or list not yet closed
+    sizes: dict[str, int] = {}
+    total = 0
+    aliased = False
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = int(event.start_mark.line) + 1
+        if isinstance(event, yaml.CollectionEndEvent):
+            # its nodes are in ``total`` already; its parent gets its size now that it is known
+            anchor, size = open_nodes.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+            if open_nodes:
+                open_nodes[-1][1] += size
+            continue
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_nodes.append([event.anchor, 1])
+            if len(open_nodes) > max_depth:
+                return YamlExcess(line, f"is nested deeper than {max_depth} levels of mappings and lists")
+            total += 1
+        elif isinstance(event, yaml.AliasEvent | yaml.ScalarEvent):
+            if isinstance(event, yaml.AliasEvent):
+                if any(anchor == event.anchor for anchor, _ in open_nodes):
+                    return YamlExcess(line, f"has an alias (*{event.anchor}) inside the node it names")
+                size, aliased = sizes.get(str(event.anchor), 1), True  # undefined: compose reports it
+            else:
+                size = 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            if open_nodes:
+                open_nodes[-1][1] += size
+            total += size
+        if total > max_nodes:
+            what = "uses YAML aliases that expand to" if aliased else "holds"
+            return YamlExcess(line, f"{what} more than {max_nodes} nodes")
+    return None
+
+
+def _construct(root: yaml.Node) -> Any:
+    """The plain data of a composed document, built as ``yaml.safe_load`` builds it, without parsing again."""
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: Path, done: set[int]) -> None:
+    # an alias is the same node object as its anchor: check it once (``done`` holds node ids)
+    if id(node) in done:
+        return
+    done.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key, value in node.value:
@@ -140,10 +300,10 @@ def _reject_duplicate_keys(node: yaml.Node, path: Path) -> None:
                     f"(first on line {seen[name]}). Keep one."
                 )
             seen[name] = key.start_mark.line + 1
-            _reject_duplicate_keys(value, path)
+            _reject_duplicate_keys(value, path, done)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _reject_duplicate_keys(item, path)
+            _reject_duplicate_keys(item, path, done)
 
 
 def _format_validation_error(exc: ValidationError, root: yaml.Node, path: Path) -> str:

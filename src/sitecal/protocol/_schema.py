@@ -19,14 +19,41 @@ from sitecal.protocol._inputs import (
 _ALL_METRICS: tuple[MetricName, ...] = ("ece", "nll", "brier", "accuracy")
 _ECE_ONLY: tuple[MetricName, ...] = ("ece",)
 
+# Upper bounds checked at validation, so that a typo such as 10**9 is refused in `sitecal check` instead of
+# ending a run in MemoryError or hours of work after inference. Each is far above any useful value.
+#: Reliability bins: every group's curve keeps every bin; 10 to 20 is usual.
+MAX_N_BINS = 1000
+#: Bootstrap resamples: the replicates of every metric, group and stage are kept (8 bytes each), and
+#: 10,000 already fix a 95% interval's bounds well below the reported precision.
+MAX_N_RESAMPLES = 100_000
+#: Minimum group sizes (calibration and evaluation): a minimum above any site's cohort only makes every
+#: group fall back or go unjudged.
+MAX_MIN_GROUP_SIZE = 100_000
+
+
+def _at_most(value: int, bound: int, why: str) -> int:
+    """``value`` if it is at most ``bound``, else a ValueError saying the bound and ``why``."""
+    if value > bound:
+        raise ValueError(f"must be at most {bound}: {why}. Got {value}")
+    return value
+
+
+def _seed(value: int) -> int:
+    """A seed of ``numpy.random.default_rng``, which refuses negative integers (at evaluation, too late)."""
+    if value < 0:
+        raise ValueError(f"must be an integer >= 0 (a seed of numpy's random generator). Got {value}")
+    return value
+
 
 class SplitSettings(_Strict):
     """The seeded, patient-level split into a fit part (temperatures) and an evaluation part."""
 
     by: Literal["patient"] = "patient"
     fit_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
-    seed: int
+    seed: int = Field(description="seed of numpy.random.default_rng, an integer >= 0")
     stratify: str | None = Field(default=None, description="subgroup name; default: calibration.per")
+
+    _seed_range = field_validator("seed")(_seed)
 
 
 class CalibrationSettings(_Strict):
@@ -38,6 +65,15 @@ class CalibrationSettings(_Strict):
     fallback: Literal["global", "shrink"] = "global"
     split: SplitSettings
 
+    @field_validator("min_group_size")
+    @classmethod
+    def _min_group_size_bound(cls, value: int) -> int:
+        return _at_most(
+            value,
+            MAX_MIN_GROUP_SIZE,
+            "a minimum above any cohort's size gives no group its own temperature (every group falls back)",
+        )
+
 
 class BootstrapSettings(_Strict):
     """Patient-level bootstrap of every metric."""
@@ -45,12 +81,24 @@ class BootstrapSettings(_Strict):
     n_resamples: int = Field(default=1000, ge=50)
     level: float = Field(default=0.95, gt=0.5, lt=1.0)
     method: Literal["percentile", "bca"] = "percentile"
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of numpy.random.default_rng, an integer >= 0")
     refit: bool = Field(
         default=False,
         description="refit the temperature in every resample, so that intervals after calibration of the "
         "calibration groups include the temperature's uncertainty",
     )
+
+    _seed_range = field_validator("seed")(_seed)
+
+    @field_validator("n_resamples")
+    @classmethod
+    def _n_resamples_bound(cls, value: int) -> int:
+        return _at_most(
+            value,
+            MAX_N_RESAMPLES,
+            "every metric of every group is recomputed in each resample, and 10000 already fix a 95% "
+            "interval's bounds; 1000 to 10000 is usual",
+        )
 
 
 class EvaluationSettings(_Strict):
@@ -65,6 +113,25 @@ class EvaluationSettings(_Strict):
     )
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
 
+    @field_validator("n_bins")
+    @classmethod
+    def _n_bins_bound(cls, value: int) -> int:
+        return _at_most(
+            value,
+            MAX_N_BINS,
+            "every group's reliability curve keeps every bin, and with more bins than studies most are "
+            "empty; 10 to 20 is usual",
+        )
+
+    @field_validator("min_group_size")
+    @classmethod
+    def _min_group_size_bound(cls, value: int) -> int:
+        return _at_most(
+            value,
+            MAX_MIN_GROUP_SIZE,
+            "a minimum above any cohort's size leaves every group unjudged",
+        )
+
 
 class AcceptanceCriterion(_Strict):
     """One go-live criterion, e.g. the upper CI of ECE after calibration below 0.05 in every scanner group."""
@@ -74,8 +141,8 @@ class AcceptanceCriterion(_Strict):
     metric: MetricName
     stage: Literal["before", "after"] = "after"
     statistic: Literal["estimate", "low", "high"] = "high"
-    below: float | None = None
-    above: float | None = None
+    below: float | None = Field(default=None, allow_inf_nan=False)
+    above: float | None = Field(default=None, allow_inf_nan=False)
     scope: str = "overall"
 
     @model_validator(mode="after")
@@ -170,10 +237,23 @@ class ReportSettings(_Strict):
 
 
 class PrivacySettings(_Strict):
-    """Pseudonymisation: keys are HMAC-SHA256 of identifiers under a site secret kept in ``key_file``."""
+    """Pseudonymisation and small groups.
+
+    Keys are HMAC-SHA256 of identifiers under a site secret kept in ``key_file`` (created by sitecal,
+    mode 0600). A subgroup value held by fewer than ``min_count_shown`` studies is never shown: all such
+    values of an attribute are pooled as ``"other (n < k)"`` before anything is evaluated or written, so
+    that a value typed by hand into a header (a person's name in StationName) cannot reach an output.
+    """
 
     key_file: str | None = Field(
-        default=None, description="default: <report.output_dir>/.sitecal-pseudonym-key"
+        default=None,
+        description="default: <report.output_dir>/.sitecal-pseudonym-key; a key sitecal created, mode 0600",
+    )
+    min_count_shown: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="subgroup values of fewer studies are pooled as 'other (n < k)'; 1 shows every value",
     )
 
 
