@@ -448,3 +448,48 @@ def test_yaml_python_tags_in_a_bundle_config_are_not_run(tmp_path: Path) -> None
     path = folder / "configs" / "inference.yaml"
     assert _model_refusal(folder).startswith(f"{path}: cannot parse: could not determine a constructor")
     assert not marker.exists()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "architecture", ["os:system", "antigravity:Thing", "subprocess:Popen", "__main__:Net"]
+)
+def test_an_architecture_in_the_standard_library_is_refused_before_any_import(architecture: str) -> None:
+    import sys
+
+    from sitecal.errors import ModelError
+    from sitecal.inference.models import _instantiate
+    from sitecal.protocol import ModelSettings
+
+    settings = ModelSettings(
+        format="safetensors", path="m.safetensors", architecture=architecture, class_names=["a", "b"]
+    )
+    was_imported = "antigravity" in sys.modules
+    with pytest.raises(ModelError) as info:
+        _instantiate(settings)
+    assert str(info.value) == (
+        f"model.architecture: '{architecture}' names a module of Python's standard library, which defines no "
+        "network. Name the class of your model's package, 'package.module:ClassName'."
+    )
+    assert ("antigravity" in sys.modules) == was_imported
+
+
+@pytest.mark.timeout(10)
+def test_an_architecture_module_that_fails_on_import_is_a_model_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sitecal.errors import ModelError
+    from sitecal.inference.models import _instantiate
+    from sitecal.protocol import ModelSettings
+
+    (tmp_path / "broken_net_pkg.py").write_text("raise RuntimeError('CUDA kernels missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = ModelSettings(
+        format="safetensors", path="m.safetensors", architecture="broken_net_pkg:Net", class_names=["a", "b"]
+    )
+    with pytest.raises(ModelError) as info:
+        _instantiate(settings)
+    assert str(info.value) == (
+        "model.architecture: importing 'broken_net_pkg' failed (RuntimeError: CUDA kernels missing). Fix or "
+        "reinstall the package that defines it."
+    )

@@ -268,12 +268,25 @@ def _text(path: Path, data: bytes) -> str:
 def _instantiate(settings: ModelSettings) -> torch.nn.Module:
     assert settings.architecture is not None  # ModelSettings requires it for weights formats
     module_name, _, class_name = settings.architecture.partition(":")
+    top = module_name.split(".")[0]
+    if top in sys.stdlib_module_names or top == "__main__":
+        # importing runs a module's top-level code: the standard library holds no network, and some of its
+        # modules act on import (antigravity opens a browser), so a protocol may not name one
+        raise ModelError(
+            f"model.architecture: '{settings.architecture}' names a module of Python's standard library, "
+            "which defines no network. Name the class of your model's package, 'package.module:ClassName'."
+        )
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
         raise ModelError(
             f"model.architecture: cannot import '{settings.architecture}'. Install the package that defines "
             "it or correct the name."
+        ) from None
+    except Exception as exc:  # the module itself fails on import: its package is broken, not the protocol
+        raise ModelError(
+            f"model.architecture: importing '{module_name}' failed ({type(exc).__name__}: "
+            f"{first_line(exc)}). Fix or reinstall the package that defines it."
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise ModelError(f"model.architecture: '{settings.architecture}' is not a torch.nn.Module class.")
