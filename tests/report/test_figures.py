@@ -102,7 +102,8 @@ def test_forest_figure_has_a_row_per_group_and_the_thresholds(raw: dict[str, Any
 
 
 def test_report_layer_imports_only_what_the_layer_rule_allows() -> None:
-    allowed_third_party = {"numpy", "matplotlib", "reportlab"}
+    # python-bidi and arabic-reshaper put right-to-left text in display order (_text.py)
+    allowed_third_party = {"numpy", "matplotlib", "reportlab", "bidi", "arabic_reshaper"}
     for path in sorted(REPORT_SRC.glob("*.py")):
         # report.dcm is written with pydicom (DESIGN.md: the report stage wraps the PDF as DICOM); the
         # report still never reads a DICOM input

@@ -14,7 +14,7 @@ from reportlab.platypus import Flowable
 from ._context import Context
 from ._inputs import get
 from ._styles import table
-from ._text import NOT_RECORDED, format_count, para_text
+from ._text import NOT_RECORDED, format_count, name_text, para_text
 
 __all__ = ["cohort_characteristics", "format_share"]
 
@@ -37,7 +37,7 @@ def _lines(entries: object, label: str) -> str:
     if not isinstance(entries, Sequence) or isinstance(entries, str):
         return para_text(NOT_RECORDED)
     lines = [
-        f"{para_text(get(e, label))}&nbsp;&nbsp;{para_text(_count_share(get(e, 'count'), get(e, 'share')))}"
+        f"{name_text(get(e, label))}&nbsp;&nbsp;{para_text(_count_share(get(e, 'count'), get(e, 'share')))}"
         for e in entries
     ]
     return "<br/>".join(lines) or "none"

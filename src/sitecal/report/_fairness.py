@@ -10,7 +10,7 @@ from reportlab.platypus import Flowable, Paragraph
 from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
-from ._text import NOT_RECORDED, format_count, format_interval, para_text
+from ._text import NOT_RECORDED, format_count, format_interval, name_text, para_text
 
 __all__ = ["fairness", "ranked_gaps"]
 
@@ -180,7 +180,7 @@ def _spread_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
             continue
         extremes = (
             ctx.p(
-                f"highest: {para_text(after['highest'])}<br/>lowest: {para_text(after['lowest'])}",
+                f"highest: {name_text(after['highest'])}<br/>lowest: {name_text(after['lowest'])}",
                 ctx.styles.cell,
             )
             if "range" in after
@@ -224,7 +224,7 @@ def _too_small(ctx: Context, disparities: Mapping[str, Any], metrics: list[str])
     )
     story += [
         Paragraph(
-            f"{para_text(ctx.attribute_label(a))}: {para_text(g)} (n = {format_count(n)})",
+            f"{para_text(ctx.attribute_label(a))}: {name_text(g)} (n = {format_count(n)})",
             ctx.styles.bullet,
             bulletText="•",
         )

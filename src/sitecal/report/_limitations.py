@@ -19,7 +19,7 @@ from ._cohort import format_share
 from ._context import Context
 from ._inputs import get
 from ._styles import table
-from ._text import NOT_RECORDED, format_count, format_interval, format_value, para_text, words
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text, words
 
 __all__ = ["DEIDENTIFIED_TAGS", "limitations"]
 
@@ -50,7 +50,7 @@ def _groups(ev: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
 def _group_name(ctx: Context, attribute: str, group: Mapping[str, Any]) -> str:
     if attribute == "overall":
         return "all studies"
-    return f"{para_text(ctx.attribute_label(attribute))} ‘{para_text(group.get('group'))}’"
+    return f"{para_text(ctx.attribute_label(attribute))} ‘{name_text(group.get('group'))}’"
 
 
 def _bullet(ctx: Context, markup: str) -> Paragraph:

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from reportlab.lib.units import mm
-from reportlab.platypus import Flowable, KeepTogether, PageBreak, Preformatted, Spacer
+from reportlab.pdfbase.pdfmetrics import stringWidth
+from reportlab.platypus import Flowable, KeepTogether, PageBreak, Spacer, XPreformatted
 
 from ._context import Context
+from ._fonts import break_line
 from ._governance import GOVERNANCE_FIELDS, draft_fields, governance_text
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_utc, para_text, words
@@ -182,7 +184,10 @@ def _statements(ctx: Context) -> list[Flowable]:
             cell = ctx.cell(text)
         rows.append([ctx.head(field.label), cell])
     w = ctx.width
-    grid = table(rows, [w * 0.22, w * 0.78], extra=[("GRID", (0, 0), (-1, -1), 0.5, Palette.rule)])
+    # the site's statements print in full: a long one continues on the next page rather than being cut
+    grid = table(
+        rows, [w * 0.22, w * 0.78], extra=[("GRID", (0, 0), (-1, -1), 0.5, Palette.rule)], split_cells=True
+    )
     if missing:
         lead = ctx.p(
             f'<font color="{ink}"><b>DRAFT.</b></font> {len(missing)} of {len(GOVERNANCE_FIELDS)} statements '
@@ -256,8 +261,27 @@ def appendix_protocol(ctx: Context) -> list[Flowable]:
     if not text:
         story.append(ctx.p(f"Protocol text: {NOT_RECORDED}."))
         return story
-    # Preformatted prints its text literally (no markup), wrapping long lines instead of clipping them
-    style = ctx.styles.mono
-    per_line = int(ctx.width / (0.602 * style.fontSize))  # DejaVu Sans Mono advances 0.602 em per character
-    story.append(Preformatted(str(text).expandtabs(4), style, maxLineLength=per_line, newLineChars="    "))
+    story.append(_preformatted(str(text), ctx))
     return story
+
+
+_CONTINUED = "    "  # indent of the rest of a line broken at the right margin
+
+
+def _preformatted(text: str, ctx: Context) -> Flowable:
+    """The text as typed, line for line, in the mono style: long lines broken at the margin and indented.
+
+    Each line goes through :func:`para_text` (escaped, put in display order, characters the mono font
+    lacks set in a font that has them), so the flowable is an ``XPreformatted``, which keeps spaces
+    and line breaks and reads the markup ``para_text`` makes.
+    """
+    style = ctx.styles.mono
+    lines: list[str] = []
+    font, size = style.fontName, style.fontSize
+    room = ctx.width - stringWidth(_CONTINUED, font, size)
+    for line in text.expandtabs(4).split("\n"):
+        first, *rest = break_line(line, font, size, ctx.width)
+        lines.append(first)
+        if rest:  # the continuation indent takes room: break the remainder again, narrower
+            lines += [_CONTINUED + piece for piece in break_line("".join(rest), font, size, room)]
+    return XPreformatted("\n".join(para_text(line) for line in lines), style)

@@ -13,7 +13,7 @@ from . import figures
 from ._context import Context, verdict_text
 from ._inputs import get
 from ._styles import Palette, table
-from ._text import NOT_RECORDED, format_count, format_interval, format_value, para_text
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
 
 __all__ = ["acceptance", "results"]
 
@@ -23,7 +23,7 @@ def _slug(text: object, limit: int = 40) -> str:
 
 
 def _group_cell(ctx: Context, group: Mapping[str, Any]) -> list[Any]:
-    lines = [f"<b>{para_text(group['group'])}</b>", f"n = {format_count(group['n'])} studies"]
+    lines = [f"<b>{name_text(group['group'])}</b>", f"n = {format_count(group['n'])} studies"]
     if group.get("n_patients") is not None:
         lines.append(f"{format_count(group['n_patients'])} patients")
     if group.get("temperature") is not None:

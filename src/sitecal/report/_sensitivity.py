@@ -15,7 +15,7 @@ from reportlab.platypus import Flowable, KeepTogether
 from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
-from ._text import NOT_RECORDED, format_count, format_interval, format_value, para_text
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
 
 __all__ = ["format_p_value", "format_percent", "sensitivity"]
 
@@ -72,7 +72,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
     for group in groups:
         start = len(rows)
         name = "All studies" if attribute == "overall" else group.get("group")
-        label = f"<b>{para_text(name)}</b><br/>n = {format_count(group.get('n'))}"
+        label = f"<b>{name_text(name)}</b><br/>n = {format_count(group.get('n'))}"
         for i, (stage, stage_name) in enumerate(_STAGES):
             entry = _mapping(group.get(stage))
             cells = [ctx.cell(_stat(entry.get(k)), style=num) for k in ("slope", "intercept", "oe_ratio")]
@@ -87,7 +87,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
             for key, what in (("slope", "slope"), ("intercept", "intercept"), ("oe_ratio", "O:E")):
                 note = get(entry, key, "note")
                 if note and get(entry, key, "estimate") is None:
-                    notes.append(f"{para_text(name)}, {stage}, {what}: {para_text(note)}.")
+                    notes.append(f"{name_text(name)}, {stage}, {what}: {para_text(note)}.")
         end = len(rows) - 1
         extra += [("SPAN", (0, start), (0, end)), ("NOSPLIT", (0, start), (-1, end))]
         extra.append(("LINEBELOW", (0, end), (-1, end), 0.6, Palette.rule))
@@ -216,7 +216,7 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
     block = ctx.table_block(f"O:E by {para_text(label.lower())} and the random-effects summary.", body)
     story = [*story[:2], KeepTogether([*story[2:], *block[:-1]]), block[-1]]
     excluded = [
-        f"{para_text(e.get('group'))} ({stage}, n = {format_count(e.get('n'))}: {para_text(e.get('reason'))})"
+        f"{name_text(e.get('group'))} ({stage}, n = {format_count(e.get('n'))}: {para_text(e.get('reason'))})"
         for stage, _ in _STAGES
         for e in map(_mapping, stages[stage].get("excluded") or [])
     ]
@@ -273,7 +273,7 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
             ]
         )
         if row.get("note"):
-            notes.append(f"{para_text(row.get('left_out'))}: {para_text(row['note'])}.")
+            notes.append(f"{name_text(row.get('left_out'))}: {para_text(row['note'])}.")
     w = ctx.width
     widths = [w * 0.22, w * 0.09, w * 0.11, *([w * 0.145] * 4)]
     title = f"Leave one {para_text(label.lower())} out: metrics after calibration (change from full cohort)."

@@ -5,31 +5,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import matplotlib
 from reportlab.lib import colors
 from reportlab.lib.enums import TA_LEFT, TA_RIGHT
 from reportlab.lib.styles import ParagraphStyle
-from reportlab.pdfbase import pdfmetrics
-from reportlab.pdfbase.ttfonts import TTFont
-from reportlab.platypus import Table, TableStyle
+from reportlab.platypus import Paragraph, Table, TableStyle
 
-__all__ = ["Fonts", "Palette", "Styles", "make_styles", "register_fonts", "table"]
+from ._fonts import Fonts, register_fonts
+
+__all__ = ["CELL_MAX_HEIGHT", "Fonts", "Palette", "Styles", "make_styles", "register_fonts", "table"]
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Fonts:
-    """Names of the registered fonts."""
-
-    regular: str
-    bold: str
-    italic: str
-    mono: str
-    unicode: bool
+#: points; a table row cannot be split across pages, so a cell taller than this is cut (see :func:`table`)
+CELL_MAX_HEIGHT = 220.0
+_PAD_X = 3.5
+# a cell with fewer characters of markup than this is never taller than CELL_MAX_HEIGHT in any column
+# the report draws (3 characters a line at the narrowest), so it is not measured
+_MEASURE_FROM = 60
+CUT_NOTE = "… (cut here: too long for a table cell)"
 
 
 class Palette:
@@ -48,44 +43,6 @@ class Palette:
     failed_bg = colors.HexColor("#f8e6e6")
     unjudged = colors.HexColor("#7a5c00")
     unjudged_bg = colors.HexColor("#f7f0dc")
-
-
-_DEJAVU = {
-    "regular": ("SitecalSans", "DejaVuSans.ttf"),
-    "bold": ("SitecalSans-Bold", "DejaVuSans-Bold.ttf"),
-    "italic": ("SitecalSans-Oblique", "DejaVuSans-Oblique.ttf"),
-    "bold_italic": ("SitecalSans-BoldOblique", "DejaVuSans-BoldOblique.ttf"),
-    "mono": ("SitecalMono", "DejaVuSansMono.ttf"),
-}
-
-
-def register_fonts() -> Fonts:
-    """Register DejaVu Sans (shipped with matplotlib) with reportlab, once per process.
-
-    reportlab's built-in Helvetica covers Latin-1 only, and a group name taken from a DICOM header may
-    hold any character; DejaVu Sans covers Latin, Greek and Cyrillic scripts. Where the font files are
-    missing the report falls back to Helvetica and logs a warning.
-    """
-    folder = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
-    registered = set(pdfmetrics.getRegisteredFontNames())
-    try:
-        for name, filename in _DEJAVU.values():
-            if name not in registered:
-                pdfmetrics.registerFont(TTFont(name, str(folder / filename)))
-    except Exception as exc:  # a missing or unreadable font file must not stop the report
-        log.warning(
-            "DejaVu fonts not usable (%s); falling back to Helvetica, which lacks non-Latin-1 glyphs", exc
-        )
-        return Fonts("Helvetica", "Helvetica-Bold", "Helvetica-Oblique", "Courier", unicode=False)
-    family = _DEJAVU["regular"][0]
-    pdfmetrics.registerFontFamily(
-        family,
-        normal=family,
-        bold=_DEJAVU["bold"][0],
-        italic=_DEJAVU["italic"][0],
-        boldItalic=_DEJAVU["bold_italic"][0],
-    )
-    return Fonts(family, _DEJAVU["bold"][0], _DEJAVU["italic"][0], _DEJAVU["mono"][0], unicode=True)
 
 
 @dataclass(frozen=True)
@@ -204,6 +161,71 @@ def make_styles(fonts: Fonts) -> Styles:
     )
 
 
+def _cut_note(style: ParagraphStyle) -> Paragraph:
+    note = style.clone(f"{style.name}_cut", textColor=Palette.muted)
+    return Paragraph(CUT_NOTE, note)
+
+
+def _as_list(cell: Any) -> list[Any]:
+    return cell if isinstance(cell, list) else [cell]
+
+
+def fit_cell(cell: Any, width: float, *, max_height: float = CELL_MAX_HEIGHT) -> Any:
+    """Return ``cell`` cut to at most ``max_height`` points when set ``width`` points wide.
+
+    A table row is laid out whole on one page: a cell taller than the page (a 10,000-character header
+    value, say) would stop the document with reportlab's ``LayoutError``. A long paragraph keeps the
+    lines that fit, followed by :data:`CUT_NOTE`; anything else is returned as it is.
+
+    Parameters
+    ----------
+    cell : object
+        A table cell: a Paragraph, a string, or another flowable.
+    width : float
+        Column width in points, padding included.
+    max_height : float, default CELL_MAX_HEIGHT
+        The tallest the cell may be, note included.
+
+    Returns
+    -------
+    object
+        ``cell``, or a list ``[first lines, note]`` that reportlab stacks in the cell. A list of
+        flowables is fitted item by item, each to an equal share of ``max_height``.
+    """
+    if isinstance(cell, list | tuple) and cell:  # a stack of flowables: each gets its share
+        share = max_height / len(cell)
+        return [part for item in cell for part in _as_list(fit_cell(item, width, max_height=share))]
+    if not isinstance(cell, Paragraph) or len(getattr(cell, "text", "")) < _MEASURE_FROM:
+        return cell
+    inner = max(width - 2 * _PAD_X, 1.0)
+    # measured on a copy: wrapping turns a paragraph's fragments into line structures, and the table
+    # must receive the cell as the section built it
+    probe = Paragraph(cell.text, cell.style, bulletText=cell.bulletText)
+    _, height = probe.wrap(inner, 1e9)
+    if height <= max_height:
+        return cell
+    note = _cut_note(cell.style)
+    _, note_height = note.wrap(inner, 1e9)
+    parts = probe.split(inner, max(max_height - note_height, cell.style.leading))
+    return [parts[0], note] if parts else [note]
+
+
+def _span_widths(
+    commands: Sequence[tuple[Any, ...]], widths: Sequence[float], n_rows: int
+) -> dict[tuple[int, int], float]:
+    """Width of each cell that starts a ``SPAN``, keyed by (column, row)."""
+    out: dict[tuple[int, int], float] = {}
+    n_cols = len(widths)
+    for command in commands:
+        if command[0] != "SPAN":
+            continue
+        (c0, r0), (c1, _) = command[1], command[2]
+        c0, c1 = c0 % n_cols, c1 % n_cols
+        r0 = r0 % max(n_rows, 1)
+        out[(min(c0, c1), r0)] = sum(widths[min(c0, c1) : max(c0, c1) + 1])
+    return out
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     widths: Sequence[float],
@@ -211,8 +233,12 @@ def table(
     extra: Sequence[tuple[Any, ...]] = (),
     header: bool = True,
     row_heights: Sequence[float | None] | None = None,
+    split_cells: bool = False,
 ) -> Table:
     """Build a table in the house style: header row shaded and repeated on every page, thin rules.
+
+    Every cell is passed through :func:`fit_cell`, so no cell can be taller than a page, unless
+    ``split_cells`` lets rows continue on the next page instead.
 
     Parameters
     ----------
@@ -226,11 +252,14 @@ def table(
         Whether the first row is a header.
     row_heights : sequence of float or None, optional
         Fixed row heights (None: fit the content).
+    split_cells : bool, default False
+        Let a tall row break across pages and keep its cells whole (for statements that must be printed
+        in full, such as the site's governance statements) instead of cutting long cells.
     """
     commands: list[tuple[Any, ...]] = [
         ("VALIGN", (0, 0), (-1, -1), "TOP"),
-        ("LEFTPADDING", (0, 0), (-1, -1), 3.5),
-        ("RIGHTPADDING", (0, 0), (-1, -1), 3.5),
+        ("LEFTPADDING", (0, 0), (-1, -1), _PAD_X),
+        ("RIGHTPADDING", (0, 0), (-1, -1), _PAD_X),
         ("TOPPADDING", (0, 0), (-1, -1), 2.5),
         ("BOTTOMPADDING", (0, 0), (-1, -1), 3),
         ("LINEABOVE", (0, 0), (-1, 0), 0.8, Palette.rule),
@@ -243,11 +272,18 @@ def table(
             ("LINEBELOW", (0, 0), (-1, 0), 0.6, Palette.rule),
         ]
     commands += list(extra)
+    data = [list(row) for row in rows]
+    if not split_cells:
+        spans = _span_widths(extra, widths, len(data))
+        for r, row in enumerate(data):
+            for c, cell in enumerate(row[: len(widths)]):
+                row[c] = fit_cell(cell, spans.get((c, r), widths[c]))
     return Table(
-        list(map(list, rows)),
+        data,
         colWidths=list(widths),
         repeatRows=1 if header else 0,
         rowHeights=None if row_heights is None else list(row_heights),
         style=TableStyle(commands),
         hAlign="LEFT",
+        splitInRow=1 if split_cells else 0,
     )

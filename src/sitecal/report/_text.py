@@ -1,9 +1,22 @@
-"""Text handling for the report: literal escaping and the number formats the report prints.
+r"""Text handling for the report: literal escaping and the number formats the report prints.
 
 Every string that comes from outside sitecal (protocol text, DICOM header values such as an
 ``InstitutionName``, file paths, the command line) reaches a reportlab ``Paragraph`` only through
 :func:`para_text`, and a matplotlib text only through :func:`plot_text`, so that markup-looking input
-such as ``<b>St. Mary's & "Ünïcødé"`` is printed as typed and never interpreted.
+such as ``<b>St. Mary's & "Ünïcødé"`` is printed as typed and never interpreted. On the way:
+
+- control characters become U+FFFD (visible, and valid in the PDF), and explicit direction controls
+  (U+202A-U+202E, U+2066-U+2069, U+200E, U+200F, U+061C) are dropped, so that a header value cannot make
+  text read in another order than the characters it holds;
+- right-to-left text (Hebrew, Arabic) is put in display order with the Unicode bidirectional algorithm
+  (``python-bidi``), Arabic letters first joined into their contextual forms (``arabic-reshaper``),
+  since neither reportlab nor matplotlib does either; text without right-to-left characters is untouched.
+  Each line is reordered as one line, so right-to-left text that wraps over several lines reads its
+  lines top to bottom in the wrapping order;
+- characters DejaVu Sans lacks (CJK, emoji, other scripts) are set in a font that has them
+  (:mod:`._fonts`);
+- a header value holding several values (a list, as DICOM's backslash-separated multi-values are read)
+  prints as ``A\B``, the way DICOM writes it, not as a Python list.
 
 Number formats (one rule for the whole document, so a reader can compare any two cells):
 
@@ -17,37 +30,107 @@ Number formats (one rule for the whole document, so a reader can compare any two
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from numbers import Real
 from typing import Any, TypeGuard
 from xml.sax.saxutils import escape
 
+from ._fonts import font_runs, matplotlib_lays_out_bidi
+
+try:  # the bidirectional algorithm and Arabic joining: dependencies, but the report prints without them
+    from bidi.algorithm import get_display as _get_display
+except ImportError:  # pragma: no cover - exercised only where python-bidi is not installed
+    _get_display = None
+try:
+    from arabic_reshaper import reshape as _reshape
+except ImportError:  # pragma: no cover - exercised only where arabic-reshaper is not installed
+    _reshape = None
+
 __all__ = [
+    "NAME_CHARS",
     "NOT_ESTIMABLE",
     "NOT_RECORDED",
+    "display_order",
     "format_count",
     "format_interval",
     "format_utc",
     "format_value",
+    "name_text",
     "para_text",
+    "plain_text",
     "plot_text",
     "short_sha",
 ]
 
 NOT_RECORDED = "not recorded"
 NOT_ESTIMABLE = "not estimable"
+#: characters of a group name printed in a sentence or beside its numbers; longer names are cut
+NAME_CHARS = 120
+
+log = logging.getLogger(__name__)
 
 # C0/C1 control characters other than tab and newline: not valid in XML and invisible in print.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Explicit direction marks, embeddings, overrides and isolates: invisible, they only reorder text.
+_DIRECTION_CONTROL = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_RTL_CLASSES = frozenset({"R", "AL"})
 
 
 def _clean(value: object) -> str:
-    return _CONTROL.sub("\ufffd", str(value))
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        value = "\\".join(value)  # DICOM's multi-value separator
+    return _DIRECTION_CONTROL.sub("", _CONTROL.sub("\ufffd", str(value)))
 
 
-def para_text(value: object, *, missing: str = NOT_RECORDED) -> str:
+@functools.cache  # once per process
+def _missing(package: str, effect: str) -> None:
+    log.warning("%s is not installed, so %s; install it with: pip install %s", package, effect, package)
+
+
+def _has_rtl(text: str) -> bool:
+    return not text.isascii() and any(unicodedata.bidirectional(c) in _RTL_CLASSES for c in text)
+
+
+def display_order(text: str) -> str:
+    """Return one line of ``text`` in the order it is drawn, left to right.
+
+    Text with no right-to-left character is returned as it is. Otherwise Arabic letters are replaced by
+    their joined (contextual) forms and the line is reordered by the Unicode bidirectional algorithm,
+    its base direction taken from its first strong character.
+
+    Examples
+    --------
+    >>> display_order("Site 1")
+    'Site 1'
+    >>> display_order("שלום 12")
+    '12 םולש'
+    """
+    if not _has_rtl(text):
+        return text
+    if _reshape is not None:
+        if any(unicodedata.bidirectional(c) == "AL" for c in text):
+            text = _reshape(text)
+    else:
+        _missing("arabic-reshaper", "Arabic letters print unjoined")
+    if _get_display is None:
+        _missing("python-bidi", "right-to-left text prints in stored order")
+        return text
+    return str(_get_display(text))
+
+
+def _markup_line(text: str) -> str:
+    runs = font_runs(display_order(text))
+    return "".join(
+        escape(t) if font is None else f'<font face="{font}">{escape(t)}</font>' for font, t in runs
+    )
+
+
+def para_text(value: object, *, missing: str = NOT_RECORDED, max_chars: int | None = None) -> str:
     r"""Return ``value`` as Paragraph markup that prints literally.
 
     Parameters
@@ -56,12 +139,16 @@ def para_text(value: object, *, missing: str = NOT_RECORDED) -> str:
         Any value; ``None`` prints as ``missing``. Non-strings are converted with ``str``.
     missing : str, default "not recorded"
         Text for ``None``.
+    max_chars : int, optional
+        Longer text is cut to ``max_chars - 1`` characters plus ``…``, followed by a note giving the
+        length it had (:data:`NAME_CHARS` for a group name printed beside its numbers).
 
     Returns
     -------
     str
         The text with control characters replaced by U+FFFD and ``&``, ``<``, ``>`` escaped
-        (``xml.sax.saxutils.escape``), newlines kept as ``<br/>``.
+        (``xml.sax.saxutils.escape``), newlines kept as ``<br/>``; right-to-left lines in display order,
+        and runs DejaVu Sans cannot set wrapped in ``<font face="...">`` (see the module docstring).
 
     Examples
     --------
@@ -70,14 +157,46 @@ def para_text(value: object, *, missing: str = NOT_RECORDED) -> str:
     """
     if value is None:
         return escape(missing)
-    return escape(_clean(value)).replace("\n", "<br/>")
+    text = _clean(value)
+    note = ""
+    if max_chars is not None and len(text) > max_chars:
+        note = f" (shortened from {len(text):,} characters)"
+        text = text[: max_chars - 1] + "…"
+    return "<br/>".join(_markup_line(line) for line in text.split("\n")) + note
+
+
+def name_text(value: object) -> str:
+    """Return a name (a subgroup's value, read from a header) as markup, cut to :data:`NAME_CHARS`."""
+    return para_text(value, max_chars=NAME_CHARS)
+
+
+def plain_text(value: object, *, max_chars: int) -> str:
+    r"""Return ``value`` as one line of plain text, in stored order, at most ``max_chars`` long.
+
+    For text outside paragraphs (PDF bookmarks, the running header): control characters replaced,
+    whitespace runs made one space, and over-long text cut to ``max_chars - 1`` characters plus ``…``.
+
+    Examples
+    --------
+    >>> plain_text("a\n  b", max_chars=10)
+    'a b'
+    >>> plain_text("abcdef", max_chars=4)
+    'abc…'
+    """
+    text = " ".join(_clean(value).split())
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
+    return text
 
 
 def plot_text(value: object, *, max_chars: int = 48) -> str:
     r"""Return ``value`` as a one-line label for a matplotlib figure.
 
     Control characters are replaced, over-long labels end in an ellipsis, and ``$`` is escaped as
-    ``\$`` so that matplotlib's mathtext prints it as typed instead of starting a formula.
+    ``\$`` so that matplotlib's mathtext prints it as typed instead of starting a formula. Right-to-left
+    text is wrapped in a first-strong isolate (U+2068 ... U+2069) for a matplotlib that orders text
+    itself (:func:`._fonts.matplotlib_lays_out_bidi`), so that the label it sits in stays left to right;
+    for one that does not, it is put in display order here.
 
     Parameters
     ----------
@@ -91,10 +210,13 @@ def plot_text(value: object, *, max_chars: int = 48) -> str:
     str
         The label.
     """
-    text = " ".join(_clean(value).split())
-    if len(text) > max_chars:
-        text = text[: max_chars - 1] + "…"
-    return text.replace("$", r"\$")
+    text = plain_text(value, max_chars=max_chars).replace("$", r"\$")
+    if not _has_rtl(text):
+        return text
+    if matplotlib_lays_out_bidi():
+        # matplotlib orders it; an isolate keeps the label around it (" (n = 282)") left to right
+        return f"\u2068{text}\u2069"
+    return display_order(text)
 
 
 def _is_number(value: object) -> TypeGuard[float]:

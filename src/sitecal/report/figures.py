@@ -26,6 +26,7 @@ from matplotlib.patches import Patch
 from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError
 
+from ._fonts import figure_fonts
 from ._inputs import get
 from ._text import format_interval, format_value, plot_text
 
@@ -74,6 +75,7 @@ def _style_axis(ax: Any) -> None:
         ax.spines[side].set_linewidth(0.6)
 
 
+@figure_fonts
 def reliability_figure(
     group: Mapping[str, Any], *, title: str, path: str = "group", width_in: float = 6.7
 ) -> Figure:
@@ -191,6 +193,7 @@ def _criterion_thresholds(evaluation: Mapping[str, Any], metric: str) -> list[tu
     return sorted((t, ", ".join(ids)) for t, ids in found.items())
 
 
+@figure_fonts
 def forest_figure(evaluation: Mapping[str, Any], *, metric: str = "ece", width_in: float = 6.7) -> Figure:
     """Draw a forest plot of one metric for every group, before and after calibration, with intervals.
 
@@ -294,6 +297,7 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = "ece", width_i
     return fig
 
 
+@figure_fonts
 def save_png(fig: Figure, path: Path, *, dpi: int = FIGURE_DPI) -> Path:
     """Write ``fig`` as a PNG at ``dpi`` and as an SVG beside it (``path`` with suffix ``.svg``).
 
@@ -307,8 +311,8 @@ def save_png(fig: Figure, path: Path, *, dpi: int = FIGURE_DPI) -> Path:
     """
     buffer = BytesIO()
     with warnings.catch_warnings():
-        # A header value in a script DejaVu Sans lacks (CJK, for example) loses those glyphs in the figure
-        # only; the tables print the full text. That is not a reason to fail the report.
+        # A character that neither DejaVu Sans nor an installed fallback font has (see _fonts) loses its
+        # glyph in the figure only; the tables print the full text. That is not a reason to fail the report.
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
         fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": "sitecal report (matplotlib)"})
         vector = BytesIO()

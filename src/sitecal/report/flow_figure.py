@@ -16,6 +16,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ._fonts import figure_fonts
 from ._inputs import get
 from ._text import format_count, plot_text
 from .figures import FIGURE_DPI, INK
@@ -104,6 +105,7 @@ def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str |
     return "\n".join(lines) or None
 
 
+@figure_fonts
 def flow_figure(evaluation: Mapping[str, Any], *, width_in: float = 6.7) -> Figure:
     """Draw the flow from files found to the studies analysed and their split.
 

@@ -28,7 +28,8 @@ from reportlab.lib.pagesizes import A4, LETTER
 from reportlab.lib.units import mm
 from reportlab.pdfbase.pdfmetrics import stringWidth
 from reportlab.pdfgen.canvas import Canvas
-from reportlab.platypus import BaseDocTemplate, Flowable, Frame, PageTemplate
+from reportlab.platypus import BaseDocTemplate, Flowable, Frame, PageTemplate, Paragraph
+from reportlab.platypus.doctemplate import LayoutError
 
 from sitecal import __version__
 from sitecal._io import write_bytes_atomic
@@ -46,10 +47,11 @@ from . import (
     _sensitivity,
 )
 from ._context import Context
+from ._fonts import Fonts, font_runs, register_fonts, text_width
 from ._governance import is_draft
 from ._inputs import ReportArtifacts, ReportInputs, check_inputs
-from ._styles import Fonts, Palette, make_styles, register_fonts
-from ._text import short_sha
+from ._styles import Palette, Styles, make_styles
+from ._text import display_order, plain_text, short_sha
 
 __all__ = ["BUILDERS", "PAGE_SIZES", "render_report"]
 
@@ -60,6 +62,9 @@ _MARGIN_X = 18 * mm
 _MARGIN_TOP = 20 * mm
 _MARGIN_BOTTOM = 18 * mm
 _DRAFT = "DRAFT"
+# characters of a running header or footer line, and of the PDF's title and subject: more never fits
+_LINE_CHARS = 400
+_METADATA_CHARS = 200
 
 Builder = Callable[[Context], list[Flowable]]
 #: the section builders, in document order (the crosswalk last: it cites the numbers of the others)
@@ -104,12 +109,29 @@ class _Running:
     fonts: Fonts
     draft: bool = False
 
-    def _fit(self, text: str, font: str, size: float, width: float) -> str:
-        if stringWidth(text, font, size) <= width:
-            return text
-        while text and stringWidth(text + "…", font, size) > width:
-            text = text[:-1]
-        return text + "…"
+    def _fit(self, text: str, font: str, size: float, width: float) -> list[tuple[str | None, str]]:
+        """Runs of ``text`` in display order, cut with an ellipsis to ``width`` points."""
+        flat = plain_text(text, max_chars=len(text) + 1)  # control characters shown, one line
+        line = flat[:_LINE_CHARS]
+        runs = font_runs(display_order(line))
+        if len(flat) <= _LINE_CHARS and text_width(runs, font, size) <= width:
+            return runs
+        low, high = 0, len(line)  # the longest prefix that fits with its ellipsis: binary search
+        while low < high:
+            mid = (low + high + 1) // 2
+            if text_width(font_runs(display_order(line[:mid] + "…")), font, size) <= width:
+                low = mid
+            else:
+                high = mid - 1
+        return font_runs(display_order(line[:low] + "…"))
+
+    @staticmethod
+    def _draw(canvas: Canvas, x: float, y: float, runs: list[tuple[str | None, str]], font: str) -> None:
+        size = canvas._fontsize
+        for name, text in runs:
+            canvas.setFont(name or font, size)
+            canvas.drawString(x, y, text)
+            x += stringWidth(text, name or font, size)
 
     def draw(self, canvas: Canvas, page: int, total: int) -> None:
         width, height = canvas._pagesize
@@ -128,12 +150,13 @@ class _Running:
             left += stringWidth(mark, self.fonts.bold, size)
             canvas.setFillColor(Palette.muted)
         if page > 1:
-            right_w = stringWidth(self.right, self.fonts.regular, size)
+            right = self._fit(self.right, self.fonts.regular, size, (width - 2 * _MARGIN_X) / 2)
+            right_w = text_width(right, self.fonts.regular, size)
             canvas.setFont(self.fonts.regular, size)
-            canvas.drawRightString(width - _MARGIN_X, y, self.right)
+            self._draw(canvas, width - _MARGIN_X - right_w, y, right, self.fonts.regular)
             room = width - _MARGIN_X - left - right_w - 8 * mm
             canvas.setFont(self.fonts.bold, size)
-            canvas.drawString(left, y, self._fit(self.title, self.fonts.bold, size, room))
+            self._draw(canvas, left, y, self._fit(self.title, self.fonts.bold, size, room), self.fonts.bold)
             canvas.line(_MARGIN_X, y - 2.2 * mm, width - _MARGIN_X, y - 2.2 * mm)
         y = _MARGIN_BOTTOM - 9 * mm
         canvas.line(_MARGIN_X, y + 3.6 * mm, width - _MARGIN_X, y + 3.6 * mm)
@@ -141,7 +164,8 @@ class _Running:
         number = f"Page {page} of {total}"
         canvas.drawRightString(width - _MARGIN_X, y, number)
         room = width - 2 * _MARGIN_X - stringWidth(number, self.fonts.regular, size) - 8 * mm
-        canvas.drawString(_MARGIN_X, y, self._fit(self.footer_left, self.fonts.regular, size, room))
+        footer = self._fit(self.footer_left, self.fonts.regular, size, room)
+        self._draw(canvas, _MARGIN_X, y, footer, self.fonts.regular)
         canvas.restoreState()
 
 
@@ -168,8 +192,23 @@ def _numbered_canvas(running: _Running) -> Callable[..., Canvas]:
     return NumberedCanvas
 
 
+LEFT_OUT = (
+    "Left out here: a {kind} that cannot be laid out on a page (text from the inputs too long for it). "
+    "Its values are in the run folder's evaluation.json, calibration.json and provenance.json."
+)
+
+
 class _Document(BaseDocTemplate):  # type: ignore[misc]
-    """Doc template that turns headings carrying ``outline = (level, text)`` into PDF bookmarks."""
+    """Doc template for the report.
+
+    Headings carrying ``outline = (level, text)`` become PDF bookmarks. A flowable that cannot be laid
+    out even on an empty page (reportlab's ``LayoutError``) is replaced by a note saying so, and the
+    document goes on: input text that defeats the cuts of :func:`._styles.table` costs one table, not
+    the report.
+    """
+
+    styles: Styles
+    left_out: int = 0
 
     def afterFlowable(self, flowable: Flowable) -> None:
         outline = getattr(flowable, "outline", None)
@@ -178,7 +217,18 @@ class _Document(BaseDocTemplate):  # type: ignore[misc]
         level, text = outline
         key = f"h{id(flowable)}"
         self.canv.bookmarkPage(key)
-        self.canv.addOutlineEntry(text, key, level=level, closed=level > 0)
+        self.canv.addOutlineEntry(text[:_METADATA_CHARS], key, level=level, closed=level > 0)
+
+    def handle_flowable(self, flowables: list[Flowable]) -> None:
+        first = flowables[0] if flowables else None
+        try:
+            super().handle_flowable(flowables)
+        except LayoutError:
+            # reportlab has taken the flowable off the list before raising; the note takes its place
+            kind = "table" if "Table" in type(first).__name__ else "part of the section"
+            self.left_out += 1
+            log.warning("report: a %s could not be laid out on a page and is replaced by a note", kind)
+            flowables.insert(0, Paragraph(LEFT_OUT.format(kind=kind), self.styles.note))
 
 
 def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4") -> ReportArtifacts:
@@ -231,14 +281,15 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     fonts = register_fonts()
     styles = make_styles(fonts)
     protocol = inputs.protocol
-    title = str(protocol.get("title") or f"Calibration validation: protocol {protocol['name']}")
+    name = plain_text(protocol["name"], max_chars=_METADATA_CHARS)
+    title = str(protocol.get("title") or f"Calibration validation: protocol {name}")
     sha = short_sha(protocol.get("sha256") or inputs.evaluation.get("protocol", {}).get("sha256"))
     run_folder = inputs.provenance.get("run_folder")
     document = inputs.provenance.get("document_id")
     draft = is_draft(protocol)
     running = _Running(
         title=title,
-        right=(f"Document {document} · " if document else "") + f"protocol {protocol['name']}",
+        right=(f"Document {document} · " if document else "") + f"protocol {name}",
         footer_left=f"Protocol sha256 {sha}"
         + (f" · run {run_folder}" if run_folder else "")
         + f" · sitecal {inputs.provenance.get('sitecal_version') or __version__}",
@@ -253,13 +304,13 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
         rightMargin=_MARGIN_X,
         topMargin=_MARGIN_TOP,
         bottomMargin=_MARGIN_BOTTOM,
-        title=title,
+        title=title[:_METADATA_CHARS],
         author="sitecal",
         subject=(f"{_DRAFT}: " if draft else "")
-        + f"Calibration validation report, protocol {protocol['name']} (sha256 {sha})"
+        + f"Calibration validation report, protocol {name} (sha256 {sha})"
         + (f", document {document}" if document else ""),
         creator=f"sitecal {__version__} (reportlab)",
-        keywords=["calibration", "validation", "sitecal", str(protocol["name"])],
+        keywords=["calibration", "validation", "sitecal", name],
         lang="en",
     )
     frame = Frame(
@@ -274,6 +325,7 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
         bottomPadding=0,
     )
     doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
+    doc.styles = styles
     ctx = Context(inputs=inputs, styles=styles, width=doc.width, figures_dir=out_dir / "figures")
     story: list[Flowable] = []
     for build in BUILDERS:
