@@ -124,6 +124,10 @@ def log_oe_standard_error(
     return math.sqrt(k / (k - 1) * float(np.sum(d * d)))
 
 
+#: Spread of logit(confidence) below which the calibration slope is not estimated.
+_FLAT_LOGIT = 1e-6
+
+
 def _cluster_se(
     design: NDArray[np.float64],
     y: NDArray[np.float64],
@@ -141,7 +145,10 @@ def _cluster_se(
     if g < 2 or n <= k:
         return None
     mu = expit(offset + design @ coef)
-    bread = np.linalg.inv((design * (mu * (1.0 - mu))[:, None]).T @ design)
+    try:
+        bread = np.linalg.inv((design * (mu * (1.0 - mu))[:, None]).T @ design)
+    except np.linalg.LinAlgError:  # no information on a coefficient: no standard error
+        return None
     scores = design * (y - mu)[:, None]
     per_cluster = np.stack([np.bincount(codes, weights=scores[:, j], minlength=g) for j in range(k)], axis=1)
     meat = per_cluster.T @ per_cluster
@@ -219,7 +226,10 @@ def top_label_recalibration(
             se = _cluster_se(ones, correct, z, alpha, codes)
             intercept_se = None if se is None else float(se[0])
         z1, z0 = z[correct == 1.0], z[correct == 0.0]
-        slope_note = SEPARATED if z1.min() >= z0.max() or z1.max() <= z0.min() else ""
+        # a confidence that hardly varies has no slope to estimate either: the fit would "converge" on a
+        # huge slope with a singular information matrix
+        flat = float(np.ptp(z)) <= _FLAT_LOGIT
+        slope_note = SEPARATED if flat or z1.min() >= z0.max() or z1.max() <= z0.min() else ""
         if not slope_note:
             design = np.hstack([ones, z[:, None]])
             coef, ok = _newton(design, correct, np.zeros(n), np.array([0.0, 1.0]))

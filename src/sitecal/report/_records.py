@@ -56,9 +56,11 @@ _KNOWN = {
 # How many logits came from the cache depends on what ran before, not on the result: provenance.json keeps
 # the counts; the report says what the cache is, so that two runs of one protocol print the same text.
 _LOGITS = (
-    "Computed by the model file above, or reused from the logit cache, which is keyed by the model's "
-    "sha256, the transform chain's fingerprint and the image: a reused logit is the one this model gives "
-    "this image. provenance.json records how many were computed and how many reused in this run."
+    "Computed by the model file above, or reused from the logit cache, which is keyed by everything that "
+    "determines a logit (the model's sha256, architecture, arguments and code, the transform chain, the "
+    "torch and MONAI versions, the number of classes) and by the image, and whose every chunk is verified "
+    "with a key derived from the site key: a reused logit is the one this model gives this image. "
+    "provenance.json records how many were computed and how many reused in this run."
 )
 
 
