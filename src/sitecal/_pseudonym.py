@@ -137,7 +137,9 @@ class Pseudonymizer:
 
     def digest(self, kind: str, value: str) -> str:
         """The full keyed hash (64 hex digits) behind :meth:`__call__`, where 16 digits are too few."""
-        return hmac.new(self.key, f"{kind}\0{value}".encode(), hashlib.sha256).hexdigest()
+        # surrogateescape: a file name that is not UTF-8 (os.fsdecode's lone surrogates) hashes as its bytes
+        data = f"{kind}\0{value}".encode("utf-8", "surrogateescape")
+        return hmac.new(self.key, data, hashlib.sha256).hexdigest()
 
     @property
     def fingerprint(self) -> str:

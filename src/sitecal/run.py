@@ -176,7 +176,9 @@ def run_protocol(
             "labelled": cohort.n_labelled,
             "analysed": len(studies),
             "exclusions": Cohort.exclusion_counts(_with(cohort, exclusions)),
-            "sources": summarise_sources(s.sources for s in studies),
+            "sources": summarise_sources(
+                (s.sources for s in studies), min_count_shown=protocol.privacy.min_count_shown
+            ),
         }
         if inference.n_model_failed or inference.n_non_finite:  # a finding about the model, for the report
             flow |= {"model_failed": inference.n_model_failed, "non_finite_logits": inference.n_non_finite}

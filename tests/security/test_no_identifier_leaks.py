@@ -11,7 +11,9 @@ number of the input.
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +29,19 @@ from sitecal.demo import generate_demo
 
 SURNAME, GIVEN, BIRTH, MRN, ACC = "QUIXOTE", "DULCINEA", "19650304", "MRN7777777", "ACC99999999"
 PERSON = "SMITH JOHN 55512345"
-PLANTED = [SURNAME, GIVEN, BIRTH, "1965-03-04", MRN, ACC, "SMITH", "55512345", "SANCHO", "PANZA"]
+PLANTED = [
+    SURNAME,
+    GIVEN,
+    BIRTH,
+    "1965-03-04",
+    MRN,
+    ACC,
+    "SMITH",
+    "55512345",
+    "SANCHO",
+    "PANZA",
+    "ller_report",
+]
 PERSON_TAGS = (
     "PatientName",
     "OtherPatientNames",
@@ -39,7 +53,7 @@ PERSON_TAGS = (
 )
 
 
-def _plant(dicom_dir: Path, out_dir: Path) -> list[str]:
+def _plant(dicom_dir: Path, out_dir: Path, person_study: str) -> list[str]:
     """Rewrite the demo files with planted identifiers under identifying folder names; return the needles."""
     needles: set[str] = set()
     files = sorted(p for p in dicom_dir.rglob("*") if p.is_file())
@@ -55,11 +69,12 @@ def _plant(dicom_dir: Path, out_dir: Path) -> list[str]:
             setattr(ds, keyword, f"{SURNAME}^{GIVEN}")
         ds.PatientBirthDate, ds.PatientComments = BIRTH, f"{GIVEN} {SURNAME} {MRN} called back"
         ds.AccessionNumber = f"{ACC}{i:03d}"[:16]
-        if i == 3:
+        if path.relative_to(dicom_dir).as_posix() == person_study:  # an analysed study
             ds.StationName = PERSON[:16]
             ds.InstitutionName = f"{PERSON} CLINIC"
         if i == 5:  # a UID pydicom warns about when it reads it (letters in a UI value)
-            ds.SeriesInstanceUID = "1.2.826.0.1.3680043.8.498.5.SANCHO.PANZA"
+            with pydicom_config.disable_value_validation():
+                ds.SeriesInstanceUID = "1.2.826.0.1.3680043.8.498.5.SANCHO.PANZA"
         for keyword in (
             "StudyInstanceUID",
             "SeriesInstanceUID",
@@ -70,8 +85,10 @@ def _plant(dicom_dir: Path, out_dir: Path) -> list[str]:
             needles.add(str(ds.get(keyword, "")))
         folder = out_dir / f"{SURNAME}^{GIVEN}_{BIRTH}" / f"{MRN}{ds.PatientID}"
         folder.mkdir(parents=True, exist_ok=True)
+        # one file named in Latin-1 bytes that are not UTF-8, as old exports write "Müller"
+        name = os.fsdecode(b"M\xfcller_report.dcm") if i == 7 else f"{ds.AccessionNumber}_report.dcm"
         with pydicom_config.disable_value_validation():
-            ds.save_as(folder / f"{ds.AccessionNumber}_report.dcm")
+            ds.save_as(folder / name)
     return sorted(n for n in needles if len(n) >= 6) + PLANTED
 
 
@@ -97,7 +114,8 @@ def _texts(folder: Path) -> dict[str, str]:
 def test_planted_identifiers_reach_no_output(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     manifest = generate_demo(tmp_path / "demo", n_studies=60, seed=11)
     dicom = tmp_path / "site-export"
-    needles = _plant(manifest.dicom_dir, dicom)
+    analysed = next(s.relative_path for s in manifest.studies if s.labelled and s.intact)
+    needles = _plant(manifest.dicom_dir, dicom, analysed)
     labels = manifest.labels_csv.read_text().splitlines()
     labels.append(f"1.2.3.4.5.6.7,{SURNAME}^{GIVEN} {MRN} nodule")  # a label cell holding a name
     labels.append(f"{MRN}-{ACC},normal")  # a label for no study, its key an identifier
@@ -122,7 +140,11 @@ def test_planted_identifiers_reach_no_output(tmp_path: Path, capfd: pytest.Captu
     leaks = [(needle, where) for needle in needles for where, text in channels.items() if needle in text]
     assert not leaks, leaks[:10]
     # the rare institution is shown pooled, never by value; the unmapped station as 'unmapped'
-    sites = {row["group"] for row in evaluation["subgroups"]["site"]}
+    with (folder / "cohort.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    sites = {row["site"] for row in rows}
     assert "other (n < 5)" in sites and not any("CLINIC" in site for site in sites)
-    stations = {row["group"] for row in evaluation["subgroups"]["station"]}
+    sources = {row["value"] for row in evaluation["cohort_flow"]["sources"]["sites"]}
+    assert sources == sites
+    stations = {row["station"] for row in rows}
     assert stations <= {"Northgate DR 1", "unmapped", "other (n < 5)", "unknown"} and "unmapped" in stations

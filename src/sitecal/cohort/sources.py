@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sitecal.cohort.attributes import UNKNOWN, attribute_value
+from sitecal.cohort.attributes import UNKNOWN, attribute_value, suppress_rare_values
 
 __all__ = ["SOURCE_KEYWORDS", "source_values", "summarise_sources"]
 
@@ -62,8 +62,12 @@ def _counts(values: Iterable[str]) -> list[dict[str, Any]]:
     return [{"value": v, "count": counted[v]} for v in order]
 
 
-def summarise_sources(sources: Iterable[Mapping[str, str]]) -> dict[str, Any]:
+def summarise_sources(sources: Iterable[Mapping[str, str]], *, min_count_shown: int = 1) -> dict[str, Any]:
     """Counts of sites, scanners and modalities, and the first and last study month, over studies.
+
+    A site, scanner or modality of fewer than ``min_count_shown`` studies is counted as ``other (n < k)``
+    (:func:`sitecal.cohort.attributes.suppress_rare_values`): a header typed with a person's name on one
+    study is as good as the name.
 
     Returns
     -------
@@ -72,6 +76,9 @@ def summarise_sources(sources: Iterable[Mapping[str, str]]) -> dict[str, Any]:
         ``{"first", "last", "unknown"}`` (first and last ``None`` when no study has a usable date).
     """
     rows = list(sources)
+    shown = ("site", "scanner", "modality")
+    pooled = suppress_rare_values([{k: r[k] for k in shown} for r in rows], min_count_shown)
+    rows = [{**r, **p} for r, p in zip(rows, pooled, strict=True)]
     months = sorted(r["month"] for r in rows if r["month"] != UNKNOWN)
     return {
         "sites": _counts(r["site"] for r in rows),
