@@ -35,3 +35,25 @@ def test_the_whole_evaluation_of_a_near_constant_model_completes() -> None:
     outcome = evaluate(_protocol(), data, cohort_flow=FLOW, protocol_sha256="0" * 64)
     overall = outcome.document["sensitivity"]["recalibration"]["overall"]
     assert overall["before"]["slope"]["estimate"] is None
+
+
+@pytest.mark.timeout(10)
+def test_the_one_image_rule_prefers_a_single_frame_image_over_a_cine() -> None:
+    from pathlib import Path
+
+    from sitecal.cohort.scan import InstanceHeader
+    from sitecal.cohort.series import group_by_study
+
+    def header(name: str, number: str, frames: str | None) -> InstanceHeader:
+        values = {"SOPInstanceUID": f"1.2.3.{number}", "StudyInstanceUID": "1.2.3", "InstanceNumber": number}
+        if frames is not None:
+            values["NumberOfFrames"] = frames
+        return InstanceHeader(path=Path(name), values=values)
+
+    cine, still, later = (
+        header("cine.dcm", "1", "40"),
+        header("still.dcm", "2", "1"),
+        header("x.dcm", "3", None),
+    )
+    ((chosen, others),) = group_by_study([cine, later, still])
+    assert chosen is still and [o.path.name for o in others] == ["x.dcm", "cine.dcm"]

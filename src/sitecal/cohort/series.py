@@ -28,8 +28,11 @@ SERIES_TIE_BREAK = (
 )
 
 
-def _order(instance: InstanceHeader) -> tuple[int, str]:
-    return _integer(instance.values.get("InstanceNumber"), 2**31), instance.sop_instance_uid
+def _order(instance: InstanceHeader) -> tuple[bool, int, str]:
+    # a single-frame image before a multi-frame one (a cine loop, often in a codec the reader lacks), then
+    # the lowest InstanceNumber, then the lowest SOPInstanceUID
+    frames = _integer(instance.values.get("NumberOfFrames"), 1)
+    return frames > 1, _integer(instance.values.get("InstanceNumber"), 2**31), instance.sop_instance_uid
 
 
 def _integer(text: str | None, default: int) -> int:
@@ -43,6 +46,9 @@ def group_by_study(
     instances: Sequence[InstanceHeader],
 ) -> list[tuple[InstanceHeader, tuple[InstanceHeader, ...]]]:
     """Group instances by StudyInstanceUID and pick one per study.
+
+    The pick: a single-frame image before a multi-frame one, then the lowest InstanceNumber, then the
+    lowest SOPInstanceUID.
 
     Returns
     -------
