@@ -380,11 +380,16 @@ def test_an_architecture_that_cannot_be_imported() -> None:
 
 
 def test_an_architecture_that_is_not_a_module_is_never_called() -> None:
-    with pytest.raises(
-        ModelError, match=r"^model\.architecture: 'os:system' is not a torch\.nn\.Module class\."
-    ):
+    with pytest.raises(ModelError, match=r"^model\.architecture: 'os:system' names a module of Python's"):
         load_model(
             settings("safetensors", architecture="os:system", architecture_args={"command": "true"}),
+            demo_weights_path(),
+        )
+    with pytest.raises(
+        ModelError, match=r"^model\.architecture: 'sitecal\.cli:main' is not a torch\.nn\.Module class\."
+    ):
+        load_model(
+            settings("safetensors", architecture="sitecal.cli:main", architecture_args={"argv": ["run"]}),
             demo_weights_path(),
         )
 

@@ -54,7 +54,7 @@ def read_values(path: Path, keywords: Sequence[str], max_pixels_per_image: int) 
     except CorruptHeader as exc:
         return Unusable(f"corrupt DICOM header ({exc})")
     except (EOFError, struct.error):  # struct.error: fewer bytes left than an element header needs
-        return Unusable("truncated file")
+        return Unusable("truncated file", _study_of_truncated(path))
     except OSError as exc:
         if exc.errno is None:  # raised by pydicom's parser, not by the file system
             return Unusable("corrupt DICOM header (no data element where one was expected)")
@@ -156,6 +156,18 @@ def render_value(value: object) -> str:
     if isinstance(value, MultiValue | list | tuple) and not isinstance(value, DicomSequence):
         return "\\".join(render_value(item) for item in value)
     return str(value)
+
+
+def _study_of_truncated(path: Path) -> str | None:
+    """The StudyInstanceUID of a file cut short, when its header before the pixel data is whole.
+
+    It lets the study's label be accounted for by this exclusion rather than counted as matching no study.
+    """
+    try:
+        ds = open_dicom(path, stop_before_pixels=True, specific_tags=["StudyInstanceUID"])
+    except Exception:  # cut inside the header too: the study cannot be named
+        return None
+    return _text(ds, "StudyInstanceUID")
 
 
 def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
