@@ -152,6 +152,13 @@ def unbandable_tag(keyword: str) -> str | None:
     )
 
 
+def _at_most(value: int, bound: int, why: str) -> int:
+    """``value`` if it is at most ``bound``, else a ValueError saying the bound and ``why``."""
+    if value > bound:
+        raise ValueError(f"must be at most {bound}: {why}. Got {value}")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sitecal.protocol._base import (
+    _at_most,
     _check_reference,
     _ReferenceError,
     _spelling_guess,
@@ -122,22 +123,20 @@ class InputSettings(_Strict):
     @field_validator("batch_size")
     @classmethod
     def _batch_size_bound(cls, value: int) -> int:
-        if value > cls.MAX_BATCH_SIZE:
-            raise ValueError(
-                f"must be at most {cls.MAX_BATCH_SIZE}: a batch of images is held in memory whole (1024 "
-                f"images of 512 x 512 already take 1 GiB); 8 to 64 is usual. Got {value}"
-            )
-        return value
+        why = (
+            "a batch of images is held in memory whole (1024 images of 512 x 512 already take 1 GiB); "
+            "8 to 64 is usual"
+        )
+        return _at_most(value, cls.MAX_BATCH_SIZE, why)
 
     @field_validator("num_workers")
     @classmethod
     def _num_workers_bound(cls, value: int) -> int:
-        if value > cls.MAX_NUM_WORKERS:
-            raise ValueError(
-                f"must be at most {cls.MAX_NUM_WORKERS}: each worker is a separate process with its own "
-                f"memory, and more workers than cores only add memory; 2 to 8 is usual. Got {value}"
-            )
-        return value
+        why = (
+            "each worker is a separate process with its own memory, and more workers than cores only add "
+            "memory; 2 to 8 is usual"
+        )
+        return _at_most(value, cls.MAX_NUM_WORKERS, why)
 
 
 class SeriesRules(_Strict):

@@ -7,7 +7,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sitecal.protocol._base import _NAME_PATTERN, MetricName, _check_reference, _ReferenceError, _Strict
+from sitecal.protocol._base import (
+    _NAME_PATTERN,
+    MetricName,
+    _at_most,
+    _check_reference,
+    _ReferenceError,
+    _Strict,
+)
 from sitecal.protocol._inputs import (
     DataSettings,
     InputSettings,
@@ -29,13 +36,6 @@ MAX_N_RESAMPLES = 100_000
 #: Minimum group sizes (calibration and evaluation): a minimum above any site's cohort only makes every
 #: group fall back or go unjudged.
 MAX_MIN_GROUP_SIZE = 100_000
-
-
-def _at_most(value: int, bound: int, why: str) -> int:
-    """``value`` if it is at most ``bound``, else a ValueError saying the bound and ``why``."""
-    if value > bound:
-        raise ValueError(f"must be at most {bound}: {why}. Got {value}")
-    return value
 
 
 def _seed(value: int) -> int:
