@@ -208,6 +208,9 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
     return EXIT_FAIL
 
 
+_UNITS = {"file": "files", "image": "images", "series": "series", "study": "studies", "label": "label rows"}
+
+
 def _print_exclusions(evaluation: object) -> None:
     """One console line per exclusion reason (most frequent first), so that none goes unnoticed."""
     flow = evaluation.get("cohort_flow", {}) if isinstance(evaluation, dict) else {}
@@ -218,7 +221,8 @@ def _print_exclusions(evaluation: object) -> None:
     total = sum(int(r["count"]) for r in rows)
     print(f"Excluded: {total} (see exclusions.csv):")
     for row in rows[:12]:
-        print(f"  {int(row['count']):>6} {row['unit']}s at {row['stage']}: {row['reason']}")
+        unit = _UNITS.get(row.get("unit", ""), "items")
+        print(f"  {int(row['count']):>6} {unit} at {row['stage']}: {row['reason']}")
     if len(rows) > 12:
         print(f"  ... and {len(rows) - 12} more reasons (exclusions.csv lists every one)")
 

@@ -170,3 +170,17 @@ def test_provenance_tables(raw: dict[str, Any], text: str) -> None:
         assert re.search(rf"\b{re.escape(name)} {re.escape(version)}\b", flat), name
     assert f"all {len(prov['dependencies'])} runtime dependencies" in flat
     assert prov["command_line"] in flat
+
+
+def test_provenance_prints_the_architecture_its_arguments_and_code_hash(
+    raw: dict[str, Any], tmp_path: Path, poppler_text: Callable[[Path], str]
+) -> None:
+    parts = _lean(raw)
+    parts["provenance"]["model"] |= {
+        "architecture": "cxr.nets:DenseNet121",
+        "architecture_args": {"out_channels": 3, "spatial_dims": 2},
+        "code_sha256": "c" * 64,
+    }
+    flat = squash(poppler_text(_render(parts, tmp_path).pdf))
+    assert 'Architecture cxr.nets:DenseNet121 {"out_channels": 3, "spatial_dims": 2}' in flat
+    assert f"Architecture code sha256 {'c' * 64}" in flat

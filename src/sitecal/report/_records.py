@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,6 +92,11 @@ def provenance(ctx: Context) -> list[Flowable]:
             ctx.cell(" · ".join(str(model[k]) for k in ("name", "format") if model.get(k)) or None),
         ],
     ]
+    if model.get("architecture"):
+        arguments = json.dumps(model.get("architecture_args") or {}, sort_keys=True)
+        rows.append([ctx.head("Architecture"), ctx.cell(f"{model['architecture']} {arguments}", style=mono)])
+    if model.get("code_sha256"):
+        rows.append([ctx.head("Architecture code sha256"), ctx.cell(model["code_sha256"], style=mono)])
     if "logits" in prov:
         rows.append([ctx.head("Logits"), ctx.cell(_LOGITS)])
     for key in sorted(set(prov) - _KNOWN):
