@@ -8,6 +8,8 @@ what to do instead.
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import os
 import re
 import stat
@@ -392,3 +394,22 @@ def test_report_dcm_uids_follow_the_pdf_bytes(tmp_path: Path) -> None:
     assert a.SOPInstanceUID != c.SOPInstanceUID
     assert a.file_meta.MediaStorageSOPInstanceUID != c.file_meta.MediaStorageSOPInstanceUID
     assert a.SeriesInstanceUID != c.SeriesInstanceUID
+
+
+@pytest.mark.timeout(10)
+def test_a_file_name_that_is_not_utf8_is_pseudonymised_from_its_bytes() -> None:
+    import os
+    from pathlib import PurePosixPath
+
+    p = Pseudonymizer(b"k" * 32)
+    latin1 = PurePosixPath("site", os.fsdecode(b"M\xfcller.dcm"))  # "Müller" written by an old export
+    written = p.path(latin1)
+    assert written.endswith(".dcm") and "ller" not in written
+    # the bytes decide: another byte gives another pseudonym, the same bytes the same one
+    assert written == p.path(PurePosixPath("site", os.fsdecode(b"M\xfcller.dcm")))
+    assert written != p.path(PurePosixPath("site", os.fsdecode(b"M\xfdller.dcm")))
+    # a UTF-8 name keeps the pseudonym it always had
+    assert (
+        p("path", "site/Müller.dcm")
+        == "F-" + hmac.new(b"k" * 32, "path\0site/Müller.dcm".encode(), hashlib.sha256).hexdigest()[:16]
+    )
