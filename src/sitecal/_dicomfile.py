@@ -13,8 +13,10 @@ import logging
 import os
 import re
 import stat
+import struct
 import threading
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -227,6 +229,12 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
     with quiet_pydicom() as notes:
         with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
+            if _inflates_beyond(fh, MAX_INFLATED_BYTES):
+                raise CorruptHeader(
+                    f"deflated data set inflates to more than {MAX_INFLATED_BYTES >> 20} MiB: a "
+                    "decompression bomb, or an image far above any limit"
+                )
+            fh.seek(0)
             try:
                 ds = pydicom.dcmread(fh, **kwargs)
             except InvalidDicomError:
@@ -249,6 +257,43 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
             ImplicitVRLittleEndian if implicit else ExplicitVRLittleEndian if little else ExplicitVRBigEndian
         )
     return ds
+
+
+#: What a deflated file may inflate to: pydicom inflates the whole data set in memory before parsing it,
+#: so a small file could otherwise take all memory. 1 GiB holds 2**28 16-bit pixel values and a header.
+MAX_INFLATED_BYTES = 1 << 30
+_DEFLATED_UID = DeflatedExplicitVRLittleEndian.encode()
+
+
+def _inflates_beyond(fh: IO[bytes], limit: int) -> bool:
+    """Whether a Deflated Explicit VR Little Endian file inflates to more than ``limit`` bytes.
+
+    Files of any other transfer syntax (and files without File Meta Information, which cannot declare
+    deflate) answer ``False`` at once; a deflated one is inflated in 1 MiB steps, keeping nothing.
+    """
+    head = fh.read(144)
+    if len(head) < 144 or head[128:132] != b"DICM" or head[132:134] != b"\x02\x00":
+        return False
+    (group_length,) = struct.unpack("<I", head[140:144])
+    meta = fh.read(min(group_length, 1 << 16))
+    if _DEFLATED_UID not in meta:
+        return False
+    fh.seek(144 + group_length)
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    total = 0
+    while chunk := fh.read(1 << 20):
+        data = chunk
+        while data:
+            try:
+                total += len(inflater.decompress(data, 1 << 20))
+            except zlib.error:  # not a deflate stream: pydicom names that failure itself
+                return False
+            if total > limit:
+                return True
+            data = inflater.unconsumed_tail
+        if inflater.eof:
+            break
+    return False
 
 
 def open_regular(path: str | Path) -> IO[bytes]:

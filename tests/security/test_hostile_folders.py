@@ -403,3 +403,32 @@ def test_quiet_pydicom_hands_inner_notes_out_and_passes_other_threads() -> None:
         assert inner.kinds() == ["Invalid value for VR UI"]
     assert outer.messages == inner.messages  # kept in memory to classify the file, never written
     assert outer.kinds() == ["Invalid value for VR UI"]
+
+
+@pytest.mark.timeout(60)
+def test_a_deflate_bomb_is_refused_without_inflating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zlib
+
+    import sitecal._dicomfile as dicomfile
+
+    whole = Path(get_testdata_file("image_dfl.dcm")).read_bytes()
+    # a real deflated file passes; the same header before a stream inflating to 64 MiB of zeros does not
+    # when the limit is 32 MiB (the default 1 GiB is the same code, only slower to test)
+    group_length = int.from_bytes(whole[140:144], "little")
+    bomb = whole[: 144 + group_length]
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    bomb += packer.compress(b"\0" * (64 << 20)) + packer.flush()
+    (tmp_path / "bomb.dcm").write_bytes(bomb)
+    (tmp_path / "real.dcm").write_bytes(whole)
+    monkeypatch.setattr(dicomfile, "MAX_INFLATED_BYTES", 32 << 20)
+    assert len(bomb) < 1 << 20
+    assert read_header(tmp_path / "bomb.dcm", ["Modality"]) == scan.Unusable(
+        "corrupt DICOM header (deflated data set inflates to more than 32 MiB: a decompression bomb, or an "
+        "image far above any limit)"
+    )
+    # pydicom's deflated test file has no SOPInstanceUID: it is read, and refused for that alone
+    assert read_header(tmp_path / "real.dcm", ["Modality"]) == scan.Unusable(
+        "missing required tag SOPInstanceUID"
+    )
