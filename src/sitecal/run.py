@@ -107,6 +107,7 @@ def run_protocol(
         pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
         cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
         series_rules = _series_rules(loaded)
+        _check_run_size(cohort, protocol.inputs.max_pixels_per_run)
         model = load_model(protocol.model, loaded.model_path)
         transforms = build_transforms(
             protocol.inputs.transforms,
@@ -275,6 +276,19 @@ def run_protocol(
         raise
     finally:
         _detach_log(handler)
+
+
+def _check_run_size(cohort: Cohort, limit: int) -> None:
+    """Stop before inference when the studies to analyse declare more pixel values than ``limit``."""
+    from sitecal.errors import DataError
+
+    total = sum(s.declared_values for s in cohort.studies)
+    if total > limit:
+        raise DataError(
+            f"the {len(cohort.studies)} studies to analyse declare {total:,} pixel values in all, more than "
+            f"inputs.max_pixels_per_run ({limit:,}). Nothing was inferred. Raise inputs.max_pixels_per_run "
+            "in the protocol if this is the cohort you mean to validate, or narrow data.dicom_dir."
+        )
 
 
 def _nothing_to_analyse(

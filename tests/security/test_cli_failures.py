@@ -196,3 +196,24 @@ def test_the_protocol_limits_reach_the_scan_and_the_reader(tmp_path: Path) -> No
     with pytest.raises(RuntimeError) as info:
         chain(str(manifest.dicom_dir / manifest.studies[0].relative_path))
     assert "inputs.max_pixels_per_image" in str(info.value.__cause__ or info.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_cohort_declaring_more_pixels_than_the_run_limit_stops_before_inference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sitecal.demo import generate_demo
+
+    manifest = generate_demo(tmp_path / "demo", n_studies=12, seed=3)
+    protocol = _protocol(
+        tmp_path,
+        data={"dicom_dir": str(manifest.dicom_dir), "labels": str(manifest.labels_csv)},
+        inputs={"max_pixels_per_run": 128 * 128 * 5},  # the demo's images are 128 x 128
+    )
+    assert main(["run", str(protocol), "--no-progress", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    (folder,) = (tmp_path / "reports").glob("demo-*")
+    n = err.split("sitecal: error: the ")[1].split(" studies")[0]
+    assert f"studies to analyse declare {int(n) * 128 * 128:,} pixel values in all, more than " in err
+    assert "inputs.max_pixels_per_run (81,920). Nothing was inferred." in err
+    assert "logits:" not in (folder / "run.log").read_text()  # stopped before inference

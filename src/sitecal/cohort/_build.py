@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
+from sitecal.cohort._header import declared_values
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable
@@ -242,6 +243,7 @@ def _study(
         sources=source_values(values),
         series_key=_series_key(instances, pseudonymize),
         series_number=values.get("SeriesNumber", ""),
+        declared_values=sum(declared_values(i.values) for i in instances),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +117,20 @@ def _image_module_problem(ds: pydicom.Dataset) -> str | None:
         if number is not None and number < (1 if keyword != "PixelRepresentation" else 0):
             return f"implausible value in tag {keyword} ({number})"
     return None
+
+
+def declared_values(values: Mapping[str, str]) -> int:
+    """Pixel values one instance declares: Rows x Columns x NumberOfFrames x SamplesPerPixel.
+
+    ``values`` are its header values as the scan keeps them; an absent or malformed count is taken as 1.
+    """
+    product = 1
+    for keyword in ("Rows", "Columns", "NumberOfFrames", "SamplesPerPixel"):
+        try:
+            product *= max(1, int(values.get(keyword) or 1))
+        except ValueError:
+            continue
+    return product
 
 
 def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:

@@ -53,6 +53,7 @@ class Study:
     sources: dict[str, str] = field(default_factory=dict)  # sitecal.cohort.sources.source_values
     series_key: str = ""  # pseudonymised SeriesInstanceUID of the image or chosen series
     series_number: str = ""  # its SeriesNumber as written ("" when absent)
+    declared_values: int = 0  # pixel values its files declare (Rows x Columns x frames x samples, summed)
 
     @property
     def path(self) -> Path:

@@ -117,6 +117,14 @@ class InputSettings(_Strict):
         description="pixel values an image may declare (Rows x Columns x frames x samples; a volume's "
         "slices together) before it is excluded unread: 2**28 is 1 GiB as float32",
     )
+    max_pixels_per_run: int = Field(
+        default=2**42,
+        ge=1,
+        le=2**50,
+        description="pixel values all analysed images may declare together before the run stops ahead of "
+        "inference: a bound on the work a folder can ask for (2**42 is about a million 2048 x 2048 "
+        "radiographs, or 50,000 CT series of 300 slices of 512 x 512)",
+    )
     MAX_BATCH_SIZE: ClassVar[int] = 1024
     MAX_NUM_WORKERS: ClassVar[int] = 64
 
