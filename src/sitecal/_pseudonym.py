@@ -19,7 +19,7 @@ from pathlib import Path, PurePath
 
 from sitecal.errors import OutputError
 
-__all__ = ["KEPT_SUFFIXES", "Pseudonymizer", "load_or_create_key"]
+__all__ = ["KEPT_SUFFIXES", "Pseudonymizer", "key_file_problem", "load_or_create_key"]
 
 _PREFIX = {"patient": "P", "study": "S", "instance": "I", "path": "F", "series": "R"}
 
@@ -64,6 +64,26 @@ def load_or_create_key(path: Path) -> bytes:
         pass
     _create_key(path)
     return _read_key(path)
+
+
+def key_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot serve as the site key, or ``None``; creates nothing (``sitecal check``).
+
+    An existing file must be a key sitecal wrote, mode 0600 (:func:`load_or_create_key`'s rules); a missing
+    one must be creatable, below a folder that is writable or can be made.
+    """
+    try:
+        _read_key(path)
+    except FileNotFoundError:
+        existing = path.parent
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            return f"{path}: the key cannot be created there ({existing} is not a writable folder)."
+        return None
+    except OutputError as exc:
+        return str(exc)
+    return None
 
 
 def _create_key(path: Path) -> None:

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sitecal._pseudonym import key_file_problem
 from sitecal.errors import SitecalError
 from sitecal.protocol import LoadedProtocol
 
@@ -63,6 +64,9 @@ def preflight(
     problems += _labels_problems(loaded)
     problems += _mapping_problems(loaded)
     problems += _output_problems(loaded, allow_output_anywhere)
+    key_problem = key_file_problem(loaded.key_file)
+    if key_problem:
+        problems.append(f"privacy.key_file: {key_problem}")
     model_problems, model_notes = _model_problems(loaded)
     problems += model_problems
     notes += model_notes

@@ -217,3 +217,17 @@ def test_a_cohort_declaring_more_pixels_than_the_run_limit_stops_before_inferenc
     assert f"studies to analyse declare {int(n) * 128 * 128:,} pixel values in all, more than " in err
     assert "inputs.max_pixels_per_run (81,920). Nothing was inferred." in err
     assert "logits:" not in (folder / "run.log").read_text()  # stopped before inference
+
+
+@pytest.mark.timeout(60)
+def test_check_refuses_a_key_file_that_sitecal_did_not_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    protocol = _protocol(tmp_path)
+    (tmp_path / "key").write_text("root:x:0:0:root:/root:/bin/bash\n")  # a system file named as the key
+    assert main(["check", str(protocol)]) == 2
+    err = capsys.readouterr().err
+    assert f"privacy.key_file: {tmp_path / 'key'}: not a pseudonymisation key created by sitecal" in err
+    (tmp_path / "key").unlink()
+    assert main(["check", str(protocol)]) == 0
+    assert not (tmp_path / "key").exists()  # check creates nothing
