@@ -12,6 +12,7 @@ from sitecal.cli import main
 
 def _protocol_with_inputs(tmp_path: Path) -> Path:
     (tmp_path / "dicom").mkdir()
+    (tmp_path / "dicom" / "IM0001").write_bytes(b"not yet exported")
     (tmp_path / "labels.csv").write_text("StudyInstanceUID,label\n1.2.3.4,nodule\n")
     text = DEMO_PROTOCOL.read_text().replace("../demo-data/dicom", str(tmp_path / "dicom"))
     text = text.replace("../demo-data/labels.csv", str(tmp_path / "labels.csv"))

@@ -158,6 +158,7 @@ def _check(path: Path, args: argparse.Namespace) -> int:
     from sitecal.protocol import load_protocol
 
     loaded = load_protocol(path)
+    _source_date()  # a run would refuse a malformed SOURCE_DATE_EPOCH: so does check
     _refuse_if_not_ready(path, loaded, args, verb="the protocol is valid but")
     p = loaded.protocol
     print(

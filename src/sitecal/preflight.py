@@ -61,6 +61,10 @@ def preflight(
         problems.append(f"--device: {device_problem}")
     if not loaded.dicom_dir.is_dir():
         problems.append(f"data.dicom_dir: folder not found: {loaded.dicom_dir}")
+    elif _empty(loaded.dicom_dir):
+        problems.append(
+            f"data.dicom_dir: {loaded.dicom_dir} holds no files. Point it at the exported studies."
+        )
     problems += _labels_problems(loaded)
     problems += _mapping_problems(loaded)
     problems += _output_problems(loaded, allow_output_anywhere)
@@ -71,6 +75,15 @@ def preflight(
     problems += model_problems
     notes += model_notes
     return Preflight(problems=tuple(problems), notes=tuple(notes))
+
+
+def _empty(folder: Path) -> bool:
+    """Whether ``folder`` holds no entry besides hidden ones (the scan skips those), looking no deeper."""
+    try:
+        with os.scandir(folder) as entries:
+            return not any(not entry.name.startswith(".") for entry in entries)
+    except OSError:  # unreadable: the scan says so, with its reason
+        return False
 
 
 def check_device(device: str) -> str | None:

@@ -13,8 +13,9 @@ from sitecal.cli import main
 
 
 def _protocol(tmp_path: Path, **changes: dict) -> Path:
-    """The demo protocol pointed at an empty DICOM folder and a one-row labels file under ``tmp_path``."""
+    """The demo protocol pointed at a DICOM folder of one (not DICOM) file and a one-row labels file."""
     (tmp_path / "dicom").mkdir(exist_ok=True)
+    (tmp_path / "dicom" / "IM0001").write_bytes(b"not yet exported")
     labels = tmp_path / "labels.csv"
     if not labels.exists():
         labels.write_text("StudyInstanceUID,label\n1.2.3.4,nodule\n")
@@ -231,3 +232,18 @@ def test_check_refuses_a_key_file_that_sitecal_did_not_create(
     (tmp_path / "key").unlink()
     assert main(["check", str(protocol)]) == 0
     assert not (tmp_path / "key").exists()  # check creates nothing
+
+
+@pytest.mark.timeout(60)
+def test_check_refuses_an_empty_dicom_folder_and_a_malformed_source_date(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    protocol = _protocol(tmp_path)
+    (tmp_path / "dicom" / "IM0001").unlink()
+    (tmp_path / "dicom" / ".DS_Store").write_bytes(b"")  # hidden files are not read by the scan either
+    assert main(["check", str(protocol)]) == 2
+    assert f"data.dicom_dir: {tmp_path / 'dicom'} holds no files." in capsys.readouterr().err
+    (tmp_path / "dicom" / "IM0001").write_bytes(b"x")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    assert main(["check", str(protocol)]) == 2
+    assert "SOURCE_DATE_EPOCH='yesterday': not a number of seconds" in capsys.readouterr().err
