@@ -41,7 +41,7 @@ ALLOWED = {
     "calibration": {"metrics"},
     "protocol": set(),
     "cohort": {"protocol"},
-    "inference": {"protocol"},
+    "inference": {"protocol", "calibration"},  # the deployable wrapper applies fitted temperatures
     "demo": {"inference", "metrics", "calibration", "protocol"},  # the CT demo builds its transform specs
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
@@ -104,3 +104,18 @@ def test_nothing_imports_run_or_cli() -> None:
             continue
         for name in _imports(path):
             assert not name.startswith(("sitecal.run", "sitecal.cli")), f"{path} imports {name}"
+
+
+@pytest.mark.parametrize("package", ["sitecal.metrics", "sitecal.stats", "sitecal.calibration"])
+def test_the_numeric_core_imports_no_heavy_library(package: str) -> None:
+    """Importing the numeric core in a fresh interpreter loads no torch, MONAI, pydicom or reportlab."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "monai", "pydicom", "reportlab", "matplotlib", "yaml", "pydantic")
+    code = (
+        f"import sys, {package}; "
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import {package} loads {out.stdout.strip()}"

@@ -1,12 +1,12 @@
-"""Temperature scaling per site or scanner: fitting, small-group policy and the deployable wrapper.
+"""Temperature scaling per site or scanner: fitting and the small-group policy.
 
-Numeric only: arrays in, frozen result objects out (no files, no protocol).
+Numeric only: arrays in, frozen result objects out (no files, no protocol, no torch). The deployable
+PyTorch wrapper is :class:`sitecal.inference.GroupTemperatureScaler`.
 """
 
 from __future__ import annotations
 
 from sitecal.calibration._batched import BatchedSolution, BatchedTemperatureSolver
-from sitecal.calibration._deploy import GroupTemperatureScaler
 from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
 from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
 
@@ -15,7 +15,6 @@ __all__ = [
     "BatchedSolution",
     "BatchedTemperatureSolver",
     "GroupTemperature",
-    "GroupTemperatureScaler",
     "GroupTemperatures",
     "TemperatureFit",
     "fit_group_temperatures",

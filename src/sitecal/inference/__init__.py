@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sitecal.inference._deploy import GroupTemperatureScaler
 from sitecal.inference.cache import LogitCache, cache_identity, image_key
 from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
@@ -10,6 +11,7 @@ from sitecal.inference.transforms import build_transforms, transform_fingerprint
 
 __all__ = [
     "DicomImageReader",
+    "GroupTemperatureScaler",
     "InferenceResult",
     "LoadedModel",
     "LogitCache",

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from sitecal.calibration import GroupTemperatureScaler, fit_group_temperatures
+from sitecal.calibration import fit_group_temperatures
 from sitecal.errors import DataError
+from sitecal.inference import GroupTemperatureScaler
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 from torch import nn
 
 from sitecal._validation import check_groups, check_logits
-from sitecal.calibration._groups import GroupTemperatures
+from sitecal.calibration import GroupTemperatures
 from sitecal.errors import DataError
 
 __all__ = ["GroupTemperatureScaler"]
