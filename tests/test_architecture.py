@@ -31,6 +31,7 @@ LAYER = {
     "report": 4,
     "run": 5,
     "preflight": 5,
+    "_run_folder": 5,
     "cli": 6,
 }
 NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
@@ -45,8 +46,19 @@ ALLOWED = {
     "demo": {"inference", "metrics", "calibration", "protocol"},  # the CT demo builds its transform specs
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
-    "run": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
+    "run": {
+        "_run_folder",
+        "protocol",
+        "cohort",
+        "inference",
+        "evaluation",
+        "report",
+        "metrics",
+        "stats",
+        "calibration",
+    },
     "preflight": {"protocol", "cohort", "inference"},  # labels, mappings and the model, before the scan
+    "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
     "cli": {"run", "preflight", "protocol", "cohort", "inference", "demo"},
 }
 

@@ -16,9 +16,9 @@ import numpy as np
 from tqdm import tqdm
 
 from sitecal import __version__
-from sitecal._io import write_csv_atomic, write_json_atomic, write_text_atomic
+from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
-from sitecal._scrub import ScrubFilter
+from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_tables
 from sitecal.cohort import (
     UNKNOWN,
     UNMAPPED,
@@ -100,8 +100,8 @@ def run_protocol(
     """
     protocol = loaded.protocol
     started = (now or datetime.now(UTC)).astimezone(UTC)
-    folder = _new_run_folder(loaded.output_root, protocol.name, started)
-    handler = _attach_log(folder / "run.log")
+    folder = new_run_folder(loaded.output_root, protocol.name, started)
+    handler = attach_log(folder / "run.log")
     try:
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
         pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
@@ -152,7 +152,7 @@ def run_protocol(
             for i, reason in inference.failures
         ]
         if not studies:
-            _write_tables(
+            write_tables(
                 folder,
                 protocol.model.class_names,
                 [],
@@ -194,7 +194,7 @@ def run_protocol(
             "model_sha256": model.sha256,
             **outcome.temperatures.to_dict(),
         }
-        _write_tables(
+        write_tables(
             folder,
             protocol.model.class_names,
             studies,
@@ -275,7 +275,7 @@ def run_protocol(
         exc.add_note(f"The run log is {folder / 'run.log'}.")
         raise
     finally:
-        _detach_log(handler)
+        detach_log(handler)
 
 
 def _check_run_size(cohort: Cohort, limit: int) -> None:
@@ -370,86 +370,3 @@ def _series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
 
 def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:
     return replace(cohort, exclusions=tuple(exclusions))
-
-
-def _write_tables(
-    folder: Path,
-    class_names: Sequence[str],
-    studies: Sequence[Any],
-    exclusions: Sequence[Exclusion],
-    fit_mask: np.ndarray,
-    logits: np.ndarray,
-    pseudonymize: Pseudonymizer,
-) -> None:
-    attributes = list(studies[0].attributes) if studies else []
-    write_csv_atomic(
-        folder / "cohort.csv",
-        ["study_key", "patient_key", "file", "series_key", "series_number", "label", *attributes, "split"],
-        (
-            [
-                s.study_key,
-                s.patient_key,
-                s.relative_path,
-                s.series_key,
-                s.series_number,
-                class_names[s.label],
-                *[s.attributes[a] for a in attributes],
-                "fit" if fit else "evaluation",
-            ]
-            for s, fit in zip(studies, fit_mask, strict=True)
-        ),
-    )
-    write_csv_atomic(
-        folder / "exclusions.csv",
-        ["stage", "reason", "file", "key", "series_key"],
-        (
-            [
-                e.stage,
-                e.reason,
-                pseudonymize.path(e.path) if e.path is not None else "",
-                e.key or "",
-                e.series_key or "",
-            ]
-            for e in exclusions
-        ),
-    )
-    write_csv_atomic(
-        folder / "predictions.csv",
-        ["study_key", *[f"logit_{name}" for name in class_names]],
-        ([s.study_key, *[repr(float(v)) for v in row]] for s, row in zip(studies, logits, strict=True)),
-    )
-
-
-def _new_run_folder(root: Path, name: str, started: datetime) -> Path:
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    root.mkdir(parents=True, exist_ok=True)
-    for suffix in ["", *[f"-{i}" for i in range(2, 100)]]:
-        folder = root / f"{name}-{stamp}{suffix}"
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        return folder
-    from sitecal.errors import OutputError
-
-    raise OutputError(f"{root}: too many run folders named {name}-{stamp}. Wait a second and run again.")
-
-
-def _attach_log(path: Path) -> tuple[logging.Handler, int]:
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(ScrubFilter())
-    package = logging.getLogger("sitecal")
-    previous = package.level
-    package.addHandler(handler)
-    if previous == logging.NOTSET or previous > logging.INFO:
-        package.setLevel(logging.INFO)
-    return handler, previous
-
-
-def _detach_log(attached: tuple[logging.Handler, int]) -> None:
-    handler, previous = attached
-    package = logging.getLogger("sitecal")
-    package.removeHandler(handler)
-    package.setLevel(previous)
-    handler.close()
