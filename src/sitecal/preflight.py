@@ -209,7 +209,7 @@ def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
     try:
         width = _test_forward(model.module, transforms, loaded.protocol.inputs.kind)
     except Exception as exc:  # the synthetic input may not suit every chain; the real data will tell
-        from sitecal.inference._bundle import first_line
+        from sitecal.inference._bundle_config import first_line
 
         note = (
             f"model: a test forward pass on a synthetic {_shape_text(loaded.protocol.inputs.kind)} input "

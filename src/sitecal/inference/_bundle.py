@@ -39,7 +39,6 @@ import importlib.util
 import json
 import logging
 import pydoc
-import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,10 +46,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import yaml
 
 from sitecal.errors import ModelError
-from sitecal.protocol import yaml_excess
+from sitecal.inference._bundle_config import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_NODES,
+    check_json_bounds,
+    first_line,
+    parse_config,
+    too_deep,
+    too_large,
+)
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -74,17 +81,6 @@ _WEIGHTS: tuple[tuple[str, WeightsKind], ...] = (
 )
 _CONFIGS = ("configs/inference.json", "configs/inference.yaml", "configs/inference.yml")
 _NETWORK_KEY = "network_def"
-
-#: Largest metadata or inference config read, in bytes (4 MiB); MONAI's published bundles have configs of
-#: a few kilobytes.
-MAX_CONFIG_BYTES = 4 << 20
-#: Deepest nesting of objects and lists in a bundle config; published bundles nest fewer than ten levels.
-MAX_CONFIG_DEPTH = 100
-#: Most nodes of a YAML config once its aliases are expanded.
-MAX_CONFIG_NODES = 100_000
-# the next string, bracket or brace of a JSON text; a string is skipped whole so brackets in it do not count
-_JSON_OPEN = re.compile(r'["\[\]{}]')
-_JSON_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ def find_bundle_files(folder: Path) -> BundleFiles:
         )
     for text_file in (metadata, config):
         if text_file is not None and text_file.stat().st_size > MAX_CONFIG_BYTES:
-            raise _too_large(text_file)
+            raise too_large(text_file)
     return BundleFiles(folder=folder, metadata=metadata, config=config, weights=weights, kind=kind)
 
 
@@ -185,13 +181,13 @@ def bundle_sha256(folder: Path, digests: Mapping[Path, str]) -> str:
 
 def read_metadata(path: Path, text: str) -> dict[str, Any]:
     """Parse ``configs/metadata.json`` (already read as ``text``); it must be a JSON object."""
-    _check_json_bounds(path, text)
+    check_json_bounds(path, text)
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ModelError(f"{path}: not valid JSON ({exc}). Repair the bundle's metadata.") from None
     except RecursionError:  # a second lock behind the depth check
-        raise _too_deep(path) from None
+        raise too_deep(path) from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: expected a JSON object, found {type(data).__name__}.")
     logger.info("MONAI bundle %s, version %s", data.get("name", "(unnamed)"), data.get("version", "?"))
@@ -223,7 +219,7 @@ def build_network(config: Path, text: str, *, folder: Path) -> torch.nn.Module:
     """
     from monai.bundle.config_parser import ConfigParser
 
-    raw = _parse_config(config, text)
+    raw = parse_config(config, text)
     if _NETWORK_KEY not in raw:
         raise ModelError(
             f"{config}: no '{_NETWORK_KEY}' entry, which sitecal builds the network from. Add it, or ship "
@@ -233,7 +229,7 @@ def build_network(config: Path, text: str, *, folder: Path) -> torch.nn.Module:
     try:
         used = checker.entries(raw)
     except RecursionError:  # a second lock behind the depth check in _parse_config
-        raise _too_deep(config) from None
+        raise too_deep(config) from None
     parser = ConfigParser(copy.deepcopy({key: raw[key] for key in used}))
     try:
         with warnings.catch_warnings():
@@ -382,79 +378,9 @@ class _Checker:
         )
 
 
-def _parse_config(config: Path, text: str) -> dict[str, Any]:
-    try:
-        if config.suffix == ".json":
-            _check_json_bounds(config, text)
-            data = json.loads(text)
-        else:
-            _check_yaml_bounds(config, text)
-            data = yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ModelError(f"{config}: cannot parse: {first_line(exc)}. Repair the config.") from None
-    except RecursionError:  # a second lock behind the depth checks
-        raise _too_deep(config) from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{config}: expected a mapping of entries, found {type(data).__name__}.")
-    return data
-
-
-def _check_json_bounds(path: Path, text: str) -> None:
-    """Refuse a JSON text over the size or depth limit, scanning it once without parsing it."""
-    if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
-        raise _too_large(path)
-    depth, position = 0, 0
-    while (found := _JSON_OPEN.search(text, position)) is not None:
-        char, position = found.group(), found.end()
-        if char == '"':
-            rest = _JSON_STRING_REST.match(text, position)
-            if rest is None:
-                return  # an unterminated string: json.loads reports it with its position
-            position = rest.end()
-        elif char in "[{":
-            depth += 1
-            if depth > MAX_CONFIG_DEPTH:
-                raise _too_deep(path, text.count("\n", 0, found.start()) + 1)
-        else:
-            depth -= 1
-
-
-def _check_yaml_bounds(path: Path, text: str) -> None:
-    """Refuse a YAML text over the size, depth or expanded-size limit, before it is built."""
-    if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
-        raise _too_large(path)
-    excess = yaml_excess(text, max_nodes=MAX_CONFIG_NODES, max_depth=MAX_CONFIG_DEPTH)
-    if excess is not None:
-        raise ModelError(
-            f"{path}:{excess.line}: the config {excess.problem}; a bundle config needs far fewer. "
-            "Repair the bundle or ask its provider for one without them."
-        )
-
-
-def _too_large(path: Path) -> ModelError:
-    return ModelError(
-        f"{path}: larger than {MAX_CONFIG_BYTES} bytes (4 MiB), the limit for a bundle's config files, "
-        "which are kilobytes of text. Check that this is the bundle's config."
-    )
-
-
-def _too_deep(path: Path, line: int | None = None) -> ModelError:
-    where = f"{path}:{line}" if line is not None else str(path)
-    return ModelError(
-        f"{where}: the config is nested deeper than {MAX_CONFIG_DEPTH} levels of objects and lists; a "
-        "bundle config needs fewer than ten. Repair the bundle or ask its provider for a flatter one."
-    )
-
-
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message, or its type name."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _sha256_text(text: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from sitecal.errors import ModelError
-from sitecal.inference._bundle import first_line
+from sitecal.inference._bundle_config import first_line
 
 __all__ = ["load_exported"]
 

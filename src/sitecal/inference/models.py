@@ -61,7 +61,7 @@ import torch
 
 from sitecal.errors import ModelError
 from sitecal.inference import _bundle, _pt2
-from sitecal.inference._bundle import first_line
+from sitecal.inference._bundle_config import first_line
 from sitecal.protocol import ModelSettings
 from sitecal.provenance import file_sha256
 
