@@ -14,7 +14,29 @@ from typing import Any
 
 from sitecal.errors import OutputError
 
-__all__ = ["csv_cell", "write_bytes_atomic", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = [
+    "csv_cell",
+    "unwritable_folder",
+    "write_bytes_atomic",
+    "write_csv_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+
+def unwritable_folder(folder: Path) -> str | None:
+    """Why ``folder`` (which may not exist yet) cannot be created and written, or ``None``; creates nothing.
+
+    The nearest existing folder on its path decides: it must be a folder this process may write into.
+    """
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing}: no permission to write here"
+    return None
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

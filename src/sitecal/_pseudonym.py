@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
+from sitecal._io import unwritable_folder
 from sitecal.errors import OutputError
 
 __all__ = ["KEPT_SUFFIXES", "Pseudonymizer", "key_file_problem", "load_or_create_key"]
@@ -75,12 +76,8 @@ def key_file_problem(path: Path) -> str | None:
     try:
         _read_key(path)
     except FileNotFoundError:
-        existing = path.parent
-        while not existing.exists() and existing.parent != existing:
-            existing = existing.parent
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            return f"{path}: the key cannot be created there ({existing} is not a writable folder)."
-        return None
+        problem = unwritable_folder(path.parent)
+        return f"{path}: the key cannot be created there ({problem})." if problem else None
     except OutputError as exc:
         return str(exc)
     return None

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sitecal._io import unwritable_folder
 from sitecal._pseudonym import key_file_problem
 from sitecal.errors import SitecalError
 from sitecal.protocol import LoadedProtocol
@@ -166,29 +167,15 @@ def _output_problems(loaded: LoadedProtocol, allow_anywhere: bool) -> list[str]:
                 "working folder. Write the run below one of them, or pass --allow-output-anywhere."
             )
             continue
-        problem = _writable_problem(folder)
+        problem = unwritable_folder(folder)
         if problem:
-            problems.append(f"{field_name}: {problem}")
+            problems.append(f"{field_name}: {problem}. Choose a folder this account may write to.")
     return problems
 
 
 def _inside_allowed(folder: Path, protocol_folder: Path) -> bool:
     target = folder.resolve()
     return any(target.is_relative_to(root.resolve()) for root in (protocol_folder, Path.cwd()))
-
-
-def _writable_problem(folder: Path) -> str | None:
-    """Why a run folder cannot be created under ``folder``, or ``None`` (creates nothing)."""
-    existing = folder
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, not a folder. Choose another output folder."
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing}: no permission to write here. Choose a writable folder."
-    return None
 
 
 def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
