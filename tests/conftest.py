@@ -13,7 +13,9 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sitecal"))
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_PROTOCOL = REPO / "protocols" / "demo.yaml"
+#: The demo protocols as packaged (sitecal.demo.demo_protocol_path); tests read or copy them, never run them.
+DEMO_PROTOCOL = REPO / "src" / "sitecal" / "demo" / "protocols" / "demo.yaml"
+CT_DEMO_PROTOCOL = DEMO_PROTOCOL.with_name("demo-ct.yaml")
 #: The site secret of the tests' demo runs (a real site's key is random and secret).
 TEST_PSEUDONYM_KEY = "0123456789abcdef" * 4  # 64 hex digits, the form of a key sitecal creates
 
@@ -24,7 +26,7 @@ def demo_protocol_text() -> str:
 
 
 def write_demo_protocol(root: Path, manifest: object, *, n_resamples: int = 200, **sections: dict) -> Path:
-    """A copy of protocols/demo.yaml pointed at a generated cohort, writing its run folders under ``root``.
+    """A copy of the demo protocol pointed at a generated cohort, writing its run folders under ``root``.
 
     ``sections`` update protocol sections by name, e.g. ``calibration={"min_group_size": 30}``. The
     pseudonymisation key is a fixed test key, so the patient split (seeded over pseudonymised keys) and every

@@ -14,8 +14,8 @@ def _protocol_with_inputs(tmp_path: Path) -> Path:
     (tmp_path / "dicom").mkdir()
     (tmp_path / "dicom" / "IM0001").write_bytes(b"not yet exported")
     (tmp_path / "labels.csv").write_text("StudyInstanceUID,label\n1.2.3.4,nodule\n")
-    text = DEMO_PROTOCOL.read_text().replace("../demo-data/dicom", str(tmp_path / "dicom"))
-    text = text.replace("../demo-data/labels.csv", str(tmp_path / "labels.csv"))
+    text = DEMO_PROTOCOL.read_text().replace("radiographs/dicom", str(tmp_path / "dicom"))
+    text = text.replace("radiographs/labels.csv", str(tmp_path / "labels.csv"))
     text = text.replace("output_dir: ../reports", "output_dir: reports")
     path = tmp_path / "p.yaml"
     path.write_text(text)
@@ -51,7 +51,7 @@ def test_check_valid_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_check_reports_missing_inputs_in_one_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = DEMO_PROTOCOL.read_text().replace("../demo-data", str(tmp_path / "absent"))
+    text = DEMO_PROTOCOL.read_text().replace("radiographs/", str(tmp_path / "absent") + "/")
     text = text.replace(
         "site: {tag: InstitutionName, label: Site}",
         "site: {tag: InstitutionName, label: Site, mapping: sites.csv}\n"
@@ -76,11 +76,10 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_refuses_to_overwrite_foreign_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = tmp_path / "demo-data"
+    data = tmp_path / "radiographs"
     (data / "dicom").mkdir(parents=True)
     (data / "precious.txt").write_text("not ours")
-    protocol = tmp_path / "protocols" / "demo.yaml"
-    protocol.parent.mkdir()
+    protocol = tmp_path / "demo.yaml"
     protocol.write_text(DEMO_PROTOCOL.read_text())
     assert main(["demo", "--protocol", str(protocol), "--no-progress"]) == 2
     assert "was not made by 'sitecal demo'; refusing to overwrite it" in capsys.readouterr().err

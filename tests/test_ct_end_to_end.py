@@ -1,6 +1,7 @@
-"""The CT (volume) path end to end through the command line: ``sitecal demo --protocol demo-ct.yaml``.
+"""The CT (volume) path end to end through the command line: ``sitecal demo --ct``, from an empty folder.
 
-One small run (50 studies, the CLI's minimum) is checked against what this module reads from the generated
+One small run (50 studies, the CLI's minimum) of the packaged CT demo protocol, as users get it, is checked
+against what this module reads from the generated
 DICOM files itself with pydicom: which series each study should be analysed on (the protocol's
 ``data.series`` rules and tie-break applied by hand), which series must be excluded and why, the flow
 counts, the logits of a few studies (the volume assembled here and fed to the bundled model), and that no
@@ -26,18 +27,16 @@ import numpy as np
 import pydicom
 import pytest
 import torch
-import yaml
 from pypdf import PdfReader
-from tests.conftest import REPO, TEST_PSEUDONYM_KEY
+from tests.conftest import CT_DEMO_PROTOCOL, TEST_PSEUDONYM_KEY
 
 pytestmark = pytest.mark.slow
 
-CT_PROTOCOL = REPO / "protocols" / "demo-ct.yaml"
 N_STUDIES = 50  # the smallest cohort `sitecal demo` accepts
 # generate.py writes max(2, round(0.02 * n_studies)) extra studies whose only axial series is too short
 N_UNQUALIFIED = max(2, round(0.02 * N_STUDIES))
 
-# The protocol's data.series rules, restated (protocols/demo-ct.yaml).
+# The protocol's data.series rules, restated (src/sitecal/demo/protocols/demo-ct.yaml).
 MODALITIES = {"CT"}
 DESCRIPTION = re.compile(r"(?i)^(thorax|chest)\b")
 BODY_PARTS = {"CHEST"}
@@ -134,25 +133,22 @@ class CtRun:
 @pytest.fixture(scope="module")
 def ct_run(tmp_path_factory: pytest.TempPathFactory) -> CtRun:
     root = tmp_path_factory.mktemp("ct-e2e")
-    protocol = yaml.safe_load(CT_PROTOCOL.read_text())
-    protocol["data"]["dicom_dir"] = str(root / "data" / "dicom")
-    protocol["data"]["labels"] = str(root / "data" / "labels.csv")
-    protocol["report"]["output_dir"] = str(root / "reports")
-    protocol["evaluation"]["bootstrap"]["n_resamples"] = 200  # 1000 resamples with refit: too slow here
-    key_file = root / "test-pseudonym-key"
+    # The site secret sitecal would create on first use, fixed so that _pseudonym below can recompute the
+    # keys, and the split is the same on every run. Nothing else is in the folder.
+    key_file = root / "reports" / ".sitecal-pseudonym-key"
+    key_file.parent.mkdir()
     key_file.write_text(TEST_PSEUDONYM_KEY + "\n")
     key_file.chmod(0o600)
-    protocol["privacy"] = {"key_file": str(key_file)}
-    protocol_path = root / "demo-ct.yaml"
-    protocol_path.write_text(yaml.safe_dump(protocol, sort_keys=False))
 
-    command = [sys.executable, "-m", "sitecal.cli", "demo", "--protocol", str(protocol_path)]
-    command += ["--studies", str(N_STUDIES), "--no-progress", "--workers", "2"]
+    command = [sys.executable, "-m", "sitecal.cli", "demo", "--ct", "--studies", str(N_STUDIES)]
+    command += ["--no-progress", "--workers", "2"]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, check=False)
     assert "Traceback" not in done.stderr, done.stderr
     (folder,) = (root / "reports").glob("demo-ct-*")
+    protocol_path = root / "sitecal-demo" / "demo-ct.yaml"
+    assert protocol_path.read_text() == CT_DEMO_PROTOCOL.read_text()  # the packaged protocol, as it is
 
-    dicom_dir = root / "data" / "dicom"
+    dicom_dir = root / "sitecal-demo" / "ct" / "dicom"
     files = sorted(p for p in dicom_dir.rglob("*") if p.is_file())
     headers = {p.relative_to(dicom_dir): pydicom.dcmread(p, stop_before_pixels=True) for p in files}
     members: dict[tuple[str, str], list[Path]] = defaultdict(list)
@@ -172,7 +168,7 @@ def ct_run(tmp_path_factory: pytest.TempPathFactory) -> CtRun:
                 files=tuple(paths),
             )
         )
-    labels = {r["StudyInstanceUID"]: r["label"] for r in _read_csv(root / "data" / "labels.csv")}
+    labels = {r["StudyInstanceUID"]: r["label"] for r in _read_csv(dicom_dir.parent / "labels.csv")}
     return CtRun(
         done=done,
         root=root,
@@ -343,7 +339,7 @@ def test_logits_are_the_bundled_model_on_volumes_assembled_here(ct_run: CtRun) -
                 return out
 
         row = predictions[_pseudonym("study", study_uid)]
-        written = np.array([float(row["logit_no_nodule"]), float(row["logit_nodule"])])
+        written = np.array([float(row["logit:no_nodule"]), float(row["logit:nodule"])])
         # float32 throughout; the run infers in batches of 16, this check one volume at a time, so the
         # convolutions sum in another order: measured differences are about 1.5e-6 on logits up to 8, i.e.
         # ~10 float32 ulps. 1e-4 leaves ~100x room for other CPU kernels; a wrong slice order moves the

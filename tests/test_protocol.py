@@ -25,7 +25,7 @@ def test_demo_protocol_loads_and_resolves_paths() -> None:
     p = loaded.protocol
     assert p.name == "demo"
     assert p.calibration.per == "scanner"
-    assert loaded.dicom_dir == (DEMO_PROTOCOL.parent / "../demo-data/dicom").resolve()
+    assert loaded.dicom_dir == (DEMO_PROTOCOL.parent / "radiographs/dicom").resolve()
     assert loaded.model_path.name == "demo_cnn.safetensors"
     assert len(loaded.sha256) == 64
     assert p.reported_subgroups == ["scanner", "site", "sex", "age_band", "sex_age"]

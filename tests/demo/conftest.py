@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from sitecal.demo import DemoManifest, generate_demo
+
+#: Training and checks of the demo models: plain scripts outside the package, imported from their folder
+#: as ``python examples/demo/train.py`` finds them.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "demo"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
 
 
 @pytest.fixture(scope="session")

@@ -10,29 +10,31 @@ import numpy as np
 import pydicom
 import pytest
 import torch
+from _ct import check_cohort, model_inputs, read_volume, slice_order  # examples/demo (see conftest)
+from _local_metrics import ece as _ece
+from _local_metrics import fit_temperature as _fit_temperature
 from safetensors import safe_open
+from tests.conftest import CT_DEMO_PROTOCOL
 
-from sitecal.demo._local_metrics import ece as _ece
-from sitecal.demo._local_metrics import fit_temperature as _fit_temperature
 from sitecal.demo.ct import (
     CLASS_NAMES,
     CT_TRANSFORMS,
+    REFERENCE_SCANNER,
+    SCANNERS,
     CtDemoManifest,
     DemoNet3D,
     demo_ct_metadata,
     demo_ct_weights_path,
     generate_ct_demo,
     load_demo_ct_model,
+    synthesize_volumes,
 )
-from sitecal.demo.ct._scanners import CT_SOP_CLASS_UID, REFERENCE_SCANNER, SCANNERS
+from sitecal.demo.ct._scanners import CT_SOP_CLASS_UID
 from sitecal.demo.ct._study import MIN_SLICES, StudyKind
 from sitecal.demo.ct.generate import series_sort_key, simulate_cohort_study
-from sitecal.demo.ct.train import model_inputs, synthesize
-from sitecal.demo.ct.verify import check_ct_cohort, read_volume, slice_order
 from sitecal.errors import DataError, ModelError, OutputError
 
-PROTOCOL = Path(__file__).resolve().parents[2] / "protocols" / "demo-ct.yaml"
-# The rules of protocols/demo-ct.yaml, data.series (checked against the file below).
+# The rules of the packaged demo-ct.yaml, data.series (checked against the file below).
 DESCRIPTION = r"(?i)^(thorax|chest)\b"
 
 
@@ -89,7 +91,7 @@ def test_every_study_has_the_planted_series_structure(cohort: CtDemoManifest) ->
 
 
 def test_selection_rules_on_the_headers_pick_the_planted_series(cohort: CtDemoManifest) -> None:
-    rules = PROTOCOL.read_text()
+    rules = CT_DEMO_PROTOCOL.read_text()
     assert "min_slices: 12" in rules and 'series_description: "(?i)^(thorax|chest)\\\\b"' in rules
     for study in cohort.studies:
         candidates = []
@@ -202,7 +204,7 @@ def test_model_is_calibrated_on_the_reference_and_over_confident_elsewhere() -> 
     model = load_demo_ct_model()
     for scanner in SCANNERS:
         n = 800 if scanner.key == REFERENCE_SCANNER else 250
-        volumes, labels = synthesize(n, scanner, np.random.default_rng(99))
+        volumes, labels = synthesize_volumes(n, scanner, np.random.default_rng(99))
         with torch.no_grad():
             logits = model(model_inputs(volumes)).double()
         probs = torch.softmax(logits, 1).numpy()
@@ -221,7 +223,7 @@ def test_model_is_calibrated_on_the_reference_and_over_confident_elsewhere() -> 
 
 
 def test_verify_runs_through_the_dicom_files(cohort: CtDemoManifest) -> None:
-    rows = check_ct_cohort(cohort)
+    rows = check_cohort(cohort)
     assert [r.scanner for r in rows] == list(cohort.scanners)
     assert sum(r.n for r in rows) == cohort.n_studies
     assert [r.reference for r in rows] == [s == cohort.reference_scanner for s in cohort.scanners]

@@ -1,4 +1,8 @@
-"""The pieces both demos share: local metrics, training settings checks, UIDs, the per-scanner table."""
+"""The pieces both demos share: local metrics, training settings checks, UIDs, the per-scanner table.
+
+Training and checks live in ``examples/demo`` (outside the package); tests/demo/conftest.py puts that
+folder on the import path.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _checks import format_table, scanner_checks  # examples/demo (tests/demo/conftest.py)
+from _ct import TrainingConfig as CtConfig
+from _local_metrics import ece, fit_temperature
+from _radiograph import TrainingConfig
+from _training import check_config, deterministic_threads
 from pydicom.uid import PYDICOM_ROOT_UID, UID
 from scipy.optimize import minimize_scalar
 
-from sitecal.demo._checks import format_table, scanner_checks
 from sitecal.demo._files import age_on, demo_uid
-from sitecal.demo._local_metrics import ece, fit_temperature
-from sitecal.demo._training import check_config, deterministic_threads
-from sitecal.demo.ct.train import TrainingConfig as CtConfig
-from sitecal.demo.train import TrainingConfig
 from sitecal.errors import DataError
 
 

@@ -8,20 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _local_metrics import ece as _ece  # examples/demo (tests/demo/conftest.py)
+from _radiograph import TrainingConfig, model_inputs, train_model
 from safetensors import safe_open
 
 from sitecal.demo import (
     CLASS_NAMES,
     DEMO_TRANSFORMS,
+    REFERENCE_SCANNER,
+    SCANNERS,
     DemoNet,
     demo_metadata,
     demo_metadata_path,
     demo_weights_path,
     load_demo_model,
+    synthesize_stored,
 )
-from sitecal.demo._local_metrics import ece as _ece
-from sitecal.demo._scanners import REFERENCE_SCANNER, SCANNERS
-from sitecal.demo.train import TrainingConfig, model_inputs, synthesize_stored, train_demo_model
 from sitecal.errors import DataError, ModelError
 
 
@@ -92,8 +94,8 @@ def test_model_is_calibrated_on_the_reference_and_over_confident_elsewhere() -> 
 def test_training_is_deterministic_and_restores_torch_settings() -> None:
     config = TrainingConfig(seed=1, n_train=96, n_val=32, epochs=1, batch_size=32, threads=1)
     threads = torch.get_num_threads()
-    a = train_demo_model(config)
-    b = train_demo_model(config)
+    a = train_model(config)
+    b = train_model(config)
     assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()
     for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items(), strict=True):
         assert torch.equal(x, y), name
@@ -102,4 +104,4 @@ def test_training_is_deterministic_and_restores_torch_settings() -> None:
 
 def test_training_config_is_validated() -> None:
     with pytest.raises(DataError, match="n_train"):
-        train_demo_model(TrainingConfig(n_train=10, batch_size=64))
+        train_model(TrainingConfig(n_train=10, batch_size=64))

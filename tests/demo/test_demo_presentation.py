@@ -6,14 +6,19 @@ import numpy as np
 import pydicom
 import pytest
 import torch
+from _radiograph import model_inputs, preprocess_batch  # examples/demo (tests/demo/conftest.py)
 from pydicom.dataset import Dataset
 
-from sitecal.demo import DemoManifest, demo_transforms, presentation_values
+from sitecal.demo import (
+    SCANNERS,
+    SITES,
+    DemoManifest,
+    demo_transforms,
+    presentation_values,
+    stored_to_presentation,
+    synthesize_stored,
+)
 from sitecal.demo._dicom import StudyHeader, build_dataset
-from sitecal.demo._preprocess import preprocess_batch
-from sitecal.demo._scanners import SCANNERS, SITES
-from sitecal.demo._synthesis import stored_to_presentation
-from sitecal.demo.train import model_inputs, synthesize_stored
 from sitecal.errors import DicomError
 
 PROFILE_BY_MODEL = {s.model_name: s for s in SCANNERS}

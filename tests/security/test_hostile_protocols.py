@@ -339,7 +339,10 @@ def test_a_protocol_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "\n  \n"])
 def test_an_empty_protocol_is_refused(tmp_path: Path, text: str) -> None:
     path = _write(tmp_path, text)
-    assert _refusal(path) == f"{path}: the protocol is empty. Start from protocols/demo.yaml."
+    assert _refusal(path) == (
+        f"{path}: the protocol is empty. Start from a copy of sitecal-demo/demo.yaml "
+        "('sitecal demo --generate-only' writes it)."
+    )
 
 
 # -- MONAI bundle configs ------------------------------------------------------------------------------------

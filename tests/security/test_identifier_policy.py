@@ -192,7 +192,7 @@ def test_the_allowed_tags_validate_as_they_are() -> None:
     for tag in sorted(SHOWN_TAGS):
         assert SubgroupSettings(tag=tag).tag == tag
     for name in ("demo.yaml", "demo-ct.yaml"):  # the protocols users copy still validate
-        load_protocol(Path(__file__).parents[2] / "protocols" / name)
+        load_protocol(Path(__file__).parents[2] / "src" / "sitecal" / "demo" / "protocols" / name)
 
 
 # ---- small groups ------------------------------------------------------------------------------------

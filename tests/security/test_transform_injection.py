@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tests.conftest import DEMO_PROTOCOL, REPO
+from tests.conftest import DEMO_PROTOCOL
 
 from sitecal.errors import ProtocolError
 from sitecal.inference import build_transforms, transform_fingerprint
@@ -387,7 +387,7 @@ def test_padding_value_only_with_constant_mode(tmp_path: Path) -> None:
 def test_demo_protocols_load_and_their_chains_build_and_run(
     protocol: str, image: tuple[int, ...], shape: tuple[int, ...]
 ) -> None:
-    loaded = load_protocol(REPO / "protocols" / protocol)
+    loaded = load_protocol(DEMO_PROTOCOL.with_name(protocol))
     specs = loaded.protocol.inputs.transforms
     assert [s.name for s in specs][:2] == ["EnsureChannelFirst", "Resize"]
     chain = build_transforms(specs, load=False)

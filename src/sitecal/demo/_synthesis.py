@@ -10,8 +10,9 @@ An image is made in two steps, both over a whole batch at once:
 2. :func:`acquire` turns the signal into the stored pixel values of one scanner (blur, heel effect,
    contrast curve, edge enhancement, noise, gain and offset, quantisation, MONOCHROME1 inversion).
 
-:func:`stored_to_presentation` is the inverse bookkeeping the pipeline's reader performs; it is the
-same arithmetic as :func:`sitecal.demo.presentation_values` but driven by a profile instead of a header.
+:func:`synthesize_stored` chains the two for studies of one scanner, in memory (what the demo model is
+trained on). :func:`stored_to_presentation` is the inverse bookkeeping the pipeline's reader performs; it
+is the arithmetic of :func:`sitecal.demo.presentation_values` driven by a profile instead of a header.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "sample_anatomy",
     "sample_labels",
     "stored_to_presentation",
+    "synthesize_stored",
 ]
 
 #: Rows and Columns of every synthetic image.
@@ -342,3 +344,47 @@ def stored_to_presentation(stored: NDArray[np.integer], scanner: ScannerProfile)
         slope=scanner.slope,
         intercept=scanner.intercept,
     )
+
+
+_CHUNK = 64  # images synthesised per vectorised batch
+
+
+def synthesize_stored(
+    n: int, scanner: ScannerProfile, rng: np.random.Generator
+) -> tuple[NDArray[np.uint16], NDArray[np.int64]]:
+    """Synthesise the stored pixel values and labels of ``n`` studies on one scanner, one patient each.
+
+    The in-memory twin of :func:`sitecal.demo.generate_demo`: the same scenes and acquisition, without
+    headers or files. The demo model is trained on these (``examples/demo/train.py``).
+
+    Parameters
+    ----------
+    n : int
+        Number of images.
+    scanner : ScannerProfile
+        The scanner that acquires them.
+    rng : numpy.random.Generator
+        Source of every random choice.
+
+    Returns
+    -------
+    stored : ndarray of uint16, shape (n, 128, 128)
+        What the scanner would write to Pixel Data.
+    labels : ndarray of int64, shape (n,)
+        Class indices into :data:`sitecal.demo.CLASS_NAMES`.
+
+    Examples
+    --------
+    >>> from sitecal.demo import scanner_by_key
+    >>> stored, labels = synthesize_stored(3, scanner_by_key("scanner-2"), np.random.default_rng(0))
+    >>> stored.shape, stored.dtype.name, labels.shape
+    ((3, 128, 128), 'uint16', (3,))
+    """
+    sex = rng.choice(np.array(["F", "M"]), size=n)
+    anatomy = sample_anatomy(rng, sex)
+    labels = sample_labels(rng, n)
+    stored = np.empty((n, IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint16)
+    for start in range(0, n, _CHUNK):
+        idx = np.arange(start, min(start + _CHUNK, n))
+        stored[idx] = acquire(render_scenes(rng, labels[idx], anatomy.take(idx)), scanner, rng)
+    return stored, labels

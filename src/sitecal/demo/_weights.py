@@ -1,12 +1,12 @@
-"""The bundled demo weights on disk: written and read as safetensors (never pickle), with their model card.
+"""The bundled demo weights on disk: read as safetensors (never pickle), with their model card.
 
 Shared by the 2-D demo (:mod:`sitecal.demo.model`) and the CT demo (:mod:`sitecal.demo.ct.model`); the
-``what`` and ``rebuild`` arguments only name the demo and its training command in error messages.
+``what`` and ``rebuild`` arguments only name the demo and its training command in error messages. The
+files are written by ``examples/demo/train.py``, outside the package.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -16,7 +16,7 @@ from torch import nn
 
 from ..errors import ModelError
 
-__all__ = ["load_weights", "read_model_card", "write_weights"]
+__all__ = ["load_weights", "read_model_card"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def read_model_card(path: Path, *, what: str, rebuild: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ModelError(
             f"Cannot read the {what} model card {path}: {exc}. "
-            f"Reinstall sitecal or run '{rebuild}' to rebuild it."
+            f"Reinstall sitecal, or rebuild it from a sitecal checkout with '{rebuild}'."
         ) from exc
     return data
 
@@ -80,29 +80,15 @@ def load_weights(model: ModuleT, path: Path, *, what: str, rebuild: str) -> Modu
     except (OSError, SafetensorError) as exc:
         raise ModelError(
             f"Cannot read the {what} weights {path}: {exc}. "
-            f"Reinstall sitecal or run '{rebuild}' to rebuild them."
+            f"Reinstall sitecal, or rebuild them from a sitecal checkout with '{rebuild}'."
         ) from exc
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise ModelError(
-            f"The weights in {path} do not fit {type(model).__name__}: {exc}. Rebuild them with '{rebuild}'."
+            f"The weights in {path} do not fit {type(model).__name__}: {exc}. Rebuild them with '{rebuild}' "
+            "from a sitecal checkout."
         ) from exc
     model.eval()
     logger.debug("Loaded the %s model from %s", what, path)
     return model
-
-
-def write_weights(model: nn.Module, out: Path) -> str:
-    """Write ``model``'s state dict to ``out`` as safetensors, readable by all; return its sha256.
-
-    The file holds one metadata key only: safetensors writes its metadata map in arbitrary order, and
-    the file must be byte-identical from run to run.
-    """
-    from safetensors.torch import save_file
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out), metadata={"format": "pt"})
-    out.chmod(0o644)  # safetensors writes 0600; the file ships in the package
-    return hashlib.sha256(out.read_bytes()).hexdigest()

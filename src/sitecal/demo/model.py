@@ -36,17 +36,18 @@ def _block(c_in: int, c_out: int, kernel_size: int = 3, stride: int = 1) -> nn.S
 
 
 class DemoNet(nn.Module):
-    """A four-block CNN for the demo's 3-class chest task (about 25 k parameters, about 100 KB).
+    """A four-block CNN for the demo's 3-class chest task (about 41 k parameters, about 170 KB).
 
-    Each block is a 3 x 3 convolution, batch norm and ReLU; the first three are followed by 2 x 2 max
-    pooling (64 -> 32 -> 16 -> 8), the last by global average pooling and a linear layer.
+    Each block is a convolution (5 x 5 with stride 2 in the first, 3 x 3 after), batch norm and ReLU; the
+    first three are followed by 2 x 2 max pooling (64 -> 32 -> 16 -> 8 -> 4), the last by global average
+    pooling and a linear layer.
 
     Parameters
     ----------
     n_classes : int, default 3
         Number of output logits.
-    width : int, default 8
-        Channels of the first block; they double in each of the next three blocks.
+    width : int, default 12
+        Channels of the first block; they double in each of the next two blocks (the last has 64).
 
     Examples
     --------
@@ -111,7 +112,7 @@ def demo_metadata() -> dict[str, Any]:
     ModelError
         If the file is missing or is not valid JSON.
     """
-    return read_model_card(demo_metadata_path(), what="demo", rebuild="python -m sitecal.demo.train")
+    return read_model_card(demo_metadata_path(), what="demo", rebuild="python examples/demo/train.py")
 
 
 def load_demo_model(weights: Path | None = None) -> DemoNet:
@@ -120,7 +121,7 @@ def load_demo_model(weights: Path | None = None) -> DemoNet:
     Parameters
     ----------
     weights : pathlib.Path, optional
-        A weights file written by ``python -m sitecal.demo.train``; default :func:`demo_weights_path`.
+        A weights file written by ``python examples/demo/train.py``; default :func:`demo_weights_path`.
 
     Returns
     -------
@@ -139,4 +140,4 @@ def load_demo_model(weights: Path | None = None) -> DemoNet:
     False
     """
     path = demo_weights_path() if weights is None else Path(weights)
-    return load_weights(DemoNet(), path, what="demo", rebuild="python -m sitecal.demo.train")
+    return load_weights(DemoNet(), path, what="demo", rebuild="python examples/demo/train.py")

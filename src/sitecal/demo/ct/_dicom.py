@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 from pydicom.dataset import Dataset
 
 from .._part10 import new_instance, set_patient_study, set_pixels
-from ._scanners import CT_SOP_CLASS_UID, CtScanner, CtSite
+from ._scanners import CT_SOP_CLASS_UID, CtScanner, Site
 from ._synthesis import INTERCEPT
 
 __all__ = ["SeriesHeader", "StudyHeader", "build_slice", "ds_number"]
@@ -54,7 +54,7 @@ def ds_number(value: float) -> str:
 
 
 @lru_cache(maxsize=16)
-def _constant_elements(scanner: CtScanner, site: CtSite) -> Dataset:
+def _constant_elements(scanner: CtScanner, site: Site) -> Dataset:
     """Elements equal for every CT slice of one scanner (never mutated once built)."""
     ds = Dataset()
     ds.SpecificCharacterSet = "ISO_IR 100"
@@ -88,7 +88,7 @@ def build_slice(
     series: SeriesHeader,
     *,
     scanner: CtScanner,
-    site: CtSite,
+    site: Site,
     frame_of_reference_uid: str,
     sop_uid: str,
     instance_number: int,
@@ -101,7 +101,7 @@ def build_slice(
     ----------
     study, series : StudyHeader, SeriesHeader
         Shared values.
-    scanner, site : CtScanner, CtSite
+    scanner, site : CtScanner, Site
         Equipment and institution.
     frame_of_reference_uid, sop_uid : str
         FrameOfReferenceUID (one per study) and SOPInstanceUID.

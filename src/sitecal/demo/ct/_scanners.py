@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._scanners import Site
+
 __all__ = [
     "CLASS_NAMES",
     "CT_SOP_CLASS_UID",
@@ -17,8 +19,8 @@ __all__ = [
     "SCANNERS",
     "SITES",
     "CtScanner",
-    "CtSite",
     "Reconstruction",
+    "Site",
     "scanner_by_key",
 ]
 
@@ -27,16 +29,6 @@ CLASS_NAMES: tuple[str, ...] = ("no_nodule", "nodule")
 
 #: CT Image Storage.
 CT_SOP_CLASS_UID = "1.2.840.10008.5.1.4.1.1.2"
-
-
-@dataclass(frozen=True)
-class CtSite:
-    """One fictional institution: folder key, InstitutionName, ID prefix, share of the patients."""
-
-    key: str
-    institution_name: str
-    id_prefix: str
-    share: float
 
 
 @dataclass(frozen=True)
@@ -70,7 +62,7 @@ class CtScanner:
     key : str
         Stable short name (``"ct-scanner-1"``) used in the manifest and the model card.
     site : str
-        Key of the :class:`CtSite`.
+        Key of its site in :data:`SITES` (a :class:`sitecal.demo.Site`, the type the 2-D demo uses too).
     manufacturer, model_name, station_name : str
         Manufacturer, ManufacturerModelName and StationName.
     localizer_description : str
@@ -102,9 +94,9 @@ class CtScanner:
     share: float
 
 
-SITES: tuple[CtSite, ...] = (
-    CtSite("site-1", "Northgate General Hospital", "NGH", 0.6),
-    CtSite("site-2", "Riverside Community Hospital", "RCH", 0.4),
+SITES: tuple[Site, ...] = (
+    Site("site-1", "Northgate General Hospital", "NGH", 0.6),
+    Site("site-2", "Riverside Community Hospital", "RCH", 0.4),
 )
 
 SCANNERS: tuple[CtScanner, ...] = (

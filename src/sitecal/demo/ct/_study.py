@@ -13,13 +13,23 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._scanners import CtScanner
-from ._synthesis import SLICE_SPACING, SeriesGeometry, acquire, axial_geometry, hu_at, localizer_geometry
+from ._synthesis import (
+    INTERCEPT,
+    SLICE_SPACING,
+    SeriesGeometry,
+    acquire,
+    axial_geometry,
+    hu_at,
+    localizer_geometry,
+)
 from ._synthesis import sample_phantom as _sample_phantom
 
-__all__ = ["MIN_SLICES", "SeriesImage", "SimulatedStudy", "StudyKind", "simulate_study"]
+__all__ = ["MIN_SLICES", "SeriesImage", "SimulatedStudy", "StudyKind", "simulate_study", "synthesize_volumes"]
 
 #: Fewest slices a qualifying series has (the protocol's ``data.series.min_slices``).
 MIN_SLICES = 12
+#: Share of the studies with a nodule.
+PREVALENCE = 0.4
 
 
 class StudyKind(StrEnum):
@@ -135,3 +145,39 @@ def simulate_study(
         g = localizer_geometry(lateral=lateral, z_centre=z_start + extent / 2.0)
         localizers.append(SeriesImage(g, acquire(hu_at(phantom, *g.points()), scanner.primary, scanner, rng)))
     return SimulatedStudy(primary, secondary, tuple(localizers))
+
+
+def synthesize_volumes(
+    n: int, scanner: CtScanner, rng: np.random.Generator
+) -> tuple[list[NDArray[np.float32]], NDArray[np.int64]]:
+    """HU volumes (as the pipeline's reader returns them) and labels of ``n`` single-series studies.
+
+    The in-memory twin of :func:`sitecal.demo.ct.generate_ct_demo`: the primary series of
+    :func:`simulate_study`, without localizers, headers or files. The CT demo model is trained on these
+    (``examples/demo/train.py --ct``).
+
+    Parameters
+    ----------
+    n : int
+        Number of studies.
+    scanner : CtScanner
+        The scanner that acquires them.
+    rng : numpy.random.Generator
+        Source of the labels and of each study's own stream.
+
+    Returns
+    -------
+    volumes : list of ndarray of float32, each (n_slices, 48, 48)
+        HU = stored + RescaleIntercept, slices in ascending projection on the normal.
+    labels : ndarray of int64, shape (n,)
+        1 for a nodule, else 0.
+    """
+    labels = (rng.uniform(size=n) < PREVALENCE).astype(np.int64)
+    seeds = rng.integers(0, 2**63, n)
+    volumes = []
+    for label, s in zip(labels, seeds, strict=True):
+        study = simulate_study(
+            np.random.default_rng(int(s)), scanner, nodule=bool(label), with_localizers=False
+        )
+        volumes.append(study.primary.stored.astype(np.float32) + np.float32(INTERCEPT))
+    return volumes, labels

@@ -41,7 +41,7 @@ from .._files import (
 from ._dicom import SeriesHeader, StudyHeader, build_slice
 from ._manifest import CtDemoManifest, CtSeries, CtStudy
 from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, CtScanner, scanner_by_key
-from ._study import MIN_SLICES, SeriesImage, SimulatedStudy, StudyKind, simulate_study
+from ._study import MIN_SLICES, PREVALENCE, SeriesImage, SimulatedStudy, StudyKind, simulate_study
 
 __all__ = [
     "CtDemoManifest",
@@ -56,7 +56,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _FIRST_DATE = dt.date(2024, 2, 5)
-_PREVALENCE = 0.4
 _KIND_SHARES = (
     (StudyKind.SINGLE, 0.64),
     (StudyKind.FEWER, 0.16),
@@ -140,7 +139,7 @@ def _plan(rng: np.random.Generator, n_total: int, n_unqualified: int) -> tuple[l
                     patient=p,
                     site=site,
                     scanner=members[int(rng.choice(len(members), p=weights / weights.sum()))],
-                    label=int(rng.uniform() < _PREVALENCE),
+                    label=int(rng.uniform() < PREVALENCE),
                     kind=StudyKind.TOO_SHORT if len(rows) in unqualified else kind,
                     date=day,
                     time="".join(f"{int(v):02d}" for v in (rng.integers(7, 20), *rng.integers(0, 60, 2))),

@@ -25,6 +25,7 @@ CT_INPUT_SHAPE: tuple[int, int, int, int] = (1, 16, 48, 48)
 
 _WEIGHTS_NAME = "demo_ct.safetensors"
 _METADATA_NAME = "demo_ct.json"
+_REBUILD = "python examples/demo/train.py --ct"
 
 
 def _block(c_in: int, c_out: int, stride: tuple[int, int, int] = (1, 1, 1)) -> nn.Sequential:
@@ -104,7 +105,7 @@ def demo_ct_metadata() -> dict[str, Any]:
     ModelError
         If the file is missing or is not valid JSON.
     """
-    return read_model_card(demo_ct_metadata_path(), what="CT demo", rebuild="python -m sitecal.demo.ct.train")
+    return read_model_card(demo_ct_metadata_path(), what="CT demo", rebuild=_REBUILD)
 
 
 def load_demo_ct_model(weights: Path | None = None) -> DemoNet3D:
@@ -113,7 +114,7 @@ def load_demo_ct_model(weights: Path | None = None) -> DemoNet3D:
     Parameters
     ----------
     weights : pathlib.Path, optional
-        A file written by ``python -m sitecal.demo.ct.train``; default :func:`demo_ct_weights_path`.
+        A file written by ``python examples/demo/train.py --ct``; default :func:`demo_ct_weights_path`.
 
     Returns
     -------
@@ -126,4 +127,4 @@ def load_demo_ct_model(weights: Path | None = None) -> DemoNet3D:
         If the file is missing, not safetensors, or does not fit :class:`DemoNet3D`.
     """
     path = demo_ct_weights_path() if weights is None else Path(weights)
-    return load_weights(DemoNet3D(), path, what="CT demo", rebuild="python -m sitecal.demo.ct.train")
+    return load_weights(DemoNet3D(), path, what="CT demo", rebuild=_REBUILD)

@@ -1,17 +1,17 @@
-"""How both demo models are trained: checks, seeding, the loop, the folded temperature, the card, the CLI.
+"""How both demo models are trained: checks, seeding, the loop, the folded temperature, weights and card.
 
-:mod:`sitecal.demo.train` (2-D) and :mod:`sitecal.demo.ct.train` (3-D) make their own data and model;
-everything from the seed to the model card is shared here, so the two stay deterministic the same way:
-the global torch seed is set just before the model is built, batches come from a ``torch.Generator``
-seeded alike, deterministic algorithms are on and the thread count is fixed (and all of it restored).
+``_radiograph.py`` (2-D) and ``_ct.py`` (3-D) make their own data and model; everything from the seed to
+the model card is shared here, so the two stay deterministic the same way: the global torch seed is set
+just before the model is built, batches come from a ``torch.Generator`` seeded alike, deterministic
+algorithms are on and the thread count is fixed (and all of it restored).
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +19,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
+from _local_metrics import ece, fit_temperature
 from torch import nn
 
-from ..errors import DataError
-from ._local_metrics import ece, fit_temperature
+from sitecal.errors import DataError
 
 __all__ = [
     "FoldedScores",
@@ -33,9 +33,9 @@ __all__ = [
     "fit_classifier",
     "fold_temperature",
     "model_card",
-    "training_cli",
     "training_result",
     "write_card",
+    "write_weights",
 ]
 
 logger = logging.getLogger(__name__)
@@ -265,21 +265,16 @@ def write_card(card: Mapping[str, Any], path: Path) -> None:
     path.write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
 
 
-def training_cli(
-    argv: Sequence[str] | None,
-    *,
-    prog: str,
-    description: str,
-    default_out: Path,
-    defaults: TrainingSettings,
-) -> argparse.Namespace:
-    """Parse ``[--out PATH] [--seed N] [--epochs N] [--n-train N] [--threads N]`` and set up logging."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--out", type=Path, default=default_out, help="weights file to write")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--epochs", type=int, default=defaults.epochs)
-    parser.add_argument("--n-train", type=int, default=defaults.n_train)
-    parser.add_argument("--threads", type=int, default=defaults.threads)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return args
+def write_weights(model: nn.Module, out: Path) -> str:
+    """Write ``model``'s state dict to ``out`` as safetensors, readable by all; return its sha256.
+
+    The file holds one metadata key only: safetensors writes its metadata map in arbitrary order, and
+    the file must be byte-identical from run to run.
+    """
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(out), metadata={"format": "pt"})
+    out.chmod(0o644)  # safetensors writes 0600; the file ships in the package
+    return hashlib.sha256(out.read_bytes()).hexdigest()

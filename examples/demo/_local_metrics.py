@@ -1,7 +1,7 @@
-"""Top-label ECE and a temperature fit, as small local functions of the demos' training and checks.
+"""Top-label ECE and a temperature fit, as small local functions of the demo models' training and checks.
 
-They are independent of :mod:`sitecal.metrics` and :mod:`sitecal.calibration` on purpose: the demos'
-``verify`` commands are a check of the demo data and model, not a use of the pipeline's own code.
+They are independent of :mod:`sitecal.metrics` and :mod:`sitecal.calibration` on purpose: ``verify.py``
+is a check of the demo data and models, not a use of the pipeline's own code.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""The per-scanner table of both demos' ``verify`` commands, from the logits of a scored cohort.
+"""The per-scanner table of ``verify.py``, from the logits of a scored cohort (radiographs or CT).
 
-:mod:`sitecal.demo.verify` and :mod:`sitecal.demo.ct.verify` read their cohorts' DICOM files and run
-their models; what they then report is the same: per scanner, accuracy, mean confidence and top-label
-ECE, and on a patient-level 50/50 split the held-out ECE before and after a temperature fitted on the
-other half.
+``verify.py`` reads a cohort's DICOM files and runs the bundled model; what it then reports is the same
+for both demos: per scanner, accuracy, mean confidence and top-label ECE, and on a patient-level 50/50
+split the held-out ECE before and after a temperature fitted on the other half.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from _local_metrics import ece, fit_temperature
 from numpy.typing import NDArray
-
-from ._local_metrics import ece, fit_temperature
 
 __all__ = ["ScannerCheck", "format_table", "scanner_checks"]
 

@@ -1,12 +1,10 @@
-"""Train the bundled demo CNN on the reference scanner only, deterministically, in about a minute on 2 CPUs.
+"""The 2-D demo model: its training data, training run and model card, and the check through the DICOM files.
 
-Run ``python -m sitecal.demo.train [--out src/sitecal/demo/demo_cnn.safetensors]``. It writes the
-weights (safetensors, no pickle) and a model card ``demo_cnn.json`` next to them.
-
-The images are made by the same code as the DICOM generator (:mod:`sitecal.demo._synthesis`), turned into
-presentation values by the same arithmetic as :func:`sitecal.demo.presentation_values` (driven by the
-scanner profile instead of a header) and into model inputs by :func:`preprocess_batch`, the batched twin
-of the protocol's MONAI transforms; ``tests/demo`` checks both equalities.
+Training images are made by the package's generator code (:func:`sitecal.demo.synthesize_stored`, the
+in-memory twin of :func:`sitecal.demo.generate_demo`), turned into presentation values by
+:func:`sitecal.demo.stored_to_presentation` (the arithmetic of :func:`sitecal.demo.presentation_values`,
+driven by the scanner profile instead of a header) and into model inputs by :func:`preprocess_batch`, the
+batched twin of the protocol's MONAI transforms; ``tests/demo`` checks both equalities.
 
 After training, a temperature is fitted on the reference scanner's validation set and folded into the
 last layer, as a vendor would ship a model calibrated on its development data. The model is therefore
@@ -18,49 +16,60 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pydicom
 import torch
-from numpy.typing import NDArray
-
-from ._preprocess import DEMO_TRANSFORMS, preprocess_batch
-from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, ScannerProfile, scanner_by_key
-from ._synthesis import acquire, render_scenes, sample_anatomy, sample_labels, stored_to_presentation
-from ._training import TrainingResult as _TrainingResult
-from ._training import (
+import torch.nn.functional as F
+from _checks import ScannerCheck, scanner_checks
+from _training import TrainingResult as _TrainingResult
+from _training import (
     check_config,
     deterministic_threads,
     fit_classifier,
     fold_temperature,
     model_card,
-    training_cli,
     training_result,
     write_card,
+    write_weights,
 )
-from ._weights import write_weights
-from .model import DEMO_INPUT_SHAPE, DemoNet, demo_weights_path
+from numpy.typing import NDArray
+
+from sitecal.demo import (
+    CLASS_NAMES,
+    DEMO_INPUT_SHAPE,
+    DEMO_SPATIAL_SIZE,
+    DEMO_TRANSFORMS,
+    REFERENCE_SCANNER,
+    DemoManifest,
+    DemoNet,
+    ScannerProfile,
+    demo_transforms,
+    load_demo_model,
+    presentation_values,
+    scanner_by_key,
+    stored_to_presentation,
+    synthesize_stored,
+)
 
 __all__ = [
     "TrainingConfig",
     "TrainingResult",
-    "main",
+    "check_cohort",
     "model_inputs",
-    "synthesize_stored",
-    "train_demo_model",
+    "preprocess_batch",
+    "train_model",
     "write_model",
 ]
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 64
-
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Settings of one training run (all recorded in the model card)."""
+    """Settings of one training run (all recorded in the model card); the defaults made the shipped model."""
 
     seed: int = 0
     scanner: str = REFERENCE_SCANNER
@@ -77,35 +86,31 @@ TrainingResult = _TrainingResult[DemoNet]
 """The trained model (eval mode, temperature folded in) and its record."""
 
 
-def synthesize_stored(
-    n: int, scanner: ScannerProfile, rng: np.random.Generator
-) -> tuple[NDArray[np.uint16], NDArray[np.int64]]:
-    """Synthesise the stored pixel values and labels of ``n`` studies on one scanner, one patient each.
+def preprocess_batch(images: NDArray[np.floating] | torch.Tensor) -> torch.Tensor:
+    """Batched equivalent of :func:`sitecal.demo.demo_transforms` applied to each image.
+
+    MONAI's ``Resize`` defaults to ``mode="area"`` without anti-aliasing, and ``NormalizeIntensity``
+    divides by the population standard deviation (``unbiased=False``), replacing a zero deviation by 1;
+    this does the same arithmetic on a whole batch at once (MONAI's per-image overhead would dominate
+    training time). A test keeps the two equal.
 
     Parameters
     ----------
-    n : int
-        Number of images.
-    scanner : ScannerProfile
-        The scanner that acquires them.
-    rng : numpy.random.Generator
-        Source of every random choice.
+    images : array or tensor, shape (N, Rows, Columns)
+        Presentation values, as :func:`sitecal.demo.presentation_values` returns them.
 
     Returns
     -------
-    stored : ndarray of uint16, shape (n, 128, 128)
-        What the scanner would write to Pixel Data.
-    labels : ndarray of int64, shape (n,)
-        Class indices into :data:`sitecal.demo.CLASS_NAMES`.
+    torch.Tensor of float32, shape (N, 1, 64, 64)
+        Area-resized, then each image shifted to mean 0 and divided by its population standard deviation
+        (left undivided where that deviation is 0).
     """
-    sex = rng.choice(np.array(["F", "M"]), size=n)
-    anatomy = sample_anatomy(rng, sex)
-    labels = sample_labels(rng, n)
-    stored = np.empty((n, 128, 128), dtype=np.uint16)
-    for start in range(0, n, _CHUNK):
-        idx = np.arange(start, min(start + _CHUNK, n))
-        stored[idx] = acquire(render_scenes(rng, labels[idx], anatomy.take(idx)), scanner, rng)
-    return stored, labels
+    x = torch.as_tensor(images, dtype=torch.float32)[:, None]
+    x = F.interpolate(x, size=DEMO_SPATIAL_SIZE, mode="area")
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    std = x.std(dim=(1, 2, 3), keepdim=True, unbiased=False)
+    std = torch.where(std == 0.0, torch.ones_like(std), std)
+    return (x - mean) / std
 
 
 def model_inputs(stored: NDArray[np.uint16], scanner: ScannerProfile) -> torch.Tensor:
@@ -130,14 +135,14 @@ def _data(n: int, scanner: ScannerProfile, rng: np.random.Generator) -> tuple[to
     return torch.cat(xs), torch.cat(ys)
 
 
-def train_demo_model(config: TrainingConfig | None = None) -> TrainingResult:
-    """Train :class:`DemoNet` on images of one scanner, deterministically.
+def train_model(config: TrainingConfig | None = None) -> TrainingResult:
+    """Train :class:`sitecal.demo.DemoNet` on images of one scanner, deterministically.
 
     Parameters
     ----------
     config : TrainingConfig, optional
         Defaults: seed 0, the reference scanner, 6,000 training and 1,500 validation images, 10 epochs
-        of AdamW with a one-cycle learning rate, 2 threads.
+        of AdamW with a one-cycle learning rate, 2 threads (about a minute on 2 CPU cores).
 
     Returns
     -------
@@ -195,22 +200,51 @@ def write_model(result: TrainingResult, out: Path) -> tuple[Path, Path]:
     return out, card_path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m sitecal.demo.train [--out PATH] [--seed N] [--epochs N]``."""
-    args = training_cli(
-        argv,
-        prog="python -m sitecal.demo.train",
-        description=__doc__.splitlines()[0],
-        default_out=demo_weights_path(),
-        defaults=TrainingConfig(),
-    )
-    result = train_demo_model(
-        TrainingConfig(seed=args.seed, epochs=args.epochs, n_train=args.n_train, threads=args.threads)
-    )
-    weights, card = write_model(result, args.out)
-    logger.info("Wrote %s and %s", weights, card)
-    return 0
+def _logits_of(manifest: DemoManifest, model: torch.nn.Module) -> tuple[NDArray[np.float64], list[str]]:
+    transforms = demo_transforms()
+    inputs, scanners = [], []
+    studies = [s for s in manifest.studies if s.intact]
+    for study in studies:
+        ds = pydicom.dcmread(manifest.dicom_dir / study.relative_path)
+        inputs.append(torch.as_tensor(transforms(presentation_values(ds))).as_subclass(torch.Tensor))
+        scanners.append(str(ds.ManufacturerModelName))
+    x = torch.stack(inputs)
+    with torch.no_grad():
+        logits = torch.cat([model(x[i : i + 512]) for i in range(0, len(x), 512)])
+    return logits.double().numpy(), scanners
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def check_cohort(
+    manifest: DemoManifest, *, model: torch.nn.Module | None = None, split_seed: int = 0
+) -> list[ScannerCheck]:
+    """Per-scanner accuracy, confidence, ECE and held-out temperature-scaling effect, through the files.
+
+    Reads every intact file with pydicom, applies :func:`sitecal.demo.presentation_values` and the
+    protocol's MONAI transforms, and runs the model.
+
+    Parameters
+    ----------
+    manifest : DemoManifest
+        A cohort written by :func:`sitecal.demo.generate_demo`.
+    model : torch.nn.Module, optional
+        Default: the bundled model.
+    split_seed : int, default 0
+        Seed of the patient-level fit/held-out split.
+
+    Returns
+    -------
+    list of ScannerCheck
+        One per scanner, in the manifest's scanner order.
+    """
+    model = load_demo_model() if model is None else model
+    logits, scanners = _logits_of(manifest, model)
+    studies = [s for s in manifest.studies if s.intact]
+    return scanner_checks(
+        logits,
+        np.array([CLASS_NAMES.index(s.label) for s in studies]),
+        scanners,
+        [s.patient_id for s in studies],
+        scanner_order=manifest.scanners,
+        reference=manifest.reference_scanner,
+        split_seed=split_seed,
+    )
