@@ -5,6 +5,9 @@ within 1e-6; ``labels`` is (N,) class indices in [0, C). ECE-family bins are ``(
 value of 0 in the first bin; 15 equal-width bins by default. The clinical calibration measures
 (slope, intercept, observed/expected) and the AUROC judge one binary event: the positive class for
 two classes, "the predicted class is correct" (top-label) for more.
+
+The metrics sitecal knows by name, with their labels, directions and uses, are listed once, in
+:mod:`sitecal.metrics.registry`.
 """
 
 from __future__ import annotations
@@ -30,20 +33,19 @@ from sitecal.metrics._recalibration import (
     top_label_recalibration,
 )
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
-from sitecal.metrics._softmax import softmax
-from sitecal.metrics._statistics import (
-    METRIC_NAMES,
-    MassECEStatistic,
-    SumMetricStatistic,
-    metric_statistic,
-)
+from sitecal.metrics._softmax import PROBABILITY_FLOOR, log_probabilities, softmax
+from sitecal.metrics._statistics import MassECEStatistic, SumMetricStatistic
+from sitecal.metrics.registry import METRIC_NAMES, METRICS, Metric, metric_statistic
 
 __all__ = [
+    "METRICS",
     "METRIC_NAMES",
     "NLL_CLIP",
+    "PROBABILITY_FLOOR",
     "RECALIBRATION_STATISTICS",
     "CalibrationSlopeIntercept",
     "MassECEStatistic",
+    "Metric",
     "RecalibrationStatistic",
     "ReliabilityCurve",
     "SumMetricStatistic",
@@ -55,6 +57,7 @@ __all__ = [
     "calibration_slope_intercept",
     "debiased_expected_calibration_error",
     "expected_calibration_error",
+    "log_probabilities",
     "maximum_calibration_error",
     "metric_statistic",
     "negative_log_likelihood",

@@ -6,7 +6,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import rankdata
 
 from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
@@ -86,6 +85,10 @@ def auroc(probs: ArrayLike, labels: ArrayLike, *, average: Average = "macro") ->
             f"scored. Class {k} has no {which} among the {n} rows, so its AUROC is undefined; evaluate "
             "a group that contains every class, or merge rare classes first."
         )
+    # imported here: scipy.stats takes over a second to import, and every reader of the metric registry
+    # (the protocol, the report) imports this module without needing a rank
+    from scipy.stats import rankdata
+
     ranks = rankdata(scores, method="average", axis=0)
     rank_sum = np.where(positive, ranks, 0.0).sum(axis=0)
     per_class = (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)

@@ -9,7 +9,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from sitecal._validation import check_logits, check_temperature
 
-__all__ = ["softmax"]
+__all__ = ["PROBABILITY_FLOOR", "log_probabilities", "softmax"]
+
+#: Probabilities below this are taken as this before their logarithm (0 has none).
+PROBABILITY_FLOOR = 1e-12
 
 
 def softmax(logits: ArrayLike, *, temperature: float | ArrayLike = 1.0) -> NDArray[np.float64]:
@@ -59,3 +62,21 @@ def _softmax(scaled: NDArray[Any]) -> NDArray[np.float64]:
     e = np.exp(shifted)
     out: NDArray[np.float64] = e / e.sum(axis=1, keepdims=True)
     return out
+
+
+def log_probabilities(probabilities: ArrayLike, *, floor: float = PROBABILITY_FLOOR) -> NDArray[np.float64]:
+    r"""Scores whose softmax gives ``probabilities`` back: ``log(max(p, floor))``, in float64.
+
+    A model known only by its probabilities is temperature-scaled on these scores:
+    ``softmax(log p / T)`` is ``p`` at ``T = 1`` (rows are renormalised, so a row summing to 1 within
+    rounding comes back summing to 1 exactly) and is sharpened or softened as ``T`` moves from 1.
+    A probability of 0 has no logarithm: it is floored at ``floor``.
+
+    Examples
+    --------
+    >>> z = log_probabilities([[0.2, 0.8], [1.0, 0.0]])
+    >>> softmax(z).round(6).tolist()
+    [[0.2, 0.8], [1.0, 0.0]]
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    return np.log(np.clip(p, floor, None))

@@ -6,10 +6,12 @@ of its rows, was drawn). Most metrics here are a function of weighted sums of pe
 .. math:: \theta(w) = g\Bigl(\sum_i w_i\, t_i\Bigr), \qquad t_i \in \mathbb{R}^J,
 
 so the engine can sum the terms per cluster once and evaluate a whole chunk of resamples from
-``(B, n_clusters)`` weights. These objects provide ``row_terms`` (the ``t_i``, shape (N, J)) and
-``from_sums`` (``g``, applied row-wise to shape (B, J)); with all weights 1 they reproduce the
-plain metric. Equal-mass ECE has data-dependent bin edges, which must be recomputed in each
-resample, so it offers ``prepare`` / ``evaluate`` on per-row weights instead.
+``(B, n_clusters)`` weights. Each such metric has a :class:`SumForm` here (``row_terms``, the ``t_i`` of
+shape (N, J), and ``from_sums``, ``g`` applied row-wise to shape (B, J)); the metric registry
+(:mod:`sitecal.metrics.registry`) names them, and :class:`SumMetricStatistic` packages one for the
+engine. With all weights 1 they reproduce the plain metric. Equal-mass ECE has data-dependent bin
+edges, which must be recomputed in each resample, so it offers ``prepare`` / ``evaluate`` on per-row
+weights instead.
 
 Not here, because they are not functions of per-cluster sums: the calibration slope and intercept
 (a logistic fit per resample) and the AUROC (ranks). Bootstrap them through
@@ -18,34 +20,35 @@ Not here, because they are not functions of per-cluster sums: the calibration sl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_int, check_labels, check_option, check_probs
+from sitecal._validation import check_labels, check_probs
 from sitecal.metrics._binning import assign_bins, bin_edges
 from sitecal.metrics._calibration_error import top_label
 from sitecal.metrics._clinical import event_outcome
 from sitecal.metrics._debiased import debiased_squared_from_sums
 from sitecal.metrics._scores import accuracy_terms, brier_terms, nll_terms
 
-__all__ = ["METRIC_NAMES", "MassECEStatistic", "SumMetricStatistic", "metric_statistic"]
-
-#: Names accepted by :func:`metric_statistic` (and by ``sitecal.stats.bootstrap_metrics``).
-METRIC_NAMES = (
-    "ece",
-    "ece_mass",
-    "classwise_ece",
-    "mce",
-    "ece_debiased",
-    "oe_ratio",
-    "nll",
-    "brier",
-    "accuracy",
-)
-
-_SCORES = {"nll": nll_terms, "brier": brier_terms, "accuracy": accuracy_terms}
+__all__ = [
+    "MassECEStatistic",
+    "SumForm",
+    "SumMetricStatistic",
+    "WeightedForm",
+    "WeightedStatistic",
+    "accuracy_sums",
+    "brier_sums",
+    "classwise_ece_sums",
+    "debiased_ece_sums",
+    "ece_sums",
+    "mce_sums",
+    "nll_sums",
+    "oe_ratio_sums",
+]
 
 
 def _validated(
@@ -64,89 +67,59 @@ def _one_hot_columns(
     return out
 
 
+#: ``row_terms(probs, labels, n_bins, func)``: validated (N, C) probabilities and (N,) labels in, the
+#: (N, J) terms out, column 0 all ones (the row count); ``func`` names the caller in error messages.
+RowTerms = Callable[[NDArray[np.float64], NDArray[np.int64], int, str], NDArray[np.float64]]
+#: ``from_sums(sums, n_bins)``: weighted sums of the terms, (B, J), to the metric, (B,).
+FromSums = Callable[[NDArray[np.float64], int], NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class SumForm:
+    """A metric written as ``g(sum_i w_i t_i)``: its per-row terms ``t_i`` and the map ``g``.
+
+    The registry (:mod:`sitecal.metrics.registry`) gives each metric that has such a form one of these;
+    calling it with a name and ``n_bins`` packages it as a :class:`SumMetricStatistic`.
+    """
+
+    row_terms: RowTerms
+    from_sums: FromSums
+
+    def __call__(self, name: str, n_bins: int) -> SumMetricStatistic:
+        """The metric ``name`` in this form, with ``n_bins`` equal-width bins."""
+        return SumMetricStatistic(name=name, form=self, n_bins=n_bins)
+
+
 @dataclass(frozen=True)
 class SumMetricStatistic:
     """A metric written as ``g(sum_i w_i t_i)`` for the bootstrap's sufficient-statistic fast path.
 
-    Use :func:`metric_statistic` to build one. ``data`` is ``(probs, labels)`` as for the metric
-    functions; equal-width bins only (fixed edges, so exact under any weights).
+    Use :func:`~sitecal.metrics.metric_statistic` to build one. ``data`` is ``(probs, labels)`` as for
+    the metric functions; equal-width bins only (fixed edges, so exact under any weights).
 
     Attributes
     ----------
     name : str
-        One of ``"ece"``, ``"classwise_ece"``, ``"mce"``, ``"ece_debiased"``, ``"oe_ratio"``, ``"nll"``,
-        ``"brier"``, ``"accuracy"``.
+        The metric's name in :mod:`sitecal.metrics.registry`.
+    form : SumForm
+        Its terms and the map from their sums to the metric.
     n_bins : int
         Bins of the ECE-family metrics (ignored by the scores).
     """
 
     name: str
+    form: SumForm = field(repr=False)
     n_bins: int = 15
 
     def row_terms(self, probs: ArrayLike, labels: ArrayLike) -> NDArray[np.float64]:
         """Per-row terms ``t_i``, shape (N, J); column 0 is always the row count (all ones)."""
-        p, y = _validated(probs, labels, func=f"metric_statistic({self.name!r}).row_terms")
-        n = p.shape[0]
-        ones = np.ones((n, 1))
-        if self.name in _SCORES:
-            return np.hstack([ones, _SCORES[self.name](p, y)[:, None]])
-        if self.name == "oe_ratio":
-            prob, outcome, _ = event_outcome(p, y, "auto", func="metric_statistic('oe_ratio')")
-            return np.stack([np.ones(n), outcome, prob], axis=1)
-        edges = bin_edges(np.empty(0), self.n_bins, "width")
-        if self.name == "classwise_ece":
-            n_classes = p.shape[1]
-            # column 1 + k * n_bins + b holds (1[y = k] - p_k) for rows whose p_k is in bin b
-            index = assign_bins(p.reshape(-1), edges).reshape(n, n_classes)
-            index = index + self.n_bins * np.arange(n_classes)[None, :]
-            gap = (y[:, None] == np.arange(n_classes)[None, :]) - p
-            terms = np.zeros((n, n_classes * self.n_bins))
-            np.put_along_axis(terms, index, gap, axis=1)
-            return np.hstack([ones, terms])
-        confidence, correct = top_label(p, y)
-        index = assign_bins(confidence, edges)
-        gaps = _one_hot_columns(index, correct - confidence, self.n_bins)
-        if self.name == "ece":
-            return np.hstack([ones, gaps])
-        counts = _one_hot_columns(index, np.ones(n), self.n_bins)
-        if self.name == "ece_debiased":
-            # per bin: count, sum of correctness, sum of confidence (correctness is 0/1, so its sum
-            # also gives the sum of squares the variance correction needs)
-            corrects = _one_hot_columns(index, correct, self.n_bins)
-            confidences = _one_hot_columns(index, confidence, self.n_bins)
-            return np.hstack([ones, counts, corrects, confidences])
-        return np.hstack([ones, counts, gaps])  # "mce"
+        func = f"metric_statistic({self.name!r})"
+        p, y = _validated(probs, labels, func=f"{func}.row_terms")
+        return self.form.row_terms(p, y, self.n_bins, func)
 
     def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
-        total = sums[:, 0]
-        if self.name in _SCORES:
-            out: NDArray[np.float64] = sums[:, 1] / total
-            return out
-        if self.name == "oe_ratio":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out = sums[:, 1] / sums[:, 2]
-            return out
-        if self.name == "ece":
-            out = np.abs(sums[:, 1:]).sum(axis=1) / total
-            return out
-        if self.name == "ece_debiased":
-            b = self.n_bins
-            squared = debiased_squared_from_sums(
-                sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :]
-            )
-            out = np.sqrt(np.maximum(squared, 0.0))
-            return out
-        if self.name == "classwise_ece":
-            n_classes = (sums.shape[1] - 1) // self.n_bins
-            out = np.abs(sums[:, 1:]).sum(axis=1) / (total * n_classes)
-            return out
-        counts = sums[:, 1 : 1 + self.n_bins]
-        gaps = np.abs(sums[:, 1 + self.n_bins :])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_bin = np.where(counts > 0, gaps / np.where(counts > 0, counts, 1.0), -np.inf)
-        out = per_bin.max(axis=1)
-        return out
+        return self.form.from_sums(sums, self.n_bins)
 
     def __call__(
         self, probs: ArrayLike, labels: ArrayLike, *, weights: NDArray[np.float64]
@@ -154,6 +127,144 @@ class SumMetricStatistic:
         """Evaluate under per-row weights of shape (B, N); returns (B,)."""
         w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
         return self.from_sums(w @ self.row_terms(probs, labels))
+
+
+# -- the scores: one term per row, the metric is its weighted mean --
+
+
+def _score_terms(
+    terms: Callable[[NDArray[np.float64], NDArray[np.int64]], NDArray[np.float64]],
+    probs: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    n_bins: int,
+    func: str,
+) -> NDArray[np.float64]:
+    return np.hstack([np.ones((probs.shape[0], 1)), terms(probs, labels)[:, None]])
+
+
+def _mean_term(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    out: NDArray[np.float64] = sums[:, 1] / sums[:, 0]
+    return out
+
+
+nll_sums = SumForm(partial(_score_terms, nll_terms), _mean_term)
+brier_sums = SumForm(partial(_score_terms, brier_terms), _mean_term)
+accuracy_sums = SumForm(partial(_score_terms, accuracy_terms), _mean_term)
+
+
+# -- observed / expected: a ratio of two sums --
+
+
+def _oe_terms(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
+) -> NDArray[np.float64]:
+    prob, outcome, _ = event_outcome(probs, labels, "auto", func=func)
+    return np.stack([np.ones(probs.shape[0]), outcome, prob], axis=1)
+
+
+def _oe_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: NDArray[np.float64] = sums[:, 1] / sums[:, 2]
+    return out
+
+
+oe_ratio_sums = SumForm(_oe_terms, _oe_from_sums)
+
+
+# -- the ECE family on fixed equal-width bins --
+
+
+def _classwise_terms(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
+) -> NDArray[np.float64]:
+    n, n_classes = probs.shape
+    edges = bin_edges(np.empty(0), n_bins, "width")
+    # column 1 + k * n_bins + b holds (1[y = k] - p_k) for rows whose p_k is in bin b
+    index = assign_bins(probs.reshape(-1), edges).reshape(n, n_classes)
+    index = index + n_bins * np.arange(n_classes)[None, :]
+    gap = (labels[:, None] == np.arange(n_classes)[None, :]) - probs
+    terms = np.zeros((n, n_classes * n_bins))
+    np.put_along_axis(terms, index, gap, axis=1)
+    return np.hstack([np.ones((n, 1)), terms])
+
+
+def _classwise_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    n_classes = (sums.shape[1] - 1) // n_bins
+    out: NDArray[np.float64] = np.abs(sums[:, 1:]).sum(axis=1) / (sums[:, 0] * n_classes)
+    return out
+
+
+classwise_ece_sums = SumForm(_classwise_terms, _classwise_from_sums)
+
+
+def _top_label_bins(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """Top-label confidence, correctness and equal-width bin of each row."""
+    edges = bin_edges(np.empty(0), n_bins, "width")
+    confidence, correct = top_label(probs, labels)
+    return confidence, correct, assign_bins(confidence, edges)
+
+
+def _ece_terms(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
+) -> NDArray[np.float64]:
+    confidence, correct, index = _top_label_bins(probs, labels, n_bins)
+    gaps = _one_hot_columns(index, correct - confidence, n_bins)
+    return np.hstack([np.ones((probs.shape[0], 1)), gaps])
+
+
+def _ece_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    out: NDArray[np.float64] = np.abs(sums[:, 1:]).sum(axis=1) / sums[:, 0]
+    return out
+
+
+ece_sums = SumForm(_ece_terms, _ece_from_sums)
+
+
+def _mce_terms(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
+) -> NDArray[np.float64]:
+    n = probs.shape[0]
+    confidence, correct, index = _top_label_bins(probs, labels, n_bins)
+    gaps = _one_hot_columns(index, correct - confidence, n_bins)
+    counts = _one_hot_columns(index, np.ones(n), n_bins)
+    return np.hstack([np.ones((n, 1)), counts, gaps])
+
+
+def _mce_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    counts = sums[:, 1 : 1 + n_bins]
+    gaps = np.abs(sums[:, 1 + n_bins :])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_bin = np.where(counts > 0, gaps / np.where(counts > 0, counts, 1.0), -np.inf)
+    out: NDArray[np.float64] = per_bin.max(axis=1)
+    return out
+
+
+mce_sums = SumForm(_mce_terms, _mce_from_sums)
+
+
+def _debiased_terms(
+    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
+) -> NDArray[np.float64]:
+    n = probs.shape[0]
+    confidence, correct, index = _top_label_bins(probs, labels, n_bins)
+    # per bin: count, sum of correctness, sum of confidence (correctness is 0/1, so its sum also gives
+    # the sum of squares the variance correction needs)
+    counts = _one_hot_columns(index, np.ones(n), n_bins)
+    corrects = _one_hot_columns(index, correct, n_bins)
+    confidences = _one_hot_columns(index, confidence, n_bins)
+    return np.hstack([np.ones((n, 1)), counts, corrects, confidences])
+
+
+def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    b = n_bins
+    squared = debiased_squared_from_sums(sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :])
+    out: NDArray[np.float64] = np.sqrt(np.maximum(squared, 0.0))
+    return out
+
+
+debiased_ece_sums = SumForm(_debiased_terms, _debiased_from_sums)
 
 
 @dataclass(frozen=True)
@@ -173,12 +284,12 @@ class MassECEStatistic:
     ``binning="mass"`` computes on the resampled data. Cost O(B N n_bins) per chunk of B weightings.
     """
 
+    name: str
     n_bins: int = 15
-    name: str = "ece_mass"
 
     def prepare(self, probs: ArrayLike, labels: ArrayLike) -> _MassPrepared:
         """Validate once and sort the confidences."""
-        p, y = _validated(probs, labels, func="metric_statistic('ece_mass').prepare")
+        p, y = _validated(probs, labels, func=f"metric_statistic({self.name!r}).prepare")
         confidence, correct = top_label(p, y)
         order = np.argsort(confidence, kind="stable")
         ordered = confidence[order]
@@ -253,38 +364,8 @@ class MassECEStatistic:
         return self.evaluate(self.prepare(probs, labels), w)
 
 
-def metric_statistic(name: str, *, n_bins: int = 15) -> SumMetricStatistic | MassECEStatistic:
-    """Package a metric for :func:`sitecal.stats.bootstrap_interval`, with ``data=(probs, labels)``.
-
-    Parameters
-    ----------
-    name : str
-        One of :data:`METRIC_NAMES`:
-        ``"ece"`` is top-label ECE with equal-width bins, ``"ece_mass"`` with equal-mass bins,
-        ``"classwise_ece"`` class-wise with equal-width bins, ``"mce"`` top-label MCE with
-        equal-width bins, ``"ece_debiased"`` the debiased top-label l2 error
-        (:func:`~sitecal.metrics.debiased_expected_calibration_error`) with equal-width bins from
-        per-bin counts, correct and confidence sums, ``"oe_ratio"``
-        (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums; the
-        scores are those of :mod:`sitecal.metrics`. Calibration slope/intercept and AUROC are not
-        sums of per-row terms and have no entry here.
-    n_bins : int, default 15
-
-    Returns
-    -------
-    SumMetricStatistic or MassECEStatistic
-        Both are callables ``stat(probs, labels, weights=W)`` with ``W`` of shape (B, N), returning
-        (B,); with ``W = ones((1, N))`` the value equals the metric function's.
-
-    Examples
-    --------
-    >>> stat = metric_statistic("accuracy")
-    >>> stat([[0.9, 0.1], [0.2, 0.8]], [0, 0], weights=np.array([[1.0, 1.0], [2.0, 0.0]])).tolist()
-    [0.5, 1.0]
-    """
-    func = "metric_statistic"
-    which = check_option(name, name="name", func=func, options=METRIC_NAMES)
-    bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
-    if which == "ece_mass":
-        return MassECEStatistic(n_bins=bins)
-    return SumMetricStatistic(name=which, n_bins=bins)
+#: What the bootstrap engine evaluates under resampling weights: ``stat(probs, labels, weights=W)``.
+WeightedStatistic = SumMetricStatistic | MassECEStatistic
+#: How the registry packages a metric for the engine: ``form(name, n_bins)`` -> a weighted statistic
+#: (a :class:`SumForm`, or :class:`MassECEStatistic` itself).
+WeightedForm = Callable[[str, int], WeightedStatistic]

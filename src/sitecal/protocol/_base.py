@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-MetricName = Literal["ece", "nll", "brier", "accuracy"]
+from sitecal.metrics.registry import names as metric_names
+
+if TYPE_CHECKING:
+    MetricName = str
+    CriterionMetricName = str
+else:
+    # Literal types built from the metric registry, so that the schema's enum and pydantic's messages
+    # ("Input should be 'ece', 'nll', ...") list exactly the registry's names, in its order.
+    #: A name in ``evaluation.metrics`` and ``evaluation.disparity_metrics``: a reported metric.
+    MetricName = Literal[metric_names(reported=True)]
+    #: A name an acceptance criterion may judge.
+    CriterionMetricName = Literal[metric_names(criterion=True)]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 # The identifier policy for subgroup tags. A subgroup's values are printed in cohort.csv, evaluation.json,

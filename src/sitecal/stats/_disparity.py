@@ -17,6 +17,8 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import SumMetricStatistic, metric_statistic
+from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._drawn_sums import DrawnSums
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, auto_chunk_size, make_plan, map_chunks
@@ -77,7 +79,7 @@ def disparity_intervals(
     *,
     clusters: ArrayLike | None,
     strata: ArrayLike | None = None,
-    metric: str = "ece",
+    metric: str = ECE.name,
     n_bins: int = 15,
     min_group_size: int = 1,
     spec: BootstrapSpec | None = None,
@@ -95,8 +97,9 @@ def disparity_intervals(
     strata : array_like, shape (N,), optional
         Resampling strata (clusters must nest in them), e.g. the group of each patient's first study.
     metric : str, default "ece"
-        A metric with a per-cluster-sum fast path: ``"ece"``, ``"classwise_ece"``, ``"mce"``, ``"nll"``,
-        ``"brier"``, ``"accuracy"``.
+        A metric with a per-cluster-sum fast path (the registry's ``summable`` metrics): ``"ece"``,
+        ``"classwise_ece"``, ``"mce"``, ``"ece_debiased"``, ``"oe_ratio"``, ``"nll"``, ``"brier"``,
+        ``"accuracy"``.
     n_bins : int, default 15
     min_group_size : int, default 1
         Groups with fewer rows are not judged (listed in ``too_small``); at least two must remain.
@@ -136,9 +139,9 @@ def disparity_intervals(
         )
     statistic = metric_statistic(metric, n_bins=n_bins)
     if not isinstance(statistic, SumMetricStatistic):
+        allowed = ", ".join(repr(name) for name in metric_names(summable=True))
         raise DataError(
-            f"The 'metric' parameter of {func} must be a metric with fixed bins "
-            f"('ece', 'classwise_ece', 'mce', 'nll', 'brier', 'accuracy'). Got {metric!r}."
+            f"The 'metric' parameter of {func} must be a metric with fixed bins ({allowed}). Got {metric!r}."
         )
     names, codes = np.unique(g, return_inverse=True)
     sizes = np.bincount(codes, minlength=names.shape[0])

@@ -12,13 +12,15 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
+from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, auto_chunk_size, make_evaluator, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
 
-DEFAULT_METRICS = ("ece", "nll", "brier", "accuracy")
+#: The metrics a protocol reports by default (the registry's ``reported`` metrics).
+DEFAULT_METRICS = metric_names(reported=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,8 +138,9 @@ def bootstrap_metrics(
     strata : array_like, shape (N,), optional
         Stratum per row; clusters must nest in strata.
     metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
-        Names from :data:`sitecal.metrics.METRIC_NAMES`: ``"ece"`` (top-label, equal width),
-        ``"ece_mass"``, ``"classwise_ece"``, ``"mce"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
+        Names from :data:`sitecal.metrics.METRIC_NAMES` (the registry's bootstrappable metrics):
+        ``"ece"`` (top-label, equal width), ``"ece_mass"``, ``"classwise_ece"``, ``"mce"``,
+        ``"ece_debiased"``, ``"oe_ratio"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
     n_bins : int, default 15
     spec : BootstrapSpec, optional
         Default ``BootstrapSpec()`` (1000 percentile resamples at 95 %, seed 0).

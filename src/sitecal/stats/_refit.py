@@ -18,6 +18,7 @@ from sitecal._validation import check_int, check_labels, check_logits, check_opt
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
+from sitecal.metrics.registry import ECE
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_evaluator, make_plan
@@ -82,7 +83,7 @@ def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], l
         if not isinstance(stat, SumMetricStatistic):
             raise DataError(
                 f"The 'metrics' parameter of {func} must name metrics with fixed bins; {m!r} recomputes its "
-                "bins per resample and is not supported here. Use 'ece' (equal-width) instead."
+                f"bins per resample and is not supported here. Use {ECE.name!r} (equal-width) instead."
             )
         stats.append(stat)
     return names, stats
@@ -120,7 +121,8 @@ def refit_bootstrap(
     fit_strata, eval_strata : array_like, optional
         Resampling strata of each split (clusters nest in strata).
     metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
-        Metrics with fixed bins from :data:`sitecal.metrics.METRIC_NAMES` (not ``"ece_mass"``).
+        Metrics with fixed bins from :data:`sitecal.metrics.METRIC_NAMES` (the registry's ``summable``
+        ones: not ``"ece_mass"``).
     n_bins : int, default 15
     bounds : (float, float), default (0.05, 100.0)
         Bounds of T, as in :func:`~sitecal.calibration.fit_temperature`.

@@ -1,0 +1,425 @@
+"""The metric registry: the one list of the metrics sitecal knows, and what each one is.
+
+Every part that names metrics reads it: the protocol (which names ``evaluation.metrics`` and an
+acceptance criterion accept, and the default list), the statistics (which metrics the bootstrap engine
+evaluates, and how), the evaluation, the report (labels, which way is better, the Methods wording) and
+the tests (the invariants run over every entry, and each entry is checked against a reference). Adding
+a metric is one entry in :data:`METRICS`.
+
+>>> from sitecal.metrics.registry import metric, names
+>>> names(reported=True)
+('ece', 'nll', 'brier', 'accuracy')
+>>> m = metric("brier")
+>>> m.label, m.direction, m.bootstrappable
+('Brier score', 'lower', True)
+>>> m([[0.75, 0.25], [0.5, 0.5]], [0, 0])
+0.3125
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from numpy.typing import ArrayLike
+
+from sitecal._validation import check_int, check_option
+from sitecal.metrics._calibration_error import expected_calibration_error, maximum_calibration_error
+from sitecal.metrics._clinical import calibration_slope_intercept, observed_expected_ratio
+from sitecal.metrics._debiased import debiased_expected_calibration_error
+from sitecal.metrics._ranking import auroc
+from sitecal.metrics._scores import accuracy, brier_score, negative_log_likelihood
+from sitecal.metrics._statistics import (
+    MassECEStatistic,
+    SumForm,
+    WeightedForm,
+    WeightedStatistic,
+    accuracy_sums,
+    brier_sums,
+    classwise_ece_sums,
+    debiased_ece_sums,
+    ece_sums,
+    mce_sums,
+    nll_sums,
+    oe_ratio_sums,
+)
+
+__all__ = [
+    "ACCURACY",
+    "AUROC",
+    "BRIER",
+    "CLASSWISE_ECE",
+    "ECE",
+    "ECE_DEBIASED",
+    "ECE_DEBIASED_MASS",
+    "ECE_MASS",
+    "INTERCEPT",
+    "MCE",
+    "METRICS",
+    "METRIC_NAMES",
+    "NLL",
+    "OE_RATIO",
+    "SLOPE",
+    "Direction",
+    "Metric",
+    "MetricFunction",
+    "metric",
+    "metric_statistic",
+    "names",
+]
+
+#: Which way is better: a smaller value, a larger one, or one nearer :attr:`Metric.target`.
+Direction = Literal["lower", "higher", "target"]
+#: ``function(probs, labels, n_bins) -> float``; metrics without bins ignore ``n_bins``.
+MetricFunction = Callable[[ArrayLike, ArrayLike, int], float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its name, how people read it, how to compute it, and where it may be used.
+
+    Attributes
+    ----------
+    name : str
+        The name in protocols, ``evaluation.json`` and the statistics, e.g. ``"ece"``.
+    label : str
+        How the report prints it, e.g. ``"Brier score"``.
+    function : callable
+        ``function(probs, labels, n_bins) -> float`` on (N, C) probabilities and (N,) labels.
+    direction : {"lower", "higher", "target"}
+        Which way is better; ``"target"``: nearer :attr:`target`.
+    description : str
+        What it measures, in a few words; the report's Methods section prints ``"<label>: <description>"``.
+    bounds : (float, float)
+        The values it can take, ends included where reached (``math.inf`` for none).
+    target : float or None
+        The ideal value of a ``"target"`` metric (1 for a calibration slope); None otherwise.
+    weighted : callable or None
+        How the bootstrap engine evaluates it under resampling weights: ``weighted(name, n_bins)`` gives
+        the statistic (a :class:`~sitecal.metrics.SumMetricStatistic` from a ``SumForm``, or a
+        :class:`~sitecal.metrics.MassECEStatistic`); None when the engine cannot.
+    reported : bool
+        May be listed in a protocol's ``evaluation.metrics``: computed for every group before and after
+        calibration, with intervals, disparities and refit intervals (so it needs a sum form, and a
+        direction of ``"lower"`` or ``"higher"`` for the report's wording).
+    criterion : bool
+        May be named in an acceptance criterion (so it must be ``reported`` too).
+    needs_every_class : bool
+        Undefined (an error) unless every class occurs among the labels, as the AUROC.
+    """
+
+    name: str
+    label: str
+    function: MetricFunction
+    direction: Direction
+    description: str
+    bounds: tuple[float, float]
+    target: float | None = None
+    weighted: WeightedForm | None = None
+    reported: bool = False
+    criterion: bool = False
+    needs_every_class: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if (self.direction == "target") != (self.target is not None):
+            problems.append("a target exactly when the direction is 'target'")
+        if self.reported and not self.summable:
+            problems.append("a sum form (weighted=SumForm) when reported: the refit and disparity intervals")
+        if self.reported and self.direction == "target":
+            problems.append("direction 'lower' or 'higher' when reported: the report says which is better")
+        if self.criterion and not self.reported:
+            problems.append("reported=True when criterion=True: a criterion's metric must be evaluated")
+        if not self.bounds[0] <= self.bounds[1]:
+            problems.append("bounds (low, high) with low <= high")
+        if problems:
+            raise ValueError(f"Metric {self.name!r} needs " + "; ".join(problems) + ".")
+
+    @property
+    def bootstrappable(self) -> bool:
+        """Whether :func:`metric_statistic` packages it for the paired bootstrap engine."""
+        return self.weighted is not None
+
+    @property
+    def summable(self) -> bool:
+        """Whether it is a function of per-row sums on fixed bins (the disparity and refit fast paths)."""
+        return isinstance(self.weighted, SumForm)
+
+    def statistic(self, *, n_bins: int = 15) -> WeightedStatistic:
+        """The weighted statistic the bootstrap engine evaluates (see :func:`metric_statistic`)."""
+        if self.weighted is None:
+            raise ValueError(f"Metric {self.name!r} has no weighted form for the bootstrap engine.")
+        return self.weighted(self.name, n_bins)
+
+    def __call__(self, probs: ArrayLike, labels: ArrayLike, *, n_bins: int = 15) -> float:
+        """The metric of ``probs`` (N, C) and ``labels`` (N,); ``n_bins`` for the binned ones."""
+        return self.function(probs, labels, n_bins)
+
+
+def _ece(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return expected_calibration_error(probs, labels, n_bins=n_bins)
+
+
+def _ece_mass(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return expected_calibration_error(probs, labels, n_bins=n_bins, binning="mass")
+
+
+def _classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return expected_calibration_error(probs, labels, n_bins=n_bins, kind="classwise")
+
+
+def _mce(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return maximum_calibration_error(probs, labels, n_bins=n_bins)
+
+
+def _ece_debiased(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return debiased_expected_calibration_error(probs, labels, n_bins=n_bins)
+
+
+def _ece_debiased_mass(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return debiased_expected_calibration_error(probs, labels, n_bins=n_bins, binning="mass")
+
+
+def _oe_ratio(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return observed_expected_ratio(probs, labels)
+
+
+def _slope(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return calibration_slope_intercept(probs, labels).slope
+
+
+def _intercept(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return calibration_slope_intercept(probs, labels).intercept
+
+
+def _auroc(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return auroc(probs, labels)
+
+
+def _nll(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return negative_log_likelihood(probs, labels)
+
+
+def _brier(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return brier_score(probs, labels)
+
+
+def _accuracy(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return accuracy(probs, labels)
+
+
+_UNIT = (0.0, 1.0)
+
+ECE = Metric(
+    name="ece",
+    label="ECE",
+    function=_ece,
+    direction="lower",
+    description="top-label expected calibration error, equal-width bins",
+    bounds=_UNIT,
+    weighted=ece_sums,
+    reported=True,
+    criterion=True,
+)
+ECE_MASS = Metric(
+    name="ece_mass",
+    label="ECE (equal-mass bins)",
+    function=_ece_mass,
+    direction="lower",
+    description="top-label expected calibration error, equal-mass (adaptive) bins",
+    bounds=_UNIT,
+    weighted=MassECEStatistic,
+)
+CLASSWISE_ECE = Metric(
+    name="classwise_ece",
+    label="Class-wise ECE",
+    function=_classwise_ece,
+    direction="lower",
+    description="expected calibration error of every class's probability, averaged over classes",
+    bounds=_UNIT,
+    weighted=classwise_ece_sums,
+)
+MCE = Metric(
+    name="mce",
+    label="MCE",
+    function=_mce,
+    direction="lower",
+    description="maximum calibration error: the largest gap between accuracy and confidence in a bin",
+    bounds=_UNIT,
+    weighted=mce_sums,
+)
+ECE_DEBIASED = Metric(
+    name="ece_debiased",
+    label="Debiased ECE",
+    function=_ece_debiased,
+    direction="lower",
+    description="debiased top-label l2 calibration error (Kumar et al., 2019), equal-width bins",
+    bounds=_UNIT,
+    weighted=debiased_ece_sums,
+)
+ECE_DEBIASED_MASS = Metric(
+    name="ece_debiased_mass",
+    label="Debiased ECE (equal-mass bins)",
+    function=_ece_debiased_mass,
+    direction="lower",
+    description="debiased top-label l2 calibration error (Kumar et al., 2019), equal-mass bins",
+    bounds=_UNIT,
+)
+OE_RATIO = Metric(
+    name="oe_ratio",
+    label="O:E",
+    function=_oe_ratio,
+    direction="target",
+    target=1.0,
+    description="observed over expected events (the positive class, or the top-label event)",
+    bounds=(0.0, math.inf),
+    weighted=oe_ratio_sums,
+)
+SLOPE = Metric(
+    name="slope",
+    label="Calibration slope",
+    function=_slope,
+    direction="target",
+    target=1.0,
+    description="slope of the logistic recalibration of the event on the logit of its probability",
+    bounds=(-math.inf, math.inf),
+)
+INTERCEPT = Metric(
+    name="intercept",
+    label="Calibration intercept",
+    function=_intercept,
+    direction="target",
+    target=0.0,
+    description="calibration-in-the-large: the logistic recalibration's intercept with the slope fixed at 1",
+    bounds=(-math.inf, math.inf),
+)
+AUROC = Metric(
+    name="auroc",
+    label="AUROC",
+    function=_auroc,
+    direction="higher",
+    description="area under the ROC curve (one-vs-rest, macro-averaged for more than two classes)",
+    bounds=_UNIT,
+    needs_every_class=True,
+)
+NLL = Metric(
+    name="nll",
+    label="NLL",
+    function=_nll,
+    direction="lower",
+    description="mean negative log-likelihood of the true class (nats)",
+    bounds=(0.0, math.inf),
+    weighted=nll_sums,
+    reported=True,
+    criterion=True,
+)
+BRIER = Metric(
+    name="brier",
+    label="Brier score",
+    function=_brier,
+    direction="lower",
+    description="mean squared error of the predicted probability vector",
+    bounds=(0.0, 2.0),
+    weighted=brier_sums,
+    reported=True,
+    criterion=True,
+)
+ACCURACY = Metric(
+    name="accuracy",
+    label="Accuracy",
+    function=_accuracy,
+    direction="higher",
+    description="share of studies whose most probable class is the true one",
+    bounds=_UNIT,
+    weighted=accuracy_sums,
+    reported=True,
+    criterion=True,
+)
+
+#: Every metric, in registry order (the order of every list derived from it).
+METRICS: tuple[Metric, ...] = (
+    ECE,
+    ECE_MASS,
+    CLASSWISE_ECE,
+    MCE,
+    ECE_DEBIASED,
+    ECE_DEBIASED_MASS,
+    OE_RATIO,
+    SLOPE,
+    INTERCEPT,
+    AUROC,
+    NLL,
+    BRIER,
+    ACCURACY,
+)
+_BY_NAME = {m.name: m for m in METRICS}
+if len(_BY_NAME) != len(METRICS):  # pragma: no cover - a registry edit that repeats a name
+    raise ValueError("Every metric in METRICS needs its own name.")
+
+
+def names(
+    *,
+    reported: bool | None = None,
+    criterion: bool | None = None,
+    bootstrappable: bool | None = None,
+    summable: bool | None = None,
+) -> tuple[str, ...]:
+    """Names of the metrics with the given properties (None: either), in registry order.
+
+    >>> names(criterion=True)
+    ('ece', 'nll', 'brier', 'accuracy')
+    """
+    wanted = {
+        "reported": reported,
+        "criterion": criterion,
+        "bootstrappable": bootstrappable,
+        "summable": summable,
+    }
+    return tuple(m.name for m in METRICS if all(v is None or getattr(m, k) is v for k, v in wanted.items()))
+
+
+def metric(name: str) -> Metric:
+    """The registry entry of ``name`` (matched case-insensitively); DataError with a guess otherwise."""
+    return _BY_NAME[check_option(name, name="name", func="metric", options=tuple(_BY_NAME))]
+
+
+#: Names accepted by :func:`metric_statistic` (and by ``sitecal.stats.bootstrap_metrics``).
+METRIC_NAMES = names(bootstrappable=True)
+
+
+def metric_statistic(name: str, *, n_bins: int = 15) -> WeightedStatistic:
+    """Package a metric for :func:`sitecal.stats.bootstrap_interval`, with ``data=(probs, labels)``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`METRIC_NAMES` (the registry's bootstrappable metrics):
+        ``"ece"`` is top-label ECE with equal-width bins, ``"ece_mass"`` with equal-mass bins,
+        ``"classwise_ece"`` class-wise with equal-width bins, ``"mce"`` top-label MCE with
+        equal-width bins, ``"ece_debiased"`` the debiased top-label l2 error
+        (:func:`~sitecal.metrics.debiased_expected_calibration_error`) with equal-width bins from
+        per-bin counts, correct and confidence sums, ``"oe_ratio"``
+        (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums; the
+        scores are those of :mod:`sitecal.metrics`. Calibration slope/intercept and AUROC are not
+        sums of per-row terms and have no entry here.
+    n_bins : int, default 15
+
+    Returns
+    -------
+    SumMetricStatistic or MassECEStatistic
+        Both are callables ``stat(probs, labels, weights=W)`` with ``W`` of shape (B, N), returning
+        (B,); with ``W = ones((1, N))`` the value equals the metric function's.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> stat = metric_statistic("accuracy")
+    >>> stat([[0.9, 0.1], [0.2, 0.8]], [0, 0], weights=np.array([[1.0, 1.0], [2.0, 0.0]])).tolist()
+    [0.5, 1.0]
+    """
+    func = "metric_statistic"
+    which = check_option(name, name="name", func=func, options=METRIC_NAMES)
+    bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
+    return _BY_NAME[which].statistic(n_bins=bins)
