@@ -19,9 +19,17 @@ from sitecal.evaluation._characteristics import (
 )
 from sitecal.metrics import softmax
 from sitecal.protocol import Protocol
-from sitecal.report.schema import validate_evaluation
+from sitecal.results import Evaluation
 
 CLASSES = ["normal", "nodule", "effusion"]
+FLOW = {
+    "files_found": 240,
+    "dicom_instances": 240,
+    "studies": 240,
+    "labelled": 240,
+    "analysed": 240,
+    "exclusions": [],
+}
 
 
 def _protocol(*, sex: bool = True, age: bool = True, **evaluation: Any) -> Protocol:
@@ -59,7 +67,7 @@ def small_case() -> tuple[EvaluationData, np.ndarray]:
 
 def test_characteristics_of_a_hand_built_cohort() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(), data, fit)
+    out = cohort_characteristics(_protocol(), data, fit).to_dict()
     assert out["sex_attribute"] == "sex" and out["age_attribute"] == "age_band" and out["notes"] == []
     assert out["tags"] == {
         "scanner": "ManufacturerModelName",
@@ -97,7 +105,7 @@ def test_characteristics_of_a_hand_built_cohort() -> None:
 
 def test_characteristics_match_pandas_groupby() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(), data, fit)
+    out = cohort_characteristics(_protocol(), data, fit).to_dict()
     frame = pd.DataFrame({**data.attributes, "patient": data.patient_keys, "label": data.labels, "fit": fit})
     for attribute, rows in out["subgroups"].items():
         grouped = frame.groupby(attribute)
@@ -117,7 +125,7 @@ def test_characteristics_match_pandas_groupby() -> None:
 
 def test_protocol_without_sex_or_age_bands_says_so() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(sex=False, age=False, subgroups=["scanner"]), data, fit)
+    out = cohort_characteristics(_protocol(sex=False, age=False, subgroups=["scanner"]), data, fit).to_dict()
     assert out["sex_attribute"] is None and out["age_attribute"] is None
     assert out["notes"] == [
         "The protocol has no subgroup read from PatientSex: the sex mix is not described.",
@@ -167,7 +175,7 @@ def _error_case() -> tuple[EvaluationData, np.ndarray, dict[str, np.ndarray], np
 
 def test_highest_confidence_errors_by_hand() -> None:
     data, held, probs, groups = _error_case()
-    out = highest_confidence_errors(data, held, probs, groups)
+    out = highest_confidence_errors(data, held, probs, groups).to_dict()
     assert (out["limit"], out["n_evaluation"], out["n_errors"]) == (MAX_ERRORS, 6, 4)
     assert "note" not in out
     # Hand order: S-c 0.8; then S-a and S-d at 0.7 (by key); then S-f 0.5. Groups follow the data rows.
@@ -205,19 +213,19 @@ def test_highest_confidence_errors_by_hand() -> None:
             "confidence_after": 0.5,
         },
     ]
-    two = highest_confidence_errors(data, held, probs, groups, limit=2)
+    two = highest_confidence_errors(data, held, probs, groups, limit=2).to_dict()
     assert [s["study_key"] for s in two["studies"]] == ["S-c", "S-a"]
 
 
 def test_errors_without_keys_or_with_uid_keys_are_not_listed() -> None:
     data, held, probs, groups = _error_case()
     bare = EvaluationData(data.logits, data.labels, data.patient_keys, {}, CLASSES)
-    out = highest_confidence_errors(bare, held, probs, groups)
+    out = highest_confidence_errors(bare, held, probs, groups).to_dict()
     assert out["studies"] == [] and out["n_errors"] == 4
     assert out["note"] == "study keys were not passed to the evaluation: no study can be named"
     uids = np.array([f"1.2.826.0.1.3680043.8.498.{i}" for i in range(8)])
     leaky = EvaluationData(data.logits, data.labels, data.patient_keys, {}, CLASSES, study_keys=uids)
-    out = highest_confidence_errors(leaky, held, probs, groups)
+    out = highest_confidence_errors(leaky, held, probs, groups).to_dict()
     assert out["studies"] == [] and "look like DICOM UIDs" in out["note"]
     assert "1.2.826" not in json.dumps(out)
 
@@ -244,7 +252,7 @@ def _synthetic(seed: int = 3) -> EvaluationData:
 def test_evaluate_writes_both_keys_consistently_and_they_validate() -> None:
     data = _synthetic()
     protocol = _protocol(subgroups=["scanner", "sex"], metrics=["ece", "accuracy"], disparity_metrics=["ece"])
-    out = evaluate(protocol, data, cohort_flow={}, protocol_sha256="0" * 64)
+    out = evaluate(protocol, data, cohort_flow=FLOW, protocol_sha256="0" * 64)
     doc = json.loads(json.dumps(out.document))
     chars, errors = doc["characteristics"], doc["highest_confidence_errors"]
     assert chars["overall"]["n_fit"] == int(out.fit_mask.sum()) == doc["split"]["n_fit"]
@@ -263,10 +271,9 @@ def test_evaluate_writes_both_keys_consistently_and_they_validate() -> None:
     assert [s["study_key"] for s in errors["studies"]] == [k for _, k in top]
     assert [s["confidence_after"] for s in errors["studies"]] == pytest.approx([-c for c, _ in top])
     assert (
-        evaluate(protocol, data, cohort_flow={}, protocol_sha256="0" * 64).document[
+        evaluate(protocol, data, cohort_flow=FLOW, protocol_sha256="0" * 64).document[
             "highest_confidence_errors"
         ]
         == errors
     )
-    flow = {"files_found": 240, "dicom_instances": 240, "studies": 240, "labelled": 240, "analysed": 240}
-    validate_evaluation({**doc, "cohort_flow": {**flow, "exclusions": [], "fit": 1, "evaluation": 1}})
+    assert Evaluation.from_dict(doc) == out.result

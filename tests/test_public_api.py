@@ -17,6 +17,7 @@ PACKAGES = [
     "sitecal.inference",
     "sitecal.report",
     "sitecal.protocol",
+    "sitecal.results",
 ]
 
 

@@ -44,7 +44,7 @@ from sitecal.report._context import Context
 from sitecal.report._sensitivity import format_percent, sensitivity
 from sitecal.report._styles import make_styles, register_fonts
 from sitecal.report._text import format_count, format_interval, format_value
-from sitecal.report.schema import validate_evaluation
+from sitecal.results import Evaluation
 from sitecal.stats import bootstrap_interval
 
 SITES = {"North": (360, 2.0), "River": (300, 1.3), "Aldric": (260, 1.6), "Tiny": (24, 1.5)}
@@ -100,7 +100,7 @@ def outcome(data: EvaluationData) -> Any:
 @pytest.fixture(scope="module")
 def document(outcome: Any) -> Document:
     doc: Document = json.loads(json.dumps(outcome.document, allow_nan=False))  # as evaluation.json
-    validate_evaluation(doc)
+    Evaluation.from_dict(doc)
     return doc
 
 
@@ -239,7 +239,7 @@ def test_leave_one_site_out_refits_on_the_remaining_fit_part(
 
 
 def test_deterministic_and_without_nan(data: EvaluationData, outcome: Any, document: Document) -> None:
-    again = sensitivity_analyses(_protocol(), data, outcome.fit_mask, outcome.temperatures)
+    again = sensitivity_analyses(_protocol(), data, outcome.fit_mask, outcome.temperatures).to_dict()
     assert json.dumps(again, allow_nan=False) == json.dumps(document["sensitivity"], allow_nan=False)
 
 
@@ -256,7 +256,7 @@ def test_site_falls_back_to_the_calibration_attribute(data: EvaluationData) -> N
     assert het["attribute"] == "scanner"
     assert [g["group"] for g in het["after"]["groups"]] == ["A1", "N1", "R1"]
     assert [r["left_out"] for r in doc["sensitivity"]["leave_one_site_out"]["rows"]] == ["A1", "N1", "R1"]
-    validate_evaluation(json.loads(json.dumps(doc, allow_nan=False)))
+    Evaluation.from_dict(json.loads(json.dumps(doc, allow_nan=False)))
 
 
 def test_degenerate_groups_give_null_with_a_reason(data: EvaluationData) -> None:
@@ -301,7 +301,7 @@ def test_report_section_prints_the_documents_numbers(tmp_path: Path, document: D
 
 def test_report_section_copes_with_documents_without_sensitivity(tmp_path: Path, document: Document) -> None:
     old = {k: v for k, v in document.items() if k != "sensitivity"}
-    validate_evaluation(old)  # older documents still validate
+    Evaluation.from_dict(old)  # older documents still validate
     text = render_section(tmp_path, sensitivity, old)
     assert "records no sensitivity analyses" in " ".join(text.split())
 
@@ -335,7 +335,7 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
     changed = EvaluationData(
         data.logits, data.labels, data.patient_keys, {**data.attributes, "site": site}, data.class_names
     )
-    sens = sensitivity_analyses(_protocol(), changed, outcome.fit_mask, outcome.temperatures)
+    sens = sensitivity_analyses(_protocol(), changed, outcome.fit_mask, outcome.temperatures).to_dict()
     after = sens["heterogeneity"]["after"]
     assert [g["group"] for g in after["groups"]] == ["North", "River"]
     assert [e["group"] for e in after["excluded"]] == ["Tiny", "unknown"]
@@ -351,7 +351,7 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
 def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome: Any) -> None:
     sens = sensitivity_analyses(
         _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="bootstrap"
-    )
+    ).to_dict()
     assert sens["recalibration"]["intervals"]["slope"].startswith("patient-cluster bootstrap")
     probs, held = _after_probs(data, outcome)
     rows = data.attributes["site"][held] == "River"

@@ -1,9 +1,10 @@
-"""evaluation.json follows the packaged JSON Schema: real runs validate, broken documents are named.
+"""Real runs' evaluation.json read back as sitecal.results.Evaluation and follow the generated schema.
 
 One demo cohort is generated and run once through the command line (the full pipeline, report included).
 The protocol variants then re-run the evaluation stage, ``sitecal.evaluation.evaluate``, on that run's own
 analysed studies (cohort.csv + predictions.csv), which is what ``sitecal run`` would write for them; the
 first variant is checked to reproduce the run's evaluation.json exactly, so the shortcut is faithful.
+Broken documents and the schema itself are tested on small synthetic documents in tests/results.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,9 @@ from tests.conftest import write_demo_protocol
 
 from sitecal.cli import main
 from sitecal.demo import generate_demo
-from sitecal.errors import DataError
-from sitecal.evaluation import SCHEMA_VERSION, EvaluationData, evaluate
+from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.protocol import load_protocol
-from sitecal.report.schema import evaluation_schema, validate_evaluation
+from sitecal.results import Evaluation, json_schema, read_document
 
 jsonschema = pytest.importorskip("jsonschema", reason="the schema tests need the test extra (jsonschema)")
 
@@ -95,7 +94,7 @@ def _analysed(folder: Path, class_names: list[str], subgroups: list[str]) -> Eva
     with open(folder / "cohort.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     with open(folder / "predictions.csv", newline="", encoding="utf-8") as f:
-        logits = {r["study_key"]: [float(r[f"logit_{c}"]) for c in class_names] for r in csv.DictReader(f)}
+        logits = {r["study_key"]: [float(r[f"logit:{c}"]) for c in class_names] for r in csv.DictReader(f)}
     return EvaluationData(
         logits=np.array([logits[r["study_key"]] for r in rows]),
         labels=np.array([class_names.index(r["label"]) for r in rows]),
@@ -114,7 +113,8 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
     path = _protocol(root, manifest, first)
     assert main(["run", str(path), "--no-progress"]) in (0, 1)
     (folder,) = (root / first / "reports").glob("demo-*")
-    written = json.loads((folder / "evaluation.json").read_text(encoding="utf-8"))
+    written = read_document(folder / "evaluation.json", Evaluation).to_dict()
+    assert written == json.loads((folder / "evaluation.json").read_text(encoding="utf-8"))
     data = _analysed(folder, written["class_names"], list(load_protocol(path).protocol.subgroups))
     flow = {k: v for k, v in written["cohort_flow"].items() if k not in ("fit", "evaluation")}
     docs = {"run": written}
@@ -135,26 +135,6 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
     return docs
 
 
-def test_the_schema_is_valid_draft_2020_12_and_names_its_version() -> None:
-    schema = evaluation_schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert "sitecal" in schema["$id"] and schema["$id"].endswith(f":schema_version:{SCHEMA_VERSION}")
-    assert schema["properties"]["schema_version"] == {
-        "description": schema["properties"]["schema_version"]["description"],
-        "const": SCHEMA_VERSION,
-    }
-    schema["title"] = "changed"
-    assert evaluation_schema()["title"] != "changed", "evaluation_schema() must return a copy"
-
-
-def test_every_ref_resolves_and_every_def_is_used() -> None:
-    schema = evaluation_schema()
-    text = json.dumps(schema)
-    refs = set(re.findall(r'"\$ref": "#/\$defs/([a-z_0-9]+)"', text))
-    assert refs == set(schema["$defs"])
-
-
 @pytest.mark.slow
 def test_the_evaluation_stage_reproduces_the_run(documents: dict[str, Document]) -> None:
     assert documents[next(iter(VARIANTS))] == documents["run"]
@@ -163,7 +143,9 @@ def test_the_evaluation_stage_reproduces_the_run(documents: dict[str, Document])
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["run", *VARIANTS])
 def test_real_documents_validate(documents: dict[str, Document], name: str) -> None:
-    validate_evaluation(documents[name])
+    doc = documents[name]
+    assert Evaluation.from_dict(doc).to_dict() == doc
+    jsonschema.Draft202012Validator(json_schema(Evaluation)).validate(doc)
 
 
 @pytest.mark.slow
@@ -188,126 +170,3 @@ def test_the_variants_reach_every_optional_shape(documents: dict[str, Document])
     assert documents["no-subgroups-no-criteria"]["subgroups"] == {}
     assert documents["no-subgroups-no-criteria"]["acceptance"] == []
     assert {d["bootstrap"]["method"] for d in documents.values()} == {"percentile", "bca"}
-
-
-def _set(path: tuple[str | int, ...], value: Any) -> Callable[[Document], None]:
-    def mutate(doc: Document) -> None:
-        node: Any = doc
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _delete(path: tuple[str | int, ...]) -> Callable[[Document], None]:
-    def mutate(doc: Document) -> None:
-        node: Any = doc
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-
-    return mutate
-
-
-#: (mutation, the dotted path the error names, the start of what it says is wrong)
-MUTATIONS = {
-    "missing top-level key": (_delete(("verdict",)), "verdict", "is missing"),
-    "missing nested key": (
-        _delete(("overall", "metrics", "ece", "before", "low")),
-        "overall.metrics.ece.before.low",
-        "is missing",
-    ),
-    "missing row key": (
-        _delete(("subgroups", "scanner", 1, "n_patients")),
-        "subgroups.scanner[1].n_patients",
-        "is missing",
-    ),
-    "wrong type": (
-        _set(("subgroups", "scanner", 0, "n"), "38"),
-        "subgroups.scanner[0].n",
-        "is invalid: '38' is not of type 'integer'",
-    ),
-    "float count": (
-        _set(("split", "n_fit"), 150.5),
-        "split.n_fit",
-        "is invalid: 150.5 is not of type 'integer'",
-    ),
-    "unknown key": (_set(("split", "extra"), 1), "split.extra", "is not a field of this object"),
-    "unknown metric": (_set(("overall", "metrics", "auroc"), {}), "overall.metrics.auroc", "is not a field"),
-    "verdict outside enum": (
-        _set(("verdict",), "passed"),
-        "verdict",
-        "must be one of 'pass', 'fail', 'insufficient data'; got 'passed'",
-    ),
-    "criterion row verdict": (
-        _set(("acceptance", 0, "results", 2, "verdict"), "ok"),
-        "acceptance[0].results[2].verdict",
-        "must be one of",
-    ),
-    "stage outside enum": (
-        _set(("acceptance", 1, "stage"), "difference"),
-        "acceptance[1].stage",
-        "must be one of 'before', 'after'",
-    ),
-    "negative count": (
-        _set(("cohort_flow", "files_found"), -1),
-        "cohort_flow.files_found",
-        "is invalid: -1 is less than the minimum of 0",
-    ),
-    "negative bin count": (
-        _set(("subgroups", "site", 0, "reliability", "before", "count", 3), -2),
-        "subgroups.site[0].reliability.before.count[3]",
-        "is invalid: -2 is less than",
-    ),
-    "ECE above one": (
-        _set(("overall", "metrics", "ece", "after", "high"), 1.5),
-        "overall.metrics.ece.after.high",
-        "is invalid: 1.5 is greater than the maximum of 1",
-    ),
-    "temperature not positive": (
-        _set(("subgroups", "scanner", 0, "temperature"), 0.0),
-        "subgroups.scanner[0].temperature",
-        "is invalid",
-    ),
-    "other schema version": (_set(("schema_version",), 2), "schema_version", "is invalid: 1 was expected"),
-    "NaN turned null in a group interval": (
-        _set(("overall", "metrics", "nll", "before", "estimate"), None),
-        "overall.metrics.nll.before.estimate",
-        "is invalid: None is not of type 'number'",
-    ),
-    "interval on a non-calibration row": (
-        _set(("subgroups", "sex", 0, "temperature_interval"), {"note": "x"}),
-        "subgroups.sex[0].temperature_interval",
-        "is invalid",
-    ),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", list(MUTATIONS))
-def test_broken_documents_are_rejected_naming_the_path(documents: dict[str, Document], case: str) -> None:
-    mutate, path, problem = MUTATIONS[case]
-    doc = copy.deepcopy(documents["run"])
-    mutate(doc)
-    with pytest.raises(DataError, match=re.escape(f"'{path}' {problem}")) as info:
-        validate_evaluation(doc)
-    assert isinstance(info.value, ValueError)
-    assert "regenerate it" in str(info.value)
-
-
-@pytest.mark.slow
-def test_a_shrunk_temperature_cannot_claim_an_interval(documents: dict[str, Document]) -> None:
-    doc = copy.deepcopy(documents["shrink"])
-    row = doc["subgroups"]["scanner"][0]
-    assert row["temperature_source"] == "shrunk"
-    row["temperature_interval"] = {"estimate": 1.2, "low": 1.0, "high": 1.4, "n_fit": 40}
-    with pytest.raises(
-        DataError, match=re.escape("'subgroups.scanner[0].temperature_interval.estimate' is not a field")
-    ):
-        validate_evaluation(doc)
-
-
-def test_a_document_that_is_not_an_object_is_named_at_the_top_level() -> None:
-    with pytest.raises(DataError, match=re.escape("'(top level)' is invalid: [] is not of type 'object'")):
-        validate_evaluation([])

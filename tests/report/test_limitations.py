@@ -29,7 +29,7 @@ from sitecal.report._cohort import cohort_characteristics
 from sitecal.report._context import Context
 from sitecal.report._limitations import limitations
 from sitecal.report._styles import make_styles, register_fonts
-from sitecal.report.schema import validate_evaluation
+from sitecal.results import Evaluation
 
 HOSTILE = '<b>St. Mary\'s & "Ünïcødé" <font color=red>'
 CLASSES = ["normal", "nodule", "effusion"]
@@ -93,7 +93,7 @@ def data() -> EvaluationData:
 def document(data: EvaluationData) -> Document:
     out = evaluate(_protocol(), data, cohort_flow=FLOW, protocol_sha256="0" * 64)
     doc: Document = json.loads(json.dumps(out.document))  # as read back from evaluation.json
-    validate_evaluation(doc)
+    Evaluation.from_dict(doc)
     return doc
 
 

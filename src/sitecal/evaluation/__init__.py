@@ -1,7 +1,8 @@
 """Evaluation: split → per-group temperatures → metrics per subgroup with intervals → acceptance.
 
-``_core`` holds the evaluation itself (:func:`evaluate`); the document it returns is ``evaluation.json``,
-described by ``sitecal/report/evaluation.schema.json``.
+``_core`` holds the evaluation itself (:func:`evaluate`); it returns a typed
+:class:`sitecal.results.Evaluation` (``EvaluationOutcome.result``) and the ``evaluation.json`` object it
+writes (``EvaluationOutcome.document``, ``result.to_dict()``).
 """
 
 from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS

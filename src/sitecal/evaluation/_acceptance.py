@@ -2,53 +2,56 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Final, Literal, cast
 
 import numpy as np
 
 from sitecal.evaluation._groups import OVERALL
 from sitecal.protocol import AcceptanceCriterion
+from sitecal.results import Criterion, CriterionResult, GroupResult, Verdict
 
 __all__ = ["FAIL", "INSUFFICIENT", "PASS", "describe", "judge"]
 
-PASS, FAIL, INSUFFICIENT = "pass", "fail", "insufficient data"
+PASS: Final = "pass"
+FAIL: Final = "fail"
+INSUFFICIENT: Final = "insufficient data"
 
 
 def judge(
     criterion: AcceptanceCriterion,
-    overall: Mapping[str, Any],
-    results: Mapping[str, list[dict[str, Any]]],
+    overall: GroupResult,
+    results: Mapping[str, Sequence[GroupResult]],
     min_group_size: int,
-) -> dict[str, Any]:
-    groups = [overall] if criterion.scope == OVERALL else results.get(criterion.scope, [])
+) -> Criterion:
+    groups = [overall] if criterion.scope == OVERALL else list(results.get(criterion.scope, ()))
     rows = []
     for g in groups:
-        value = g["metrics"][criterion.metric][criterion.stage][criterion.statistic]
-        if g["small"]:
-            verdict = INSUFFICIENT
+        value = getattr(getattr(g.metrics[criterion.metric], criterion.stage), criterion.statistic)
+        if g.small:
+            verdict: Verdict = INSUFFICIENT
         elif not np.isfinite(value):
             verdict = INSUFFICIENT
         else:
             ok = value < criterion.threshold if criterion.operator == "<" else value > criterion.threshold
             verdict = PASS if ok else FAIL
-        rows.append({"group": g["group"], "n": g["n"], "value": value, "verdict": verdict})
-    verdicts = [r["verdict"] for r in rows]
-    overall_verdict = (
+        rows.append(CriterionResult(group=g.group, n=g.n, value=value, verdict=verdict))
+    verdicts = [r.verdict for r in rows]
+    overall_verdict: Verdict = (
         FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
     )
-    return {
-        "id": criterion.id,
-        "description": criterion.description or describe(criterion),
-        "metric": criterion.metric,
-        "stage": criterion.stage,
-        "statistic": criterion.statistic,
-        "operator": criterion.operator,
-        "threshold": criterion.threshold,
-        "scope": criterion.scope,
-        "results": rows,
-        "verdict": overall_verdict,
-    }
+    return Criterion(
+        id=criterion.id,
+        description=criterion.description or describe(criterion),
+        metric=criterion.metric,
+        stage=criterion.stage,
+        statistic=criterion.statistic,
+        operator=cast(Literal["<", ">"], criterion.operator),
+        threshold=criterion.threshold,
+        scope=criterion.scope,
+        results=tuple(rows),
+        verdict=overall_verdict,
+    )
 
 
 def describe(c: AcceptanceCriterion) -> str:

@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sitecal.evaluation._groups import UNKNOWN, ordered_groups
 from sitecal.protocol import Protocol
+from sitecal.results import (
+    Characteristics,
+    CharacteristicsRow,
+    ClassCount,
+    HighestConfidenceErrors,
+    ListedError,
+    MixEntry,
+)
 
 if TYPE_CHECKING:
     from ._core import EvaluationData
@@ -34,13 +42,13 @@ MAX_ERRORS = 10
 _UID = re.compile(r"^\s*[0-9]+(\.[0-9]+)+\s*$")
 
 
-def _mix(values: np.ndarray) -> list[dict[str, Any]]:
+def _mix(values: np.ndarray) -> tuple[MixEntry, ...]:
     """Count and share of each value, in :func:`sitecal.evaluation._groups.ordered_groups` order."""
     n = len(values)
-    return [
-        {"value": v, "count": (c := int(np.count_nonzero(values == v))), "share": c / n if n else 0.0}
+    return tuple(
+        MixEntry(value=v, count=(c := int(np.count_nonzero(values == v))), share=c / n if n else 0.0)
         for v in ordered_groups(values)
-    ]
+    )
 
 
 def _mix_attribute(protocol: Protocol, attributes: Mapping[str, np.ndarray], tag: str) -> str | None:
@@ -58,28 +66,28 @@ def _row(
     data: EvaluationData,
     fit: np.ndarray,
     mixes: Mapping[str, str | None],
-) -> dict[str, Any]:
+) -> CharacteristicsRow:
     n = int(mask.sum())
     total = len(data.labels)
     counts = np.bincount(data.labels[mask], minlength=len(data.class_names))
-    row: dict[str, Any] = {
-        "group": group,
-        "n": n,
-        "share_of_cohort": n / total if total else 0.0,
-        "n_fit": int((mask & fit).sum()),
-        "n_evaluation": int((mask & ~fit).sum()),
-        "n_patients": len(set(data.patient_keys[mask].tolist())),
-        "classes": [
-            {"class": str(name), "count": int(c), "share": int(c) / n if n else 0.0}
+    mix = {key: None if a is None else _mix(data.attributes[a][mask]) for key, a in mixes.items()}
+    return CharacteristicsRow(
+        group=group,
+        n=n,
+        share_of_cohort=n / total if total else 0.0,
+        n_fit=int((mask & fit).sum()),
+        n_evaluation=int((mask & ~fit).sum()),
+        n_patients=len(set(data.patient_keys[mask].tolist())),
+        classes=tuple(
+            ClassCount(class_name=str(name), count=int(c), share=int(c) / n if n else 0.0)
             for name, c in zip(data.class_names, counts.tolist(), strict=True)
-        ],
-    }
-    for key, attribute in mixes.items():
-        row[key] = None if attribute is None else _mix(data.attributes[attribute][mask])
-    return row
+        ),
+        sex=mix["sex"],
+        age_band=mix["age_band"],
+    )
 
 
-def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.ndarray) -> dict[str, Any]:
+def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.ndarray) -> Characteristics:
     """Describe the analysed cohort and every reported subgroup: sizes, classes, sex and age-band mix.
 
     Parameters
@@ -94,8 +102,8 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
 
     Returns
     -------
-    dict
-        ``{"sex_attribute", "age_attribute", "notes", "tags", "overall", "subgroups"}``. ``overall`` and
+    Characteristics
+        ``sex_attribute``, ``age_attribute``, ``notes``, ``tags``, ``overall``, ``subgroups``. ``overall`` and
         each entry of ``subgroups[attribute]`` (groups sorted, ``unknown`` last, groups of every split
         included) hold ``group``, ``n``, ``share_of_cohort`` (n / N), ``n_fit``, ``n_evaluation``,
         ``n_patients``, ``classes`` (``class``, ``count``, ``share`` = count / n, in ``class_names``
@@ -120,20 +128,20 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
         )
     attributes = protocol.reported_subgroups
     subgroups = {
-        name: [
+        name: tuple(
             _row(group, data.attributes[name] == group, data, fit, mixes)
             for group in ordered_groups(data.attributes[name])
-        ]
+        )
         for name in attributes
     }
-    return {
-        "sex_attribute": mixes["sex"],
-        "age_attribute": mixes["age_band"],
-        "notes": notes,
-        "tags": {name: protocol.subgroups[name].tag for name in attributes},
-        "overall": _row("All studies", np.ones(len(data.labels), dtype=bool), data, fit, mixes),
-        "subgroups": subgroups,
-    }
+    return Characteristics(
+        sex_attribute=mixes["sex"],
+        age_attribute=mixes["age_band"],
+        notes=tuple(notes),
+        tags={name: protocol.subgroups[name].tag for name in attributes},
+        overall=_row("All studies", np.ones(len(data.labels), dtype=bool), data, fit, mixes),
+        subgroups=subgroups,
+    )
 
 
 def highest_confidence_errors(
@@ -143,7 +151,7 @@ def highest_confidence_errors(
     groups: np.ndarray,
     *,
     limit: int = MAX_ERRORS,
-) -> dict[str, Any]:
+) -> HighestConfidenceErrors:
     """List the evaluation-split studies most confidently misclassified after calibration.
 
     A study is an error when the top label of its calibrated probabilities is not its true class. Errors
@@ -164,8 +172,8 @@ def highest_confidence_errors(
 
     Returns
     -------
-    dict
-        ``{"limit", "n_evaluation", "n_errors", "studies"}`` and, when nothing can be listed, ``note``.
+    HighestConfidenceErrors
+        ``limit``, ``n_evaluation``, ``n_errors``, ``studies`` and, when nothing can be listed, ``note``.
         Each study: ``study_key``, ``calibration_group``, ``predicted``, ``true``, ``confidence_before``
         (the probability of the predicted class before calibration) and ``confidence_after``.
         Keys that look like DICOM UIDs are never listed.
@@ -179,7 +187,7 @@ def highest_confidence_errors(
     >>> p = np.array([[0.3, 0.7], [0.2, 0.8]])
     >>> out = highest_confidence_errors(data, np.array([True, True]), {"before": p, "after": p},
     ...                                 np.array(["all", "all"]))
-    >>> out["n_errors"], [(s["study_key"], s["predicted"], s["true"]) for s in out["studies"]]
+    >>> out.n_errors, [(s.study_key, s.predicted, s.true) for s in out.studies]
     (1, [('S-1', 'b', 'a')])
     """
     before, after = prob_sets["before"], prob_sets["after"]
@@ -188,30 +196,29 @@ def highest_confidence_errors(
     rows = np.arange(len(labels))
     confidence = after[rows, predicted]
     wrong = np.flatnonzero(predicted != labels)
-    out: dict[str, Any] = {
-        "limit": limit,
-        "n_evaluation": len(labels),
-        "n_errors": len(wrong),
-        "studies": [],
-    }
+
+    def listed(studies: tuple[ListedError, ...] = (), note: str | None = None) -> HighestConfidenceErrors:
+        return HighestConfidenceErrors(
+            limit=limit, n_evaluation=len(labels), n_errors=len(wrong), studies=studies, note=note
+        )
+
     if data.study_keys is None:
-        out["note"] = "study keys were not passed to the evaluation: no study can be named"
-        return out
+        return listed(note="study keys were not passed to the evaluation: no study can be named")
     keys = np.asarray(data.study_keys)[held].astype(str)
     if any(_UID.match(k) for k in keys.tolist()):
-        out["note"] = "the study keys look like DICOM UIDs and are not listed: pseudonymise them first"
-        return out
+        return listed(note="the study keys look like DICOM UIDs and are not listed: pseudonymise them first")
     order = wrong[np.lexsort((keys[wrong], -confidence[wrong]))][:limit]
     names: Sequence[str] = [str(c) for c in data.class_names]
-    out["studies"] = [
-        {
-            "study_key": str(keys[i]),
-            "calibration_group": str(groups[i]),
-            "predicted": names[int(predicted[i])],
-            "true": names[int(labels[i])],
-            "confidence_before": float(before[i, predicted[i]]),
-            "confidence_after": float(confidence[i]),
-        }
-        for i in order.tolist()
-    ]
-    return out
+    return listed(
+        tuple(
+            ListedError(
+                study_key=str(keys[i]),
+                calibration_group=str(groups[i]),
+                predicted=names[int(predicted[i])],
+                true=names[int(labels[i])],
+                confidence_before=float(before[i, predicted[i]]),
+                confidence_after=float(confidence[i]),
+            )
+            for i in order.tolist()
+        )
+    )

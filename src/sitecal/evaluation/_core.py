@@ -8,9 +8,10 @@ interval.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 from tqdm import tqdm
@@ -23,8 +24,29 @@ from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import Protocol
+from sitecal.results import (
+    BootstrapSettings,
+    BootstrapSummary,
+    CohortFlow,
+    Disparity,
+    DisparityStages,
+    EceSettings,
+    Evaluation,
+    GroupResult,
+    Interval,
+    MetricResult,
+    Note,
+    ProtocolRef,
+    Reliability,
+    ReliabilityCurve,
+    SplitSettings,
+    TemperatureInterval,
+    Verdict,
+)
 from sitecal.stats import (
+    BootstrapResult,
     BootstrapSpec,
+    DisparityResult,
     bootstrap_metrics,
     bootstrap_temperature,
     disparity_intervals,
@@ -33,7 +55,8 @@ from sitecal.stats import (
 
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
-SCHEMA_VERSION = 1
+#: The version of ``evaluation.json`` this sitecal writes (:attr:`sitecal.results.Evaluation.SCHEMA_VERSION`).
+SCHEMA_VERSION = Evaluation.SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -50,11 +73,15 @@ class EvaluationData:
 
 @dataclass(frozen=True)
 class EvaluationOutcome:
-    """The evaluation document (``evaluation.json``) and the fitted temperatures."""
+    """The evaluation (typed, and as the ``evaluation.json`` object) and the fitted temperatures.
+
+    ``document`` is ``result.to_dict()``: the JSON object ``evaluation.json`` holds.
+    """
 
     document: dict[str, Any]
     temperatures: GroupTemperatures
     fit_mask: np.ndarray
+    result: Evaluation
 
     @property
     def verdict(self) -> str:
@@ -149,8 +176,8 @@ def evaluate(
             plan.append((name, value, values == value))
 
     fit_rows = _FitRows(data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit])
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in attributes}
-    overall: dict[str, Any] = {}
+    results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
+    overall: GroupResult | None = None
     for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
         entry = _group_result(
             attribute,
@@ -164,7 +191,7 @@ def evaluate(
             temperature=temperatures.temperature_for(group) if attribute == per else None,
         )
         if attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
-            _add_temperature_uncertainty(
+            entry = _add_temperature_uncertainty(
                 entry,
                 None if per is None else group,
                 temperatures,
@@ -179,6 +206,7 @@ def evaluate(
             overall = entry
         else:
             results[attribute].append(entry)
+    assert overall is not None  # the plan starts with it
 
     global_interval = bootstrap_temperature(
         fit_rows.logits, fit_rows.labels, clusters=fit_rows.patients, spec=spec
@@ -190,57 +218,59 @@ def evaluate(
         for name in attributes
     }
     acceptance = [judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
-    verdicts = [a["verdict"] for a in acceptance]
-    verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
+    verdicts = [a.verdict for a in acceptance]
+    verdict: Verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
     warnings = [
-        f"{protocol.subgroups[g['attribute']].label or g['attribute']} '{g['group']}' has {g['n']} studies "
+        f"{protocol.subgroups[g.attribute].label or g.attribute} '{g.group}' has {g.n} studies "
         f"(< {ev.min_group_size}) in the evaluation split: its intervals are wide and it is not judged."
         for groups in results.values()
         for g in groups
-        if g["small"]
+        if g.small
     ]
-    document = {
-        "schema_version": SCHEMA_VERSION,
-        "protocol": {"name": protocol.name, "sha256": protocol_sha256},
-        "class_names": list(data.class_names),
-        "cohort_flow": {**cohort_flow, "fit": int(fit.sum()), "evaluation": int(held.sum())},
-        "split": {
-            "method": cal.split.by,
-            "fit_fraction": cal.split.fit_fraction,
-            "seed": cal.split.seed,
-            "stratify": stratify,
-            "n_fit": int(fit.sum()),
-            "n_evaluation": int(held.sum()),
-            "patients_fit": len(set(data.patient_keys[fit].tolist())),
-            "patients_evaluation": len(set(patients.tolist())),
-        },
-        "calibration_attribute": per,
-        "global_temperature_interval": _interval(global_interval) | {"n_fit": int(fit.sum())},
-        "ece": {"n_bins": ev.n_bins, "binning": "width", "kind": "top-label", "edges": "(lo, hi]"},
-        "bootstrap": {
-            "n_resamples": spec.n_resamples,
-            "level": spec.level,
-            "method": spec.method,
-            "seed": spec.seed,
-            "cluster": "patient",
-            "strata": stratify,
-            "refit": ev.bootstrap.refit,
-            "refit_scope": (per or OVERALL) if ev.bootstrap.refit else None,
-        },
-        "min_group_size": ev.min_group_size,
-        "metrics": list(ev.metrics),
-        "overall": overall,
-        "subgroups": results,
-        "attribute_labels": {name: protocol.subgroups[name].label or name for name in attributes},
-        "disparities": disparities,
-        "acceptance": acceptance,
-        "verdict": verdict,
-        "warnings": warnings,
-        "sensitivity": sensitivity_analyses(protocol, data, fit, temperatures),
-        "characteristics": cohort_characteristics(protocol, data, fit),
-        "highest_confidence_errors": highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
-    }
-    return EvaluationOutcome(document=document, temperatures=temperatures, fit_mask=fit)
+    flow = {**cohort_flow, "fit": int(fit.sum()), "evaluation": int(held.sum())}
+    result = Evaluation(
+        protocol=ProtocolRef(name=protocol.name, sha256=protocol_sha256),
+        class_names=tuple(data.class_names),
+        cohort_flow=CohortFlow.from_dict(flow, source="evaluate(cohort_flow=...)"),
+        split=SplitSettings(
+            method=cal.split.by,
+            fit_fraction=cal.split.fit_fraction,
+            seed=cal.split.seed,
+            stratify=stratify,
+            n_fit=int(fit.sum()),
+            n_evaluation=int(held.sum()),
+            patients_fit=len(set(data.patient_keys[fit].tolist())),
+            patients_evaluation=len(set(patients.tolist())),
+        ),
+        calibration_attribute=per,
+        global_temperature_interval=TemperatureInterval(**_interval(global_interval), n_fit=int(fit.sum())),
+        ece=EceSettings(n_bins=ev.n_bins, binning="width", kind="top-label", edges="(lo, hi]"),
+        bootstrap=BootstrapSettings(
+            n_resamples=spec.n_resamples,
+            level=spec.level,
+            method=cast(Literal["percentile", "bca"], spec.method),  # BootstrapSpec checked it
+            seed=spec.seed,
+            cluster="patient",
+            strata=stratify,
+            refit=ev.bootstrap.refit,
+            refit_scope=(per or OVERALL) if ev.bootstrap.refit else None,
+        ),
+        min_group_size=ev.min_group_size,
+        metrics=tuple(ev.metrics),
+        overall=overall,
+        subgroups={name: tuple(groups) for name, groups in results.items()},
+        attribute_labels={name: protocol.subgroups[name].label or name for name in attributes},
+        disparities=disparities,
+        acceptance=tuple(acceptance),
+        verdict=verdict,
+        warnings=tuple(warnings),
+        sensitivity=sensitivity_analyses(protocol, data, fit, temperatures),
+        characteristics=cohort_characteristics(protocol, data, fit),
+        highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
+    )
+    return EvaluationOutcome(
+        document=result.to_dict(), temperatures=temperatures, fit_mask=fit, result=result
+    )
 
 
 def _group_result(
@@ -254,7 +284,7 @@ def _group_result(
     protocol: Protocol,
     spec: BootstrapSpec,
     temperature: float | None,
-) -> dict[str, Any]:
+) -> GroupResult:
     ev = protocol.evaluation
     intervals = bootstrap_metrics(
         prob_sets,
@@ -265,25 +295,30 @@ def _group_result(
         n_bins=ev.n_bins,
         spec=spec,
     )
-    metrics: dict[str, Any] = {}
-    for metric in ev.metrics:
-        metrics[metric] = {
-            stage: _interval(intervals.get(metric, stage)) for stage in ("before", "after")
-        } | {"difference": _interval(intervals.difference(metric, "after", "before"))}
-    return {
-        "attribute": attribute,
-        "group": group,
-        "n": len(labels),
-        "n_patients": len(set(patients.tolist())),
-        "small": bool(len(labels) < ev.min_group_size),
-        "temperature": None if temperature is None else float(temperature),
-        "temperature_interval": None,
-        "refit": False,
-        "metrics": metrics,
-        "reliability": {
-            stage: reliability_curve(p, labels, n_bins=ev.n_bins).to_dict() for stage, p in prob_sets.items()
-        },
+    metrics = {
+        metric: MetricResult(
+            before=Interval(**_interval(intervals.get(metric, "before"))),
+            after=Interval(**_interval(intervals.get(metric, "after"))),
+            difference=Interval(**_interval(intervals.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
     }
+    curves = {
+        stage: _curve(reliability_curve(p, labels, n_bins=ev.n_bins).to_dict())
+        for stage, p in prob_sets.items()
+    }
+    return GroupResult(
+        attribute=attribute,
+        group=group,
+        n=len(labels),
+        n_patients=len(set(patients.tolist())),
+        small=bool(len(labels) < ev.min_group_size),
+        temperature=None if temperature is None else float(temperature),
+        temperature_interval=None,
+        refit=False,
+        metrics=metrics,
+        reliability=Reliability(before=curves["before"], after=curves["after"]),
+    )
 
 
 @dataclass(frozen=True)
@@ -295,7 +330,7 @@ class _FitRows:
 
 
 def _add_temperature_uncertainty(
-    entry: dict[str, Any],
+    entry: GroupResult,
     group: str | None,
     temperatures: GroupTemperatures,
     fit_rows: _FitRows,
@@ -305,7 +340,7 @@ def _add_temperature_uncertainty(
     *,
     protocol: Protocol,
     spec: BootstrapSpec,
-) -> None:
+) -> GroupResult:
     """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
 
     The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
@@ -313,24 +348,27 @@ def _add_temperature_uncertainty(
     weight is chosen from the data, which the batched refit does not repeat) and keeps fixed-T intervals.
     """
     source = "global_fallback" if group is None else _source(temperatures, group)
-    entry["temperature"] = (
-        temperatures.temperature_for(group) if group is not None else (temperatures.global_fit.temperature)
+    entry = dataclasses.replace(
+        entry,
+        temperature=(
+            temperatures.temperature_for(group) if group is not None else temperatures.global_fit.temperature
+        ),
+        temperature_source="global" if group is None else source,
     )
-    entry["temperature_source"] = "global" if group is None else source
     if source == "shrunk":
-        entry["temperature_interval"] = {
-            "note": "no interval: a shrunk temperature's penalty weight is chosen from the data, which the "
+        note = Note(
+            note="no interval: a shrunk temperature's penalty weight is chosen from the data, which the "
             "bootstrap does not repeat; its after-calibration intervals hold T fixed"
-        }
-        return
+        )
+        return dataclasses.replace(entry, temperature_interval=note)
     rows = fit_rows.groups == group if source == "own" else np.ones(fit_rows.labels.shape[0], dtype=bool)
     ev = protocol.evaluation
     if not ev.bootstrap.refit:
         res = bootstrap_temperature(
             fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
         )
-        entry["temperature_interval"] = _interval(res.temperature) | {"n_fit": int(rows.sum())}
-        return
+        interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
+        return dataclasses.replace(entry, temperature_interval=interval)
     res = refit_bootstrap(
         fit_rows.logits[rows],
         fit_rows.labels[rows],
@@ -342,16 +380,37 @@ def _add_temperature_uncertainty(
         n_bins=ev.n_bins,
         spec=spec,
     )
-    entry["temperature_interval"] = _interval(res.temperature) | {"n_fit": int(rows.sum())}
-    for metric in ev.metrics:
-        entry["metrics"][metric]["after"] = _interval(res.get(metric, "after"))
-        entry["metrics"][metric]["difference"] = _interval(res.difference(metric, "after", "before"))
-    entry["refit"] = True
+    metrics = {
+        metric: dataclasses.replace(
+            entry.metrics[metric],
+            after=Interval(**_interval(res.get(metric, "after"))),
+            difference=Interval(**_interval(res.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
+    }
+    interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
+    return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
 
 
-def _source(temperatures: GroupTemperatures, group: str) -> str:
+def _source(temperatures: GroupTemperatures, group: str) -> Literal["own", "global_fallback", "shrunk"]:
     known = temperatures.groups.get(group)
-    return "global_fallback" if known is None else known.source
+    # GroupTemperature.source is one of these three (checked where it is made and where it is read)
+    return cast(
+        Literal["own", "global_fallback", "shrunk"], "global_fallback" if known is None else known.source
+    )
+
+
+def _curve(curve: Mapping[str, Any]) -> ReliabilityCurve:
+    """A :class:`ReliabilityCurve` from ``sitecal.metrics.ReliabilityCurve.to_dict()`` (NaN already None)."""
+    return ReliabilityCurve(
+        binning=curve["binning"],
+        n=curve["n"],
+        n_bins=curve["n_bins"],
+        bin_edges=tuple(curve["bin_edges"]),
+        confidence=tuple(curve["confidence"]),
+        accuracy=tuple(curve["accuracy"]),
+        count=tuple(curve["count"]),
+    )
 
 
 def _disparities(
@@ -363,13 +422,13 @@ def _disparities(
     *,
     protocol: Protocol,
     spec: BootstrapSpec,
-) -> dict[str, Any]:
+) -> dict[str, DisparityStages]:
     """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples."""
     ev = protocol.evaluation
     strata = patient_strata(patients, values)
-    out: dict[str, Any] = {}
+    out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
-        out[metric] = {}
+        stages: dict[str, Disparity | Note] = {}
         for stage, probs in prob_sets.items():
             try:
                 result = disparity_intervals(
@@ -384,10 +443,28 @@ def _disparities(
                     spec=spec,
                 )
             except DataError as exc:  # fewer than two groups large enough to compare
-                out[metric][stage] = {"note": str(exc)}
+                stages[stage] = Note(note=str(exc))
             else:
-                out[metric][stage] = result.to_dict()
+                stages[stage] = _disparity(result)
+        out[metric] = DisparityStages(before=stages["before"], after=stages["after"])
     return out
+
+
+def _disparity(result: DisparityResult) -> Disparity:
+    return Disparity(
+        metric=result.metric,
+        groups=tuple(result.groups),
+        too_small=dict(result.too_small),
+        per_group={g: _summary(r) for g, r in result.per_group.items()},
+        range=_summary(result.range),
+        highest=result.highest,
+        lowest=result.lowest,
+        versus_rest={g: _summary(r) for g, r in result.versus_rest.items()},
+    )
+
+
+def _summary(result: BootstrapResult) -> BootstrapSummary:
+    return BootstrapSummary(**result.to_dict())
 
 
 def _interval(result: Any) -> dict[str, float]:

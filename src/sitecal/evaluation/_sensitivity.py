@@ -34,12 +34,26 @@ from sitecal.evaluation._groups import ordered_groups, patient_strata
 from sitecal.metrics import (
     RecalibrationStatistic,
     TopLabelOEStatistic,
-    accuracy,
-    brier_score,
-    expected_calibration_error,
-    negative_log_likelihood,
     softmax,
     top_label_recalibration,
+)
+from sitecal.metrics.registry import metric
+from sitecal.metrics.registry import names as metric_names
+from sitecal.results import (
+    Heterogeneity,
+    HeterogeneityExcluded,
+    HeterogeneitySite,
+    LeaveOneSiteOut,
+    LeftOutSite,
+    PooledSites,
+    Recalibration,
+    RecalibrationGroup,
+    RecalibrationIntervals,
+    RecalibrationStage,
+    RecalibrationValue,
+    RemainingCohort,
+    Sensitivity,
+    UnpooledSites,
 )
 from sitecal.stats import bootstrap_interval, random_effects_meta_analysis
 
@@ -52,7 +66,8 @@ __all__ = ["LOSO_METRICS", "sensitivity_analyses"]
 OVERALL = "overall"
 STAGES = ("before", "after")
 RECALIBRATION = ("slope", "intercept", "oe_ratio")
-LOSO_METRICS = ("ece", "nll", "brier", "accuracy")
+#: The overall metrics leave-one-site-out recomputes: the registry's reported metrics.
+LOSO_METRICS = metric_names(reported=True)
 _HOW = ("wald", "bootstrap")
 
 
@@ -83,7 +98,7 @@ class _Setup:
 
 def _recalibration_stage(
     probs: np.ndarray, labels: np.ndarray, patients: np.ndarray, strata: np.ndarray | None, setup: _Setup
-) -> dict[str, Any]:
+) -> RecalibrationStage:
     """Slope and intercept with cluster-robust Wald (or bootstrap) intervals; O/E with a cluster bootstrap."""
     boot = setup.protocol.evaluation.bootstrap
     point = top_label_recalibration(probs, labels, clusters=patients)
@@ -94,7 +109,7 @@ def _recalibration_stage(
         "method": boot.method,
         "seed": boot.seed,
     }
-    out: dict[str, Any] = {"n_correct": point.n_correct, "mean_confidence": point.mean_confidence}
+    values: dict[str, RecalibrationValue] = {}
     for name, estimate, se, note in (
         ("slope", point.slope, point.slope_se, point.slope_note),
         ("intercept", point.intercept, point.intercept_se, point.intercept_note),
@@ -118,40 +133,47 @@ def _recalibration_stage(
             note = "fewer than two patients: no standard error"
         elif estimate is not None and se is not None:
             entry["low"], entry["high"] = _finite(estimate - z * se), _finite(estimate + z * se)
-        out[name] = entry | {"note": note}
+        values[name] = RecalibrationValue(**entry, note=note)
     res = bootstrap_interval(TopLabelOEStatistic(), (probs, labels), clusters=patients, strata=strata, **kw)
-    out["oe_ratio"] = {
-        "estimate": point.oe_ratio,
-        "low": _finite(res.low),
-        "high": _finite(res.high),
-        "standard_error": _finite(res.standard_error),
-        "note": res.note,
-    }
-    return out
+    return RecalibrationStage(
+        n_correct=point.n_correct,
+        mean_confidence=point.mean_confidence,
+        slope=values["slope"],
+        intercept=values["intercept"],
+        oe_ratio=RecalibrationValue(
+            estimate=point.oe_ratio,
+            low=_finite(res.low),
+            high=_finite(res.high),
+            standard_error=_finite(res.standard_error),
+            note=res.note,
+        ),
+    )
 
 
-def _recalibration(setup: _Setup) -> dict[str, Any]:
+def _recalibration(setup: _Setup) -> Recalibration:
     plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(setup.labels), bool))]
     for name in setup.protocol.reported_subgroups:
         values = setup.data.attributes[name][setup.held]
         plan += [(name, value, values == value) for value in ordered_groups(values)]
     min_size = setup.protocol.evaluation.min_group_size
-    overall: dict[str, Any] = {}
-    groups: dict[str, list[dict[str, Any]]] = {name: [] for name in setup.protocol.reported_subgroups}
+    overall: RecalibrationGroup | None = None
+    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in setup.protocol.reported_subgroups}
     for attribute, group, mask in plan:  # a loop over groups
         patients = setup.patients[mask]
-        entry: dict[str, Any] = {
-            "attribute": attribute,
-            "group": group,
-            "n": int(mask.sum()),
-            "n_patients": len(set(patients.tolist())),
-            "small": bool(mask.sum() < min_size),
-        }
         strata = setup.strata[mask] if attribute == OVERALL else None
-        for stage in STAGES:
-            entry[stage] = _recalibration_stage(
-                setup.probs[stage][mask], setup.labels[mask], patients, strata, setup
-            )
+        stages = {
+            stage: _recalibration_stage(setup.probs[stage][mask], setup.labels[mask], patients, strata, setup)
+            for stage in STAGES
+        }
+        entry = RecalibrationGroup(
+            attribute=attribute,
+            group=group,
+            n=int(mask.sum()),
+            n_patients=len(set(patients.tolist())),
+            small=bool(mask.sum() < min_size),
+            before=stages["before"],
+            after=stages["after"],
+        )
         if attribute == OVERALL:
             overall = entry
         else:
@@ -163,17 +185,18 @@ def _recalibration(setup: _Setup) -> dict[str, Any]:
     )
     wald = "Wald, cluster-robust (patient) sandwich standard error"
     fits = bootstrap if setup.slope_intervals == "bootstrap" else wald
-    return {
-        "event": "top-label: the predicted class is correct; its probability is the top-label confidence",
-        "slope_model": "logit P(correct) = a + b logit(confidence); the slope is b",
-        "intercept_model": "logit P(correct) = alpha + logit(confidence), slope fixed at 1 (offset); "
+    assert overall is not None  # the plan starts with it
+    return Recalibration(
+        event="top-label: the predicted class is correct; its probability is the top-label confidence",
+        slope_model="logit P(correct) = a + b logit(confidence); the slope is b",
+        intercept_model="logit P(correct) = alpha + logit(confidence), slope fixed at 1 (offset); "
         "the intercept is alpha (calibration-in-the-large)",
-        "oe_definition": "observed / expected = accuracy / mean top-label confidence",
-        "level": boot.level,
-        "intervals": {"slope": fits, "intercept": fits, "oe_ratio": bootstrap},
-        "overall": overall,
-        "subgroups": groups,
-    }
+        oe_definition="observed / expected = accuracy / mean top-label confidence",
+        level=boot.level,
+        intervals=RecalibrationIntervals(slope=fits, intercept=fits, oe_ratio=bootstrap),
+        overall=overall,
+        subgroups={name: tuple(rows) for name, rows in groups.items()},
+    )
 
 
 def site_attribute(protocol: Protocol) -> tuple[str | None, str]:
@@ -185,54 +208,57 @@ def site_attribute(protocol: Protocol) -> tuple[str | None, str]:
     return None, "no subgroup named 'site' and no calibration attribute"
 
 
-def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> dict[str, Any]:
+def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> PooledSites | UnpooledSites:
     ev = setup.protocol.evaluation
     rows: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
+    excluded: list[HeterogeneityExcluded] = []
     for site in ordered_groups(values):  # a loop over sites
         mask = values == site
         n = int(mask.sum())
         patients = setup.patients[mask]
-        base = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
+        base: dict[str, Any] = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
         if site == "unknown":  # studies whose site was not recorded: a mixture, not one site
-            excluded.append(base | {"reason": "site not recorded ('unknown'): not one site"})
+            excluded.append(
+                HeterogeneityExcluded(**base, reason="site not recorded ('unknown'): not one site")
+            )
             continue
         if n < ev.min_group_size:
-            excluded.append(base | {"reason": f"fewer than {ev.min_group_size} studies (evaluation minimum)"})
+            reason = f"fewer than {ev.min_group_size} studies (evaluation minimum)"
+            excluded.append(HeterogeneityExcluded(**base, reason=reason))
             continue
         res = top_label_recalibration(setup.probs[stage][mask], setup.labels[mask], clusters=patients)
         if res.log_oe_se is None or res.log_oe_se == 0.0:
-            excluded.append(base | {"reason": res.oe_note or "zero variance of log(O/E)"})
+            excluded.append(HeterogeneityExcluded(**base, reason=res.oe_note or "zero variance of log(O/E)"))
             continue
         log_oe = math.log(res.oe_ratio)
         rows.append(base | {"oe_ratio": res.oe_ratio, "log_oe": log_oe, "log_oe_se": res.log_oe_se})
-    out: dict[str, Any] = {"groups": rows, "excluded": excluded}
     if not rows:
-        return out | {"k": 0, "note": "no site large enough to pool"}
+        return UnpooledSites(groups=(), excluded=tuple(excluded), k=0, note="no site large enough to pool")
     meta = random_effects_meta_analysis(
         [r["log_oe"] for r in rows], [r["log_oe_se"] ** 2 for r in rows], level=ev.bootstrap.level
     )
-    for r, w in zip(rows, meta.weights, strict=True):
-        r["weight"] = float(w)
+    sites = tuple(HeterogeneitySite(**r, weight=float(w)) for r, w in zip(rows, meta.weights, strict=True))
     d = meta.to_dict()
-    return out | {
-        "k": meta.k,
-        "q": d["q"],
-        "df": meta.df,
-        "p_value": d["p_value"],
-        "i2": d["i2"],
-        "tau2": d["tau2"],
-        "level": meta.level,
-        "pooled_log_oe": d["estimate"],
-        "pooled_log_oe_se": d["standard_error"],
-        "pooled_oe": _finite(math.exp(meta.estimate)),
-        "pooled_oe_low": _finite(math.exp(meta.low)),
-        "pooled_oe_high": _finite(math.exp(meta.high)),
-        "note": meta.note,
-    }
+    return PooledSites(
+        groups=sites,
+        excluded=tuple(excluded),
+        k=meta.k,
+        q=d["q"],
+        df=meta.df,
+        p_value=d["p_value"],
+        i2=d["i2"],
+        tau2=d["tau2"],
+        level=meta.level,
+        pooled_log_oe=d["estimate"],
+        pooled_log_oe_se=d["standard_error"],
+        pooled_oe=_finite(math.exp(meta.estimate)),
+        pooled_oe_low=_finite(math.exp(meta.low)),
+        pooled_oe_high=_finite(math.exp(meta.high)),
+        note=meta.note,
+    )
 
 
-def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> dict[str, Any]:
+def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> Heterogeneity:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
@@ -242,9 +268,13 @@ def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> dict[st
         "min_group_size": setup.protocol.evaluation.min_group_size,
     }
     if attribute is None:
-        return base | {"note": source}
+        return Heterogeneity(**base, note=source)
     values = setup.data.attributes[attribute][setup.held]
-    return base | {stage: _heterogeneity_stage(setup, stage, values) for stage in STAGES}
+    return Heterogeneity(
+        **base,
+        before=_heterogeneity_stage(setup, "before", values),
+        after=_heterogeneity_stage(setup, "after", values),
+    )
 
 
 def _after_metrics(
@@ -271,29 +301,24 @@ def _after_metrics(
         return empty, None, n_fit, n_eval, f"temperatures could not be refitted ({exc})"
     probs = softmax(data.logits[held], temperature=temps.temperatures_for(setup.cal_groups[held]))
     labels = data.labels[held]
-    values = {
-        "ece": expected_calibration_error(probs, labels, n_bins=ev.n_bins),
-        "nll": negative_log_likelihood(probs, labels),
-        "brier": brier_score(probs, labels),
-        "accuracy": accuracy(probs, labels),
-    }
+    values = {name: metric(name)(probs, labels, n_bins=ev.n_bins) for name in LOSO_METRICS}
     return {k: _finite(v) for k, v in values.items()}, temps.global_fit.temperature, n_fit, n_eval, ""
 
 
-def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> dict[str, Any]:
+def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> LeaveOneSiteOut:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
-        "metrics": list(LOSO_METRICS),
+        "metrics": tuple(LOSO_METRICS),
         "stage": "after",
         "n_bins": setup.protocol.evaluation.n_bins,
         "refit": "temperatures refitted by the protocol's policy on the remaining fit part",
     }
     if attribute is None:
-        return base | {"note": source}
+        return LeaveOneSiteOut(**base, note=source)
     n = len(setup.data.labels)
     full, full_t, n_fit, n_eval, note = _after_metrics(setup, np.ones(n, dtype=bool))
-    base["full"] = {"n_fit": n_fit, "n_evaluation": n_eval, "global_temperature": full_t, "metrics": full}
+    remaining = RemainingCohort(n_fit=n_fit, n_evaluation=n_eval, global_temperature=full_t, metrics=full)
     values = setup.data.attributes[attribute]
     rows = []
     for site in ordered_groups(values):  # a loop over sites
@@ -303,19 +328,19 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> di
             for m in LOSO_METRICS
         }
         rows.append(
-            {
-                "left_out": site,
-                "n_left_out_fit": int((setup.fit & (values == site)).sum()),
-                "n_left_out_evaluation": int((setup.held & (values == site)).sum()),
-                "n_fit": n_fit,
-                "n_evaluation": n_eval,
-                "global_temperature": t,
-                "metrics": left,
-                "difference": difference,
-                "note": note,
-            }
+            LeftOutSite(
+                left_out=site,
+                n_left_out_fit=int((setup.fit & (values == site)).sum()),
+                n_left_out_evaluation=int((setup.held & (values == site)).sum()),
+                n_fit=n_fit,
+                n_evaluation=n_eval,
+                global_temperature=t,
+                metrics=left,
+                difference=difference,
+                note=note,
+            )
         )
-    return base | {"rows": rows}
+    return LeaveOneSiteOut(**base, full=remaining, rows=tuple(rows))
 
 
 def sensitivity_analyses(
@@ -325,7 +350,7 @@ def sensitivity_analyses(
     temperatures: GroupTemperatures,
     *,
     slope_intervals: str = "wald",
-) -> dict[str, Any]:
+) -> Sensitivity:
     """The ``sensitivity`` entry of the evaluation document.
 
     Parameters
@@ -345,16 +370,16 @@ def sensitivity_analyses(
 
     Returns
     -------
-    dict
-        JSON-safe (no NaN or infinity), deterministic for a given protocol and data: keys
-        ``recalibration``, ``heterogeneity`` and ``leave_one_site_out`` (see the module docstring and
-        ``evaluation.schema.json``).
+    Sensitivity
+        No NaN or infinity, deterministic for a given protocol and data: ``recalibration``,
+        ``heterogeneity`` and ``leave_one_site_out`` (see the module docstring and
+        :class:`sitecal.results.Sensitivity`).
     """
     how = check_option(slope_intervals, name="slope_intervals", func="sensitivity_analyses", options=_HOW)
     setup = _Setup(protocol, data, np.asarray(fit, dtype=bool), temperatures, how)
     attribute, source = site_attribute(protocol)
-    return {
-        "recalibration": _recalibration(setup),
-        "heterogeneity": _heterogeneity(setup, attribute, source),
-        "leave_one_site_out": _leave_one_site_out(setup, attribute, source),
-    }
+    return Sensitivity(
+        recalibration=_recalibration(setup),
+        heterogeneity=_heterogeneity(setup, attribute, source),
+        leave_one_site_out=_leave_one_site_out(setup, attribute, source),
+    )

@@ -1,0 +1,131 @@
+"""Typed results: what the stages hand on and what the run folder stores.
+
+Frozen dataclasses, one per document and per part of one. Each document type has one
+``to_dict`` / ``from_dict`` pair (``to_dict`` gives the JSON object as written; ``from_dict`` checks a
+parsed one strictly: unknown keys, missing keys, wrong types, out-of-range values and a wrong
+``schema_version`` raise a :class:`~sitecal.errors.DataError` naming the file and the JSON path), a
+``SCHEMA_VERSION`` and a JSON Schema generated from the same annotations (:func:`json_schema`).
+:func:`write_document` and :func:`read_document` check every document on the way out and on the way in.
+
+Documents: :class:`Evaluation` (``evaluation.json``), :class:`CalibrationDocument` (``calibration.json``).
+In memory only: :class:`Predictions`.
+
+>>> from sitecal.results import Interval
+>>> Interval.from_dict({"estimate": 0.04, "low": 0.03, "high": 0.06}).to_dict()
+{'estimate': 0.04, 'low': 0.03, 'high': 0.06}
+>>> Interval.from_dict({"estimate": 0.04, "low": "x", "high": 0.06})
+Traceback (most recent call last):
+...
+sitecal.errors.DataError: Interval: $.low: expected a number, got "x".
+"""
+
+from __future__ import annotations
+
+from sitecal.results._calibration import CalibrationDocument, GroupTemperatureRecord, TemperatureFitRecord
+from sitecal.results._characteristics import (
+    Characteristics,
+    CharacteristicsRow,
+    ClassCount,
+    HighestConfidenceErrors,
+    ListedError,
+    MixEntry,
+)
+from sitecal.results._codec import Record
+from sitecal.results._documents import read_document, write_document
+from sitecal.results._evaluation import (
+    BootstrapSettings,
+    Criterion,
+    CriterionResult,
+    Disparity,
+    DisparityStages,
+    EceSettings,
+    Evaluation,
+    ProtocolRef,
+    SplitSettings,
+)
+from sitecal.results._fields import JSON
+from sitecal.results._flow import CohortFlow, ExclusionCount, SourceMonths, Sources, ValueCount
+from sitecal.results._groups import (
+    BootstrapSummary,
+    GroupResult,
+    Interval,
+    MetricResult,
+    Note,
+    Reliability,
+    ReliabilityCurve,
+    TemperatureInterval,
+)
+from sitecal.results._kinds import Verdict
+from sitecal.results._predictions import Predictions
+from sitecal.results._schema import json_schema
+from sitecal.results._sensitivity import (
+    Heterogeneity,
+    HeterogeneityExcluded,
+    HeterogeneitySite,
+    LeaveOneSiteOut,
+    LeftOutSite,
+    PooledSites,
+    Recalibration,
+    RecalibrationGroup,
+    RecalibrationIntervals,
+    RecalibrationStage,
+    RecalibrationValue,
+    RemainingCohort,
+    Sensitivity,
+    UnpooledSites,
+)
+
+__all__ = [
+    "JSON",
+    "BootstrapSettings",
+    "BootstrapSummary",
+    "CalibrationDocument",
+    "Characteristics",
+    "CharacteristicsRow",
+    "ClassCount",
+    "CohortFlow",
+    "Criterion",
+    "CriterionResult",
+    "Disparity",
+    "DisparityStages",
+    "EceSettings",
+    "Evaluation",
+    "ExclusionCount",
+    "GroupResult",
+    "GroupTemperatureRecord",
+    "Heterogeneity",
+    "HeterogeneityExcluded",
+    "HeterogeneitySite",
+    "HighestConfidenceErrors",
+    "Interval",
+    "LeaveOneSiteOut",
+    "LeftOutSite",
+    "ListedError",
+    "MetricResult",
+    "MixEntry",
+    "Note",
+    "PooledSites",
+    "Predictions",
+    "ProtocolRef",
+    "Recalibration",
+    "RecalibrationGroup",
+    "RecalibrationIntervals",
+    "RecalibrationStage",
+    "RecalibrationValue",
+    "Record",
+    "Reliability",
+    "ReliabilityCurve",
+    "RemainingCohort",
+    "Sensitivity",
+    "SourceMonths",
+    "Sources",
+    "SplitSettings",
+    "TemperatureFitRecord",
+    "TemperatureInterval",
+    "UnpooledSites",
+    "ValueCount",
+    "Verdict",
+    "json_schema",
+    "read_document",
+    "write_document",
+]

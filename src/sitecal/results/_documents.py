@@ -1,0 +1,78 @@
+"""Writing and reading the run folder's JSON documents, each checked against its type both ways."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypeVar
+
+from sitecal._io import write_json_atomic
+from sitecal.errors import DataError
+from sitecal.results._codec import Record
+
+__all__ = ["read_document", "write_document"]
+
+D = TypeVar("D", bound=Record)
+
+
+def write_document(path: Path, document: Record) -> None:
+    """Check ``document`` against its type, then write it as JSON atomically.
+
+    The bytes are those of :func:`sitecal._io.write_json_atomic` (sorted keys, 2-space indent, a final
+    newline, NaN refused): the same document always gives the same file.
+
+    Parameters
+    ----------
+    path : Path
+        Where to write (``run_folder / "evaluation.json"``).
+    document : Record
+        An ``Evaluation``, ``CalibrationDocument`` or other results object.
+
+    Raises
+    ------
+    DataError
+        When the document does not follow its type (the message names the file and the JSON path);
+        nothing is written then.
+    OutputError
+        When the file cannot be written.
+    """
+    path = Path(path)
+    data = document.to_dict()
+    type(document).from_dict(data, source=path.name)  # what is written must read back
+    write_json_atomic(path, data)
+
+
+def read_document(path: Path, cls: type[D]) -> D:
+    """Read a JSON document written by :func:`write_document` and check it against ``cls``.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    cls : type
+        The document type (``Evaluation``, ``CalibrationDocument``).
+
+    Returns
+    -------
+    An instance of ``cls``.
+
+    Raises
+    ------
+    DataError
+        When the file is missing, is not JSON, or does not follow ``cls`` (naming the file and the JSON
+        path of the first problem, e.g. ``evaluation.json: $.split.n_fit: expected an integer, got 1.5``).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read it ({exc}). Pass the file the run wrote.") from None
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc}). Restore the file the run wrote.") from None
+    return cls.from_dict(data, source=str(path))
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")

@@ -1,0 +1,291 @@
+"""``evaluation.json``: every number of a validation report, as one typed document."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Literal
+
+from sitecal.results._characteristics import Characteristics, HighestConfidenceErrors
+from sitecal.results._codec import Record, check_keys
+from sitecal.results._fields import Constraint, OrAbsent
+from sitecal.results._flow import CohortFlow
+from sitecal.results._groups import BootstrapSummary, GroupResult, Note, TemperatureInterval
+from sitecal.results._kinds import Count, IntervalMethod, Name, Sha256, Stage, Statistic, Verdict
+from sitecal.results._sensitivity import Sensitivity
+
+__all__ = [
+    "BootstrapSettings",
+    "Criterion",
+    "CriterionResult",
+    "Disparity",
+    "DisparityStages",
+    "EceSettings",
+    "Evaluation",
+    "ProtocolRef",
+    "SplitSettings",
+]
+
+_Level = Annotated[float, Constraint(exclusive_minimum=0, exclusive_maximum=1)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolRef(Record):
+    """The protocol the run followed.
+
+    Attributes
+    ----------
+    name : str
+        The protocol's name.
+    sha256 : str
+        SHA-256 of the protocol file's bytes, as recorded in provenance.json.
+    """
+
+    name: Name
+    sha256: Sha256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitSettings(Record):
+    """The seeded, stratified patient-level split: a temperature is never evaluated where it was fitted.
+
+    Attributes
+    ----------
+    method : {"patient"}
+        What is split: all studies of a patient fall on one side.
+    fit_fraction : float
+        Share of each stratum's patients in the fit split.
+    stratify : str or None
+        Subgroup whose groups are split separately; null: not stratified.
+    """
+
+    method: Literal["patient"]
+    fit_fraction: _Level
+    seed: int
+    stratify: str | None
+    n_fit: Count
+    n_evaluation: Count
+    patients_fit: Count
+    patients_evaluation: Count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EceSettings(Record):
+    """The ECE reported as 'ece' (and drawn in the reliability curves).
+
+    Attributes
+    ----------
+    binning : {"width"}
+        Equal-width bins on [0, 1].
+    kind : {"top-label"}
+        Confidence and correctness of the predicted class.
+    edges : {"(lo, hi]"}
+        Bins are open below and closed above; a confidence of 0 falls in the first bin.
+    """
+
+    n_bins: Annotated[int, Constraint(minimum=1)]
+    binning: Literal["width"]
+    kind: Literal["top-label"]
+    edges: Literal["(lo, hi]"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootstrapSettings(Record):
+    """How every interval was computed: patients are resampled (clusters), within strata.
+
+    Attributes
+    ----------
+    level : float
+        Two-sided confidence level.
+    cluster : {"patient"}
+        The resampled unit.
+    strata : str or None
+        Subgroup whose groups are resampled separately; null: not stratified.
+    refit : bool
+        Whether the temperature is refitted in every resample, so that the after-calibration intervals of
+        the calibration groups include its uncertainty.
+    refit_scope : str or None
+        Rows whose after-calibration intervals are refitted: the calibration attribute's groups, or
+        'overall' for a global temperature; null without refit.
+    """
+
+    n_resamples: Annotated[int, Constraint(minimum=1)]
+    level: _Level
+    method: IntervalMethod
+    seed: int
+    cluster: Literal["patient"]
+    strata: str | None
+    refit: bool
+    refit_scope: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Disparity(Record):
+    """Gaps of one metric between the groups of one attribute, every group on the same patient resamples.
+
+    Attributes
+    ----------
+    groups : tuple of str
+        Groups compared (at least min_group_size studies), sorted.
+    too_small : Mapping of str to int
+        Groups left out of the comparison, with their study counts.
+    per_group : Mapping of str to BootstrapSummary
+        Each compared group's metric.
+    range : BootstrapSummary
+        Highest minus lowest group value (the spread; which groups are extreme may change between
+        resamples).
+    highest : str
+        Group with the highest point estimate.
+    lowest : str
+        Group with the lowest point estimate.
+    versus_rest : Mapping of str to BootstrapSummary
+        Each compared group minus all other studies (small groups included in the rest).
+    """
+
+    metric: str
+    groups: Annotated[tuple[str, ...], Constraint(min_items=2)]
+    too_small: Mapping[str, Count]
+    per_group: Mapping[str, BootstrapSummary]
+    range: BootstrapSummary
+    highest: str
+    lowest: str
+    versus_rest: Mapping[str, BootstrapSummary]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisparityStages(Record):
+    """One metric's disparity before and after calibration; a note where it cannot be compared."""
+
+    before: Disparity | Note
+    after: Disparity | Note
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CriterionResult(Record):
+    """One group judged by a criterion.
+
+    Attributes
+    ----------
+    value : float
+        The compared statistic.
+    verdict : str
+        'insufficient data' for a small group.
+    """
+
+    group: str
+    n: Count
+    value: float
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Criterion(Record):
+    """One acceptance criterion: the statistic of the metric at the stage against the threshold.
+
+    Attributes
+    ----------
+    statistic : {"estimate", "low", "high"}
+        Which part of the interval is compared: the estimate or an interval end.
+    operator : {"<", ">"}
+        '<': must be below the threshold; '>': above.
+    scope : str
+        'overall' or a subgroup attribute.
+    results : tuple of CriterionResult
+        One row per group of the scope; empty when the scope is not a reported subgroup.
+    verdict : str
+        'fail' if any group fails; else 'insufficient data' if any is insufficient or there is no group;
+        else 'pass'.
+    """
+
+    id: Name
+    description: str
+    metric: str
+    stage: Stage
+    statistic: Statistic
+    operator: Literal["<", ">"]
+    threshold: float
+    scope: str
+    results: tuple[CriterionResult, ...]
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evaluation(Record):
+    """Every number of a sitecal validation report: ``evaluation.json`` of one run.
+
+    Temperatures are fitted on the fit split and every metric is measured on the evaluation split,
+    before and after calibration, with patient-level bootstrap intervals (paired, so the change has its
+    own interval). Non-finite numbers are never written: where an interval of a disparity is undefined it
+    is null and its note says why.
+
+    Attributes
+    ----------
+    class_names : tuple of str
+        The model's classes, in logit order.
+    calibration_attribute : str or None
+        Subgroup with one temperature per group (calibration.per); null: one global temperature.
+    global_temperature_interval : TemperatureInterval
+        The global temperature, fitted on every fit study, with its bootstrap interval.
+    min_group_size : int
+        Groups with fewer evaluation studies are flagged small: reported, with a warning, not judged.
+    metrics : tuple of str
+        Metrics measured on every group, in protocol order; each group's 'metrics' has these keys.
+    overall : GroupResult
+        All studies of the evaluation split.
+    subgroups : Mapping of str to tuple of GroupResult
+        Per reported subgroup attribute, its groups in sorted order ('unknown' last).
+    attribute_labels : Mapping of str to str
+        Display label of each reported subgroup attribute.
+    disparities : Mapping of str to Mapping of str to DisparityStages
+        Per reported subgroup attribute and disparity metric: gaps between its groups with their own
+        paired bootstrap intervals.
+    acceptance : tuple of Criterion
+        The protocol's go-live criteria, in protocol order.
+    verdict : str
+        'fail' if any criterion fails; else 'insufficient data' if any could not be judged; else 'pass'
+        (also with no criteria).
+    warnings : tuple of str
+        Sample-size warnings, one per small subgroup row.
+    sensitivity, characteristics, highest_confidence_errors : optional
+        Absent in documents written before sitecal recorded them.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    FILE_NAME: ClassVar[str] = "evaluation.json"
+    HINT: ClassVar[str] = (
+        "evaluation.json is written by `sitecal run PROTOCOL`: write it again, or restore the unedited file"
+    )
+
+    protocol: ProtocolRef
+    class_names: Annotated[tuple[str, ...], Constraint(min_items=2)]
+    cohort_flow: CohortFlow
+    split: SplitSettings
+    calibration_attribute: str | None
+    global_temperature_interval: TemperatureInterval
+    ece: EceSettings
+    bootstrap: BootstrapSettings
+    min_group_size: Annotated[int, Constraint(minimum=1)]
+    metrics: Annotated[tuple[str, ...], Constraint(min_items=1)]
+    overall: GroupResult
+    subgroups: Mapping[str, tuple[GroupResult, ...]]
+    attribute_labels: Mapping[str, str]
+    disparities: Mapping[str, Mapping[str, DisparityStages]]
+    acceptance: tuple[Criterion, ...]
+    verdict: Verdict
+    warnings: tuple[str, ...]
+    sensitivity: OrAbsent[Sensitivity] = None
+    characteristics: OrAbsent[Characteristics] = None
+    highest_confidence_errors: OrAbsent[HighestConfidenceErrors] = None
+
+    def _problems(self) -> Iterator[tuple[str, str]]:
+        if self.overall.attribute != "overall":
+            yield ".overall.attribute", f'expected "overall", got {self.overall.attribute!r}'
+        rows = [(".overall", self.overall)] + [
+            (f".subgroups.{name}[{i}]", row)
+            for name, groups in self.subgroups.items()
+            for i, row in enumerate(groups)
+        ]
+        for path, row in rows:
+            yield from check_keys(
+                row.metrics, self.metrics, path=f"{path}.metrics", what="document's metrics"
+            )

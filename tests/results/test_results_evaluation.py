@@ -1,0 +1,85 @@
+"""evaluate() builds a typed Evaluation whose to_dict() is evaluation.json, byte for byte as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.results import synthetic
+
+from sitecal.evaluation import SCHEMA_VERSION, evaluate
+from sitecal.results import Evaluation, GroupResult, Note, TemperatureInterval
+
+GOLDEN = Path(__file__).parent / "data" / "evaluation-per-scanner-refit.json"
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, Any]:
+    return {name: synthetic.document(name) for name in synthetic.VARIANTS}
+
+
+def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[str, Any]) -> None:
+    # GOLDEN was written by the evaluation that built evaluation.json from dict literals (sitecal at
+    # commit 1e6908a, `python -m tests.results.synthetic`), on the same synthetic data
+    outcome = outcomes["per-scanner-refit"]
+    assert synthetic.file_text(outcome.document) == GOLDEN.read_text(encoding="utf-8")
+    assert synthetic.file_text(outcome.result.to_dict()) == GOLDEN.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("variant", list(synthetic.VARIANTS))
+def test_from_dict_inverts_to_dict(outcomes: dict[str, Any], variant: str) -> None:
+    outcome = outcomes[variant]
+    doc = outcome.document
+    assert isinstance(outcome.result, Evaluation)
+    assert outcome.result.to_dict() == doc
+    again = Evaluation.from_dict(doc)
+    assert again.to_dict() == doc
+    assert json.dumps(again.to_dict()) == json.dumps(doc)  # same keys in the same order
+    read_back = Evaluation.from_dict(json.loads(synthetic.file_text(doc)))
+    assert read_back == outcome.result
+    assert doc["schema_version"] == SCHEMA_VERSION == Evaluation.SCHEMA_VERSION
+
+
+def _rows(result: Evaluation) -> list[GroupResult]:
+    return [result.overall, *(row for rows in result.subgroups.values() for row in rows)]
+
+
+def test_the_variants_reach_the_temperature_shapes(outcomes: dict[str, Any]) -> None:
+    rows = [row for o in outcomes.values() for row in _rows(o.result)]
+    assert {r.temperature_source for r in rows} == {None, "own", "global_fallback", "shrunk", "global"}
+    assert {type(r.temperature_interval) for r in rows} == {type(None), TemperatureInterval, Note}
+    assert {r.refit for r in rows} == {True, False}
+    assert {r.small for r in rows} == {True, False}
+    refit = outcomes["per-scanner-refit"].result
+    assert refit.bootstrap.refit and refit.bootstrap.refit_scope == "scanner"
+    assert refit.warnings and refit.verdict == "fail"
+    assert outcomes["global"].result.overall.temperature_source == "global"
+
+
+def test_the_document_keeps_its_key_order(outcomes: dict[str, Any]) -> None:
+    doc = outcomes["per-scanner-refit"].document
+    assert list(doc)[:4] == ["schema_version", "protocol", "class_names", "cohort_flow"]
+    assert list(doc)[-3:] == ["sensitivity", "characteristics", "highest_confidence_errors"]
+    row = doc["subgroups"]["scanner"][0]
+    assert list(row) == [
+        "attribute",
+        "group",
+        "n",
+        "n_patients",
+        "small",
+        "temperature",
+        "temperature_interval",
+        "refit",
+        "metrics",
+        "reliability",
+        "temperature_source",
+    ]
+    assert list(doc["characteristics"]["overall"]["classes"][0]) == ["class", "count", "share"]
+
+
+def test_a_bad_cohort_flow_is_named_at_the_boundary() -> None:
+    flow = {k: v for k, v in synthetic.FLOW.items() if k != "labelled"}
+    with pytest.raises(ValueError, match=r"^evaluate\(cohort_flow=\.\.\.\): \$\.labelled: is missing"):
+        evaluate(synthetic.protocol(), synthetic.data(), cohort_flow=flow, protocol_sha256="0" * 64)
