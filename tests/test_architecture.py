@@ -1,4 +1,14 @@
-"""The layering of ../shared/STYLE.md, checked by parsing every module's imports."""
+"""The layering of ../shared/STYLE.md and DESIGN.md, checked by parsing every module with ``ast``.
+
+- Imports point down the layers (``LAYER``, ``ALLOWED``), dynamic imports of a constant name included.
+- The numeric core (metrics, stats, calibration) loads no heavy library and does no file or process I/O.
+- ``results`` (the typed documents) imports no stage and is imported only by the stages that hand them on.
+- Every dynamic import or code execution (``importlib.import_module``, ``__import__``, ``exec``, ``eval``,
+  a loader's ``exec_module``, ...) in ``src/sitecal`` is in ``DYNAMIC_IMPORTS``, with its reason.
+
+Each checker is a function of source text, and each rule has a test on a small synthetic source showing
+that it reports what it forbids.
+"""
 
 from __future__ import annotations
 
@@ -26,28 +36,80 @@ LAYER = {
     "protocol": 3,
     "cohort": 3,
     "inference": 3,
-    "demo": 3,
     "evaluation": 4,
     "report": 4,
     "run": 5,
+    "stages": 5,
+    "arrays": 5,
+    "demo": 5,
     "preflight": 5,
     "_run_folder": 5,
     "cli": 6,
 }
-NUMERIC_FORBIDDEN = {"pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
+NUMERIC_CORE = ("metrics", "stats", "calibration")
+NUMERIC_FORBIDDEN = {"torch", "pydicom", "monai", "reportlab", "yaml", "pydantic", "matplotlib", "tqdm"}
+# Libraries a part never imports (the numeric core: DESIGN.md's dependency rule; results: documents stay
+# light to read and write).
+FORBIDDEN_LIBRARIES = {
+    **{part: NUMERIC_FORBIDDEN for part in NUMERIC_CORE},
+    "results": {"torch", "monai", "pydicom", "reportlab", "matplotlib"},
+}
+# The numeric core takes arrays and returns result objects: no file, network or process I/O.
+NUMERIC_IO_MODULES = {
+    "json",
+    "pathlib",
+    "os",
+    "io",
+    "pickle",
+    "shutil",
+    "tempfile",
+    "csv",
+    "glob",
+    "gzip",
+    "zipfile",
+    "sqlite3",
+    "socket",
+    "subprocess",
+    "urllib",
+}
+# ... except that it may ask os how many CPUs this process may use (stats._spec.available_cores)
+NUMERIC_OS_NAMES = {"cpu_count", "sched_getaffinity"}
+NUMERIC_IO_CALLS = {
+    "builtins.open",
+    "numpy.load",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savez_compressed",
+    "numpy.loadtxt",
+    "numpy.savetxt",
+    "numpy.genfromtxt",
+    "numpy.fromfile",
+    "numpy.memmap",
+}
+NUMERIC_IO_METHODS = {"tofile"}  # ndarray.tofile, whatever the array is called
 # Which sitecal parts each part may import, beyond the base layer (layer 1).
 ALLOWED = {
     "metrics": set(),
     "stats": {"metrics", "calibration"},  # the refit bootstrap resamples the whole temperature fit
     "calibration": {"metrics"},
+    "results": {"metrics", "stats", "calibration"},  # typed documents may hold the core's result objects
     "protocol": set(),
-    "cohort": {"protocol"},
+    # the predictions file turns probabilities into scores with the core's log_probabilities
+    "cohort": {"protocol", "metrics"},
     "inference": {"protocol", "calibration"},  # the deployable wrapper applies fitted temperatures
-    "demo": {"inference", "metrics", "calibration", "protocol"},  # the CT demo builds its transform specs
+    # an application on the core, like run: it may import the core; only cli imports it
+    "demo": {"metrics", "stats", "calibration", "protocol", "cohort", "inference"},
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
+    # the stages, each runnable alone; run composes them
+    "stages": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
+    # the notebook route: the evaluation stage on arrays, and the report stage's rendering
+    "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "stages"},
+    # `import sitecal` re-exports evaluate_arrays on first use (module __getattr__), loading nothing before
+    "__init__": {"arrays"},
     "run": {
         "_run_folder",
+        "stages",
         "protocol",
         "cohort",
         "inference",
@@ -59,7 +121,53 @@ ALLOWED = {
     },
     "preflight": {"protocol", "cohort", "inference"},  # labels, mappings and the model, before the scan
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
-    "cli": {"run", "preflight", "protocol", "cohort", "inference", "demo"},
+    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo"},
+}
+
+
+# Single modules a part may import although their part is not in its ALLOWED set.
+ALLOWED_MODULES = {
+    # the metric registry: the protocol validates metric names with it, the report prints their labels
+    "protocol": {"sitecal.metrics.registry"},
+    "report": {"sitecal.metrics.registry"},
+}
+# Parts only the listed parts may import, whatever the layers say (applies once the part exists).
+IMPORTED_ONLY_BY = {
+    # the typed documents are handed on by the stages that make and read them
+    "results": {"evaluation", "report", "run", "stages", "arrays", "cli"},
+}
+
+# Calls that import or run code chosen at run time. Every one in src/sitecal is listed in DYNAMIC_IMPORTS.
+DYNAMIC_IMPORT_CALLS = {
+    "builtins.__import__",
+    "builtins.compile",
+    "builtins.eval",
+    "builtins.exec",
+    "importlib.__import__",
+    "importlib.import_module",
+    "importlib.reload",
+    "importlib.machinery.SourceFileLoader",
+    "importlib.util.module_from_spec",
+    "importlib.util.spec_from_file_location",
+    "importlib.util.spec_from_loader",
+    "runpy.run_module",
+    "runpy.run_path",
+}
+DYNAMIC_IMPORT_METHODS = {"exec_module", "load_module"}  # a loader running a module, whatever holds it
+# Those whose first argument names a module: a constant name counts as an import for the layering.
+_IMPORTS_BY_NAME = {
+    "builtins.__import__",
+    "importlib.__import__",
+    "importlib.import_module",
+    "runpy.run_module",
+}
+_BUILTINS = {"__import__", "compile", "eval", "exec", "open"}
+# (file under src/sitecal, call) -> why it is needed. Anything else is refused.
+DYNAMIC_IMPORTS = {
+    ("inference/models.py", "importlib.import_module"): (
+        "a weights-only model's architecture is the class the protocol names ('package.module:Class'); "
+        "the standard library and __main__ are refused before the import"
+    ),
 }
 
 
@@ -68,12 +176,74 @@ def _part(path: Path) -> str:
     return rel.parts[0].removesuffix(".py")
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports (relative imports resolved)."""
-    tree = ast.parse(path.read_text())
-    package = ["sitecal", *path.relative_to(SRC).parent.parts]
-    names: set[str] = set()
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Each name the module's imports bind -> the dotted name it stands for."""
+    out: dict[str, str] = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    out[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    out[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return out
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr}"
+    return None
+
+
+def _calls(tree: ast.AST) -> list[tuple[ast.Call, str | None]]:
+    """Every call with the dotted name of what it calls, imports resolved (``np.save`` -> ``numpy.save``),
+    a builtin as ``builtins.<name>``; None for a call of an expression (``f()()``, ``x[0]()``)."""
+    aliases = _aliases(tree)
+    out: list[tuple[ast.Call, str | None]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        dotted = _dotted(node.func)
+        if dotted is not None:
+            head, _, rest = dotted.partition(".")
+            if head in aliases:
+                dotted = aliases[head] + (f".{rest}" if rest else "")
+            elif not rest and head in _BUILTINS:
+                dotted = f"builtins.{head}"
+        out.append((node, dotted))
+    return out
+
+
+def dynamic_imports(source: str) -> list[tuple[int, str, str | None]]:
+    """(line, call, module name if a constant) of each dynamic import or code execution in ``source``."""
+    found: list[tuple[int, str, str | None]] = []
+    for call, name in _calls(ast.parse(source)):
+        method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+        if name in DYNAMIC_IMPORT_CALLS:
+            first = (
+                call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "name"), None)
+            )
+            target = None
+            if name in _IMPORTS_BY_NAME and isinstance(first, ast.Constant) and isinstance(first.value, str):
+                target = first.value
+            found.append((call.lineno, name, target))
+        elif method in DYNAMIC_IMPORT_METHODS:
+            found.append((call.lineno, f"<loader>.{method}", None))
+    return sorted(found, key=lambda f: f[0])
+
+
+def imports_of(source: str, package: list[str]) -> set[str]:
+    """Absolute names of every module ``source`` imports (relative imports resolved against ``package``,
+    e.g. ``["sitecal", "report"]``), with the constant names of its dynamic imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -85,7 +255,69 @@ def _imports(path: Path) -> set[str]:
             names.add(module)
             if module == "sitecal":
                 names.update(f"sitecal.{alias.name}" for alias in node.names)
+    names.update(target for _, _, target in dynamic_imports(source) if target and not target.startswith("."))
     return names
+
+
+def _imports(path: Path) -> set[str]:
+    return imports_of(path.read_text(encoding="utf-8"), ["sitecal", *path.relative_to(SRC).parent.parts])
+
+
+def layer_problems(part: str, names: set[str]) -> list[str]:
+    """What part ``part`` (``"report"``, ``"run"``, ...) must not import among the modules ``names``."""
+    problems = []
+    for name in sorted(names):
+        top = name.split(".")[0]
+        if top in FORBIDDEN_LIBRARIES.get(part, set()):
+            problems.append(f"imports {name}: {part} never loads {top}")
+        if top != "sitecal" or name == "sitecal":
+            continue
+        target = name.split(".")[1]
+        if target == "__version__" or target == part:
+            continue
+        if target not in LAYER:
+            problems.append(f"imports unknown sitecal part {name}")
+            continue
+        if target in IMPORTED_ONLY_BY and part not in IMPORTED_ONLY_BY[target]:
+            problems.append(f"imports {name}: only {sorted(IMPORTED_ONLY_BY[target])} import {target}")
+            continue
+        if LAYER[target] == 1 or target in ALLOWED.get(part, set()):
+            continue
+        if any(name == m or name.startswith(f"{m}.") for m in ALLOWED_MODULES.get(part, set())):
+            continue
+        problems.append(f"({part}) must not import {name}")
+    return problems
+
+
+def numeric_io_problems(source: str) -> list[str]:
+    """The file, network and process I/O in ``source`` that the numeric core must not do."""
+    tree = ast.parse(source)
+    problems = []
+    for node in ast.walk(tree):
+        modules: list[tuple[str, str | None]] = []  # (module, the name taken from it)
+        if isinstance(node, ast.Import):
+            modules = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules = [(node.module, alias.name) for alias in node.names]
+        for module, taken in modules:
+            top = module.split(".")[0]
+            if top not in NUMERIC_IO_MODULES:
+                continue
+            if top == "os" and module == "os" and (taken is None or taken in NUMERIC_OS_NAMES):
+                continue  # `import os` is checked by its uses below
+            problems.append(f"line {node.lineno}: imports {module}" + (f".{taken}" if taken else ""))
+    aliases = _aliases(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if aliases.get(node.value.id) == "os" and node.attr not in NUMERIC_OS_NAMES:
+                problems.append(f"line {node.lineno}: uses os.{node.attr} (only {sorted(NUMERIC_OS_NAMES)})")
+    for call, name in _calls(tree):
+        method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+        if name in NUMERIC_IO_CALLS:
+            problems.append(f"line {call.lineno}: calls {name}")
+        elif method in NUMERIC_IO_METHODS:
+            problems.append(f"line {call.lineno}: calls .{method}")
+    return problems
 
 
 MODULES = sorted(SRC.rglob("*.py"))
@@ -95,19 +327,36 @@ MODULES = sorted(SRC.rglob("*.py"))
 def test_imports_point_down(path: Path) -> None:
     part = _part(path)
     assert part in LAYER, f"{path}: assign '{part}' a layer in tests/test_architecture.py"
-    for name in _imports(path):
-        top = name.split(".")[0]
-        if part in ("metrics", "stats", "calibration"):
-            assert top not in NUMERIC_FORBIDDEN, f"{path} imports {name}: the numeric core stays array-only"
-        if top != "sitecal" or name == "sitecal":
-            continue
-        target = name.split(".")[1]
-        if target == "__version__":
-            continue
-        assert target in LAYER, f"{path} imports unknown sitecal part {name}"
-        if target == part or LAYER[target] == 1:
-            continue
-        assert target in ALLOWED.get(part, set()), f"{path} ({part}) must not import {name}"
+    problems = layer_problems(part, _imports(path))
+    assert not problems, f"{path}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if _part(p) in NUMERIC_CORE], ids=lambda p: str(p.relative_to(SRC))
+)
+def test_the_numeric_core_does_no_io(path: Path) -> None:
+    problems = numeric_io_problems(path.read_text(encoding="utf-8"))
+    assert not problems, f"{path}: the numeric core takes arrays and returns results: " + "; ".join(problems)
+
+
+def test_dynamic_imports_are_listed_with_their_reason() -> None:
+    found = {
+        (path.relative_to(SRC).as_posix(), call): line
+        for path in MODULES
+        for line, call, _ in dynamic_imports(path.read_text(encoding="utf-8"))
+    }
+    unlisted = [
+        f"{where}:{line}: {call}"
+        for (where, call), line in sorted(found.items())
+        if (where, call) not in DYNAMIC_IMPORTS
+    ]
+    assert not unlisted, (
+        "dynamic imports not in DYNAMIC_IMPORTS (remove them, or list them with the reason):\n"
+        + "\n".join(unlisted)
+    )
+    assert not set(DYNAMIC_IMPORTS) - set(found), (
+        f"DYNAMIC_IMPORTS lists calls no longer there: {set(DYNAMIC_IMPORTS) - set(found)}"
+    )
 
 
 def test_nothing_imports_run_or_cli() -> None:
@@ -131,3 +380,115 @@ def test_the_numeric_core_imports_no_heavy_library(package: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import {package} loads {out.stdout.strip()}"
+
+
+def test_importing_results_loads_no_heavy_library() -> None:
+    """The typed documents are read and written without torch, MONAI, pydicom, reportlab or matplotlib."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("sitecal.results") is None:
+        pytest.skip("sitecal.results does not exist yet: the rule applies once it does")
+    heavy = tuple(sorted(FORBIDDEN_LIBRARIES["results"]))
+    code = (
+        "import sys, sitecal.results; "
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import sitecal.results loads {out.stdout.strip()}"
+
+
+# -- each rule reports what it forbids, on small synthetic sources --
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        ("import json\n", ["line 1: imports json"]),
+        ("from pathlib import Path\n", ["line 1: imports pathlib.Path"]),
+        ("import os.path\n", ["line 1: imports os.path"]),
+        ("from os import remove\n", ["line 1: imports os.remove"]),
+        ("import os\nos.remove('x')\n", ["line 2: uses os.remove (only ['cpu_count', 'sched_getaffinity'])"]),
+        (
+            "import os as o\nn = o.environ\n",
+            ["line 2: uses os.environ (only ['cpu_count', 'sched_getaffinity'])"],
+        ),
+        ("import io, pickle\n", ["line 1: imports io", "line 1: imports pickle"]),
+        ("with open('f') as f:\n    pass\n", ["line 1: calls builtins.open"]),
+        ("import numpy as np\nnp.save('f', x)\n", ["line 2: calls numpy.save"]),
+        ("from numpy import loadtxt\nloadtxt('f')\n", ["line 2: calls numpy.loadtxt"]),
+        ("x.tofile('f')\n", ["line 1: calls .tofile"]),
+        ("import os\nn = os.cpu_count()\n", []),  # the one question the core may ask os
+        ("import numpy as np\nf = np.load\n", []),  # named, not called: reported where it is called
+        ("from re import compile\nr = compile('x')\nimage.open()\n", []),
+    ],
+)
+def test_numeric_io_check_reports_io(source: str, reported: list[str]) -> None:
+    assert numeric_io_problems(source) == reported
+
+
+def test_dynamic_imports_are_found_however_spelled() -> None:
+    source = """import importlib
+import importlib.util as u
+from importlib import import_module as im
+import builtins
+importlib.import_module("sitecal.run")
+im(name)
+__import__("os")
+builtins.__import__("sys")
+spec = u.spec_from_file_location("m", path)
+spec.loader.exec_module(module)
+exec("x = 1")
+eval("1 + 1")
+model.eval()
+u.find_spec("numpy")
+importlib.import_module(name="sitecal.cli")
+"""
+    assert dynamic_imports(source) == [
+        (5, "importlib.import_module", "sitecal.run"),
+        (6, "importlib.import_module", None),
+        (7, "builtins.__import__", "os"),
+        (8, "builtins.__import__", "sys"),
+        (9, "importlib.util.spec_from_file_location", None),
+        (10, "<loader>.exec_module", None),
+        (11, "builtins.exec", None),
+        (12, "builtins.eval", None),
+        (15, "importlib.import_module", "sitecal.cli"),
+    ]
+
+
+def test_a_dynamic_import_of_a_constant_name_obeys_the_layers() -> None:
+    source = 'import importlib\nrun = importlib.import_module("sitecal.run")\n'
+    names = imports_of(source, ["sitecal", "report"])
+    assert "sitecal.run" in names
+    assert layer_problems("report", names) == ["(report) must not import sitecal.run"]
+
+
+@pytest.mark.parametrize(
+    ("part", "names", "reported"),
+    [
+        ("results", {"sitecal.evaluation"}, ["(results) must not import sitecal.evaluation"]),
+        ("results", {"sitecal.cohort.labels"}, ["(results) must not import sitecal.cohort.labels"]),
+        ("results", {"torch"}, ["imports torch: results never loads torch"]),
+        ("results", {"json", "pathlib", "sitecal.metrics", "sitecal._io"}, []),
+        (
+            "cohort",
+            {"sitecal.results"},
+            ["imports sitecal.results: only " + str(sorted(IMPORTED_ONLY_BY["results"])) + " import results"],
+        ),
+        (
+            "metrics",
+            {"sitecal.results"},
+            ["imports sitecal.results: only " + str(sorted(IMPORTED_ONLY_BY["results"])) + " import results"],
+        ),
+        ("evaluation", {"sitecal.results"}, []),
+        ("report", {"sitecal.results", "sitecal.metrics.registry"}, []),
+        ("report", {"sitecal.metrics"}, ["(report) must not import sitecal.metrics"]),
+        ("protocol", {"sitecal.metrics._scores"}, ["(protocol) must not import sitecal.metrics._scores"]),
+        ("stats", {"pydicom"}, ["imports pydicom: stats never loads pydicom"]),
+        ("stats", {"sitecal.nowhere"}, ["imports unknown sitecal part sitecal.nowhere"]),
+    ],
+)
+def test_layer_rules_report_what_they_forbid(part: str, names: set[str], reported: list[str]) -> None:
+    assert layer_problems(part, names) == reported

@@ -1,4 +1,4 @@
-"""The run folder: its name, its log and its tables (cohort.csv, exclusions.csv, predictions.csv)."""
+"""The run folder: its name, its log and its tables (cohort.csv, exclusions.csv)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sitecal._scrub import ScrubFilter
 from sitecal.cohort import Exclusion
 from sitecal.errors import OutputError
 
-__all__ = ["attach_log", "detach_log", "new_run_folder", "write_tables"]
+__all__ = ["attach_log", "detach_log", "new_run_folder", "write_exclusions", "write_tables"]
 
 
 def write_tables(
@@ -25,9 +25,9 @@ def write_tables(
     studies: Sequence[Any],
     exclusions: Sequence[Exclusion],
     fit_mask: np.ndarray,
-    logits: np.ndarray,
     pseudonymize: Pseudonymizer,
 ) -> None:
+    """``cohort.csv`` (one row per analysed study) and ``exclusions.csv`` (one per exclusion)."""
     attributes = list(studies[0].attributes) if studies else []
     write_csv_atomic(
         folder / "cohort.csv",
@@ -46,8 +46,13 @@ def write_tables(
             for s, fit in zip(studies, fit_mask, strict=True)
         ),
     )
+    write_exclusions(folder / "exclusions.csv", exclusions, pseudonymize)
+
+
+def write_exclusions(path: Path, exclusions: Sequence[Exclusion], pseudonymize: Pseudonymizer) -> None:
+    """One row per exclusion: stage, reason, pseudonymised file, study key and series key."""
     write_csv_atomic(
-        folder / "exclusions.csv",
+        path,
         ["stage", "reason", "file", "key", "series_key"],
         (
             [
@@ -59,11 +64,6 @@ def write_tables(
             ]
             for e in exclusions
         ),
-    )
-    write_csv_atomic(
-        folder / "predictions.csv",
-        ["study_key", *[f"logit_{name}" for name in class_names]],
-        ([s.study_key, *[repr(float(v)) for v in row]] for s, row in zip(studies, logits, strict=True)),
     )
 
 

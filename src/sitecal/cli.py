@@ -9,7 +9,6 @@ console, the traceback in run.log); 130 interrupted. A crash is never reported a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -24,10 +23,6 @@ from sitecal.errors import SitecalError
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-DEFAULT_DEMO_PROTOCOL = Path("protocols/demo.yaml")
-_DEMO_STAMP = ".sitecal-demo.json"
-_DEMO_STUDIES = 2000
-_CT_DEMO_STUDIES = 600  # about 200 per scanner: with 300, a 46-study fit split gave one scanner T = 3.1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Validate a model's calibration per site and scanner, from DICOM to a PDF report.",
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,demo}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{run,check,predict,evaluate,report,demo}"
+    )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
     run.add_argument("protocol", type=Path, help="protocol YAML file")
@@ -47,25 +44,72 @@ def _parser() -> argparse.ArgumentParser:
         help="validate a protocol and everything a run needs (files, labels, model, device, output folder)",
     )
     check.add_argument("protocol", type=Path, help="protocol YAML file")
+    _predictions_option(check, "check the protocol as 'sitecal evaluate --predictions FILE' would run it")
     _placement_options(check)
 
+    predict = sub.add_parser(
+        "predict",
+        help="scan and run the model, write the predictions file (pseudonymised keys, logits) and stop",
+    )
+    predict.add_argument("protocol", type=Path, help="protocol YAML file")
+    predict.add_argument(
+        "--output", type=Path, required=True, help="the predictions CSV to write (read by 'sitecal evaluate')"
+    )
+    _run_options(predict)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="evaluate a predictions file (the model is not run) and write a run folder with the report",
+    )
+    evaluate.add_argument("protocol", type=Path, help="protocol YAML file")
+    _predictions_option(evaluate, "the model's outputs per study; overrides data.predictions")
+    _run_options(evaluate)
+
+    report = sub.add_parser(
+        "report",
+        help="render a finished run folder's report again from its stored results (no recomputation)",
+    )
+    report.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+
+    # The demo's texts are written out here: importing sitecal.demo for them would load torch on every
+    # command. tests/demo/test_demo_command.py keeps the numbers equal to sitecal.demo's.
     demo = sub.add_parser(
         "demo",
-        help="generate the synthetic demo cohort and run protocols/demo.yaml (or demo-ct.yaml) on it",
+        help="generate a synthetic cohort and run the packaged demo protocol on it, in any folder",
+        description=(
+            "Copy the packaged demo protocol to sitecal-demo/demo.yaml (with --ct: "
+            "sitecal-demo/demo-ct.yaml) in the working folder, generate the synthetic cohort it names "
+            "beside it (sitecal-demo/radiographs/ or sitecal-demo/ct/), then run it; run folders go to "
+            "reports/. A copy you have edited is never overwritten: run it with --protocol. Nothing is "
+            "written inside the installed package."
+        ),
     )
-    demo.add_argument(
-        "--protocol", type=Path, default=DEFAULT_DEMO_PROTOCOL, help="demo protocol (default: %(default)s)"
+    which = demo.add_mutually_exclusive_group()
+    which.add_argument(
+        "--ct",
+        action="store_true",
+        help="the CT demo (multi-series chest CT volumes) instead of the radiographs",
+    )
+    which.add_argument(
+        "--protocol",
+        type=Path,
+        default=None,
+        help="run your own copy of a demo protocol; its cohort goes to the folder above its data.dicom_dir",
     )
     demo.add_argument(
         "--studies",
         type=int,
         default=None,
-        help=f"number of studies (default: {_DEMO_STUDIES} radiographs, {_CT_DEMO_STUDIES} CT studies)",
+        help="number of studies, at least 50 (default: 2000 radiographs, 600 CT studies)",
     )
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     demo.add_argument("--generate-only", action="store_true", help="generate the cohort, do not run")
     _run_options(demo)
     return parser
+
+
+def _predictions_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--predictions", type=Path, default=None, metavar="FILE", help=help_text)
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.protocol, args)
         if args.command == "demo":
             return _demo(args, argv)
+        if args.command == "predict":
+            return _predict(args.protocol, args)
+        if args.command == "report":
+            return _report(args.run_dir)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -154,18 +202,39 @@ def _configure_console_logging() -> None:
     logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").setLevel(logging.ERROR)
 
 
-def _check(path: Path, args: argparse.Namespace) -> int:
+def _load(path: Path, args: argparse.Namespace) -> object:
+    """The protocol, reading the model's outputs from ``--predictions`` when it is given."""
     from sitecal.protocol import load_protocol
 
     loaded = load_protocol(path)
+    predictions = getattr(args, "predictions", None)
+    if predictions is not None:
+        return loaded.with_predictions(predictions)
+    if args.command == "evaluate" and loaded.protocol.data.predictions is None:
+        raise _InputError(
+            f"{path}: 'sitecal evaluate' reads the model's outputs from a file: pass --predictions FILE, or "
+            "set data.predictions in the protocol. To run the model here, use 'sitecal run'."
+        )
+    return loaded
+
+
+def _check(path: Path, args: argparse.Namespace) -> int:
+    from sitecal.protocol import LoadedProtocol
+
+    loaded = _load(path, args)
+    assert isinstance(loaded, LoadedProtocol)
     _source_date()  # a run would refuse a malformed SOURCE_DATE_EPOCH: so does check
     _refuse_if_not_ready(path, loaded, args, verb="the protocol is valid but")
     p = loaded.protocol
+    inputs = (
+        f"labels, model ({len(p.model.class_names)} outputs), device {args.device}"
+        if loaded.predictions_path is None
+        else "labels, predictions file (the model is not run)"
+    )
     print(
         f"{path}: valid protocol '{p.name}' (sha256 {loaded.sha256[:12]}); "
         f"{len(p.subgroups)} subgroups, calibration per {p.calibration.per or 'nothing (global)'}, "
-        f"{len(p.acceptance)} acceptance criteria; labels, model ({len(p.model.class_names)} outputs), "
-        f"device {args.device} and output folder checked."
+        f"{len(p.acceptance)} acceptance criteria; {inputs} and output folder checked."
     )
     return EXIT_PASS
 
@@ -185,11 +254,42 @@ def _refuse_if_not_ready(path: Path, loaded: object, args: argparse.Namespace, *
         raise _InputError(f"{path}: {verb}:\n" + "\n".join(f"  {p}" for p in outcome.problems))
 
 
+def _predict(path: Path, args: argparse.Namespace) -> int:
+    from sitecal.preflight import output_file_problem
+    from sitecal.protocol import LoadedProtocol
+    from sitecal.run import predict_protocol
+
+    loaded = _load(path, args)
+    assert isinstance(loaded, LoadedProtocol)
+    problem = output_file_problem(args.output, loaded, allow_anywhere=args.allow_output_anywhere)
+    if problem:
+        raise _InputError(f"--output: {problem}")
+    _refuse_if_not_ready(path, loaded, args, verb="cannot predict")
+    result = predict_protocol(
+        loaded, args.output, progress=not args.no_progress, workers=args.workers, device=args.device
+    )
+    from sitecal.cohort._records import exclusion_counts
+
+    _print_exclusion_rows(exclusion_counts(result.exclusions), listed_in=result.exclusions_csv.name)
+    print(f"Predicted: {result.n_predicted} studies")
+    print(f"Predictions: {result.path}")
+    return EXIT_PASS
+
+
+def _report(folder: Path) -> int:
+    from sitecal.stages import render_run
+
+    pdf = render_run(folder)
+    print(f"Report:  {pdf}")
+    return EXIT_PASS
+
+
 def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    from sitecal.protocol import load_protocol
+    from sitecal.protocol import LoadedProtocol
     from sitecal.run import run_protocol
 
-    loaded = load_protocol(path)
+    loaded = _load(path, args)
+    assert isinstance(loaded, LoadedProtocol)
     _refuse_if_not_ready(path, loaded, args, verb="cannot run")
     result = run_protocol(
         loaded,
@@ -209,23 +309,34 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
     return EXIT_FAIL
 
 
-_UNITS = {"file": "files", "image": "images", "series": "series", "study": "studies", "label": "label rows"}
+_UNITS = {
+    "file": "files",
+    "image": "images",
+    "series": "series",
+    "study": "studies",
+    "label": "label rows",
+    "prediction": "prediction rows",
+}
 
 
 def _print_exclusions(evaluation: object) -> None:
     """One console line per exclusion reason (most frequent first), so that none goes unnoticed."""
     flow = evaluation.get("cohort_flow", {}) if isinstance(evaluation, dict) else {}
-    rows = sorted(flow.get("exclusions") or [], key=lambda r: (-int(r["count"]), r["stage"], r["reason"]))
+    _print_exclusion_rows(flow.get("exclusions") or [])
+
+
+def _print_exclusion_rows(found: Sequence[dict[str, object]], *, listed_in: str = "exclusions.csv") -> None:
+    rows = sorted(found, key=lambda r: (-int(str(r["count"])), str(r["stage"]), str(r["reason"])))
     if not rows:
         print("Excluded: nothing.")
         return
-    total = sum(int(r["count"]) for r in rows)
-    print(f"Excluded: {total} (see exclusions.csv):")
+    total = sum(int(str(r["count"])) for r in rows)
+    print(f"Excluded: {total} (see {listed_in}):")
     for row in rows[:12]:
-        unit = _UNITS.get(row.get("unit", ""), "items")
-        print(f"  {int(row['count']):>6} {unit} at {row['stage']}: {row['reason']}")
+        unit = _UNITS.get(str(row.get("unit", "")), "items")
+        print(f"  {int(str(row['count'])):>6} {unit} at {row['stage']}: {row['reason']}")
     if len(rows) > 12:
-        print(f"  ... and {len(rows) - 12} more reasons (exclusions.csv lists every one)")
+        print(f"  ... and {len(rows) - 12} more reasons ({listed_in} lists every one)")
 
 
 class _InputError(SitecalError, ValueError):
@@ -233,75 +344,20 @@ class _InputError(SitecalError, ValueError):
 
 
 def _demo(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    from sitecal.protocol import load_protocol
+    from sitecal.demo import prepare_demo
 
-    if not args.protocol.is_file():
-        raise _InputError(
-            f"{args.protocol}: demo protocol not found. Run 'sitecal demo' from the repository root, "
-            "or pass --protocol PATH/TO/demo.yaml."
-        )
-    loaded = load_protocol(args.protocol)
-    ct = loaded.protocol.inputs.kind == "volume"
-    n_studies = args.studies if args.studies is not None else (_CT_DEMO_STUDIES if ct else _DEMO_STUDIES)
-    if n_studies < 50:
-        raise _InputError(f"--studies must be at least 50. Got {n_studies}.")
-    out_dir = loaded.dicom_dir.parent
-    if loaded.labels_path != out_dir / "labels.csv":
-        raise _InputError(
-            f"{args.protocol}: for the demo, data.labels must be labels.csv beside data.dicom_dir "
-            f"({out_dir / 'labels.csv'})."
-        )
-    _ensure_demo_data(
-        out_dir,
-        n_studies=n_studies,
+    prepared = prepare_demo(
+        args.protocol,
+        kind="ct" if args.ct else None,
+        n_studies=args.studies,
         seed=args.seed,
         progress=not args.no_progress,
-        ct=ct,
     )
     if args.generate_only:
-        print(f"Demo cohort: {out_dir}")
+        print(f"Demo cohort: {prepared.cohort_dir}")
+        print(f"Protocol:    {prepared.protocol} (run it with 'sitecal run {prepared.protocol}')")
         return EXIT_PASS
-    return _run(args.protocol, args, argv)
-
-
-def _ensure_demo_data(out_dir: Path, *, n_studies: int, seed: int, progress: bool, ct: bool = False) -> None:
-    """Generate the demo cohort unless the same one (kind, size, seed, version) is already there.
-
-    ``ct``: the CT volume cohort (for a volume protocol) instead of the radiographs.
-    """
-    import shutil
-
-    stamp = {"n_studies": n_studies, "seed": seed, "sitecal": __version__, **({"kind": "ct"} if ct else {})}
-    stamp_path = out_dir / _DEMO_STAMP
-    if stamp_path.is_file():
-        try:
-            if json.loads(stamp_path.read_text()) == stamp:
-                return
-        except (OSError, ValueError):
-            pass
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not stamp_path.is_file():
-            raise _InputError(
-                f"{out_dir}: exists and was not made by 'sitecal demo'; refusing to overwrite it. "
-                "Point the demo protocol's data paths at an empty folder."
-            )
-        stamp_path.unlink()
-        for child in ("dicom", "labels.csv", "manifest.json"):
-            target = out_dir / child
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if ct:
-        from sitecal.demo.ct import generate_ct_demo
-
-        generate_ct_demo(out_dir, n_studies=n_studies, seed=seed, progress=progress)
-    else:
-        from sitecal.demo import generate_demo
-
-        generate_demo(out_dir, n_studies=n_studies, seed=seed, progress=progress)
-    stamp_path.write_text(json.dumps(stamp) + "\n")
+    return _run(prepared.protocol, args, argv)
 
 
 def _source_date() -> datetime | None:

@@ -18,7 +18,7 @@ from sitecal._pseudonym import key_file_problem
 from sitecal.errors import SitecalError
 from sitecal.protocol import LoadedProtocol
 
-__all__ = ["Preflight", "check_device", "preflight"]
+__all__ = ["Preflight", "check_device", "output_file_problem", "preflight"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +60,28 @@ def preflight(
     device_problem = check_device(device)
     if device_problem:
         problems.append(f"--device: {device_problem}")
-    if not loaded.dicom_dir.is_dir():
-        problems.append(f"data.dicom_dir: folder not found: {loaded.dicom_dir}")
-    elif _empty(loaded.dicom_dir):
-        problems.append(
-            f"data.dicom_dir: {loaded.dicom_dir} holds no files. Point it at the exported studies."
-        )
+    dicom_dir = loaded.dicom_dir
+    if dicom_dir is not None and not dicom_dir.is_dir():
+        problems.append(f"data.dicom_dir: folder not found: {dicom_dir}")
+    elif dicom_dir is not None and _empty(dicom_dir):
+        problems.append(f"data.dicom_dir: {dicom_dir} holds no files. Point it at the exported studies.")
     problems += _labels_problems(loaded)
+    problems += _predictions_problems(loaded)
     problems += _mapping_problems(loaded)
     problems += _output_problems(loaded, allow_output_anywhere)
     key_problem = key_file_problem(loaded.key_file)
     if key_problem:
         problems.append(f"privacy.key_file: {key_problem}")
-    model_problems, model_notes = _model_problems(loaded)
-    problems += model_problems
-    notes += model_notes
+    if loaded.predictions_path is None:
+        model_problems, model_notes = _model_problems(loaded)
+        problems += model_problems
+        notes += model_notes
+    elif loaded.model_path is not None and not loaded.model_path.is_file():
+        problems.append(
+            f"model.path: file not found: {loaded.model_path} (with data.predictions the model is not run, "
+            "but a model.path given is hashed into provenance). Fix it, or remove model.format and "
+            "model.path."
+        )
     return Preflight(problems=tuple(problems), notes=tuple(notes))
 
 
@@ -119,12 +126,15 @@ def check_device(device: str) -> str | None:
 def _labels_problems(loaded: LoadedProtocol) -> list[str]:
     from sitecal.cohort import read_labels
 
-    if not loaded.labels_path.is_file():
-        return [f"data.labels: file not found: {loaded.labels_path}"]
+    labels_path = loaded.labels_path
+    if labels_path is None:  # the labels are a column of the predictions file: read with it
+        return []
+    if not labels_path.is_file():
+        return [f"data.labels: file not found: {labels_path}"]
     data = loaded.protocol.data
     try:
         table = read_labels(
-            loaded.labels_path,
+            labels_path,
             key_column=data.key_column or data.key,
             label_column=data.label_column,
             class_names=loaded.protocol.model.class_names,
@@ -133,9 +143,48 @@ def _labels_problems(loaded: LoadedProtocol) -> list[str]:
         return [f"data.labels: {exc}"]
     if not table.labels:
         return [
-            f"data.labels: {loaded.labels_path}: none of its {table.n_rows} rows has a usable label "
+            f"data.labels: {labels_path}: none of its {table.n_rows} rows has a usable label "
             f"(labels must be one of {list(loaded.protocol.model.class_names)} or an index). Check "
             "data.label_column and model.class_names."
+        ]
+    return []
+
+
+def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
+    """The predictions file read whole, as a run reads it; and whether its keys can be joined."""
+    from sitecal.cohort import labels_from_predictions, read_predictions
+
+    path = loaded.predictions_path
+    if path is None:
+        return []
+    protocol = loaded.protocol
+    data = protocol.data
+    try:
+        table = read_predictions(
+            path,
+            class_names=protocol.model.class_names,
+            key_column=data.key_column or data.key,
+            patient_column=data.patient_column,
+            label_column=data.label_column if loaded.labels_path is None else None,
+            columns=[s.column for s in protocol.subgroups.values() if s.column is not None],
+        )
+    except SitecalError as exc:
+        return [f"data.predictions: {exc}"]
+    if table.pseudonymised and loaded.labels_path is None and loaded.dicom_dir is not None:
+        return [
+            f"data.predictions: {path} has sitecal's pseudonymised keys, which cannot be joined to labels "
+            "in clear: give data.labels (joined to the DICOM studies on data.key)."
+        ]
+    if table.pseudonymised and loaded.labels_path is not None and loaded.dicom_dir is None:
+        return [
+            f"data.predictions: {path} has sitecal's pseudonymised keys, and data.labels has keys in "
+            "clear: give data.dicom_dir too (the studies join both), or a label column in the file."
+        ]
+    if loaded.labels_path is None and not labels_from_predictions(table, protocol.model.class_names).labels:
+        return [
+            f"data.predictions: {path}: none of its rows has a usable label in column '{data.label_column}' "
+            f"(labels must be one of {list(protocol.model.class_names)} or an index). Check "
+            "data.label_column, or give data.labels."
         ]
     return []
 
@@ -173,6 +222,19 @@ def _output_problems(loaded: LoadedProtocol, allow_anywhere: bool) -> list[str]:
     return problems
 
 
+def output_file_problem(path: Path, loaded: LoadedProtocol, *, allow_anywhere: bool) -> str | None:
+    """Why a file sitecal is asked to write (``sitecal predict --output``) cannot be written there."""
+    if path.exists() and not path.is_file():
+        return f"{path} exists and is not a file. Name a file to write."
+    if not allow_anywhere and not _inside_allowed(path.parent, loaded.path.parent):
+        return (
+            f"{path} is outside the protocol's folder ({loaded.path.parent}) and the working folder. "
+            "Write it below one of them, or pass --allow-output-anywhere."
+        )
+    problem = unwritable_folder(path.parent)
+    return f"{problem}. Choose a folder this account may write to." if problem else None
+
+
 def _inside_allowed(folder: Path, protocol_folder: Path) -> bool:
     target = folder.resolve()
     return any(target.is_relative_to(root.resolve()) for root in (protocol_folder, Path.cwd()))
@@ -183,14 +245,17 @@ def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
     from sitecal.inference import build_transforms, load_model
 
     settings = loaded.protocol.model
-    if not loaded.model_path.exists():
-        return [f"model.path: file not found: {loaded.model_path}"], []
+    model_path = loaded.model_path
+    if model_path is None:  # the schema requires it without data.predictions
+        return ["model.path: not given. Give model.format and model.path, or data.predictions."], []
+    if not model_path.exists():
+        return [f"model.path: file not found: {model_path}"], []
     try:
         transforms = build_transforms(loaded.protocol.inputs.transforms, load=False)
     except SitecalError as exc:
         return [str(exc)], []
     try:
-        model = load_model(settings, loaded.model_path)
+        model = load_model(settings, model_path)
     except SitecalError as exc:
         return [f"model: {exc}"], []
     try:

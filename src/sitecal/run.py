@@ -7,49 +7,40 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from sitecal import __version__
 from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
-from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_tables
-from sitecal.cohort import (
-    UNKNOWN,
-    UNMAPPED,
-    Cohort,
-    Exclusion,
-    Study,
-    build_cohort,
-    read_labels,
-    read_mappings,
-    scan_folder,
-)
-from sitecal.cohort.attributes import suppress_rare_values
+from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
+from sitecal.cohort import Cohort, Exclusion, write_predictions
 from sitecal.cohort.series import describe_selection
-from sitecal.cohort.sources import summarise_sources
-from sitecal.evaluation import EvaluationData, evaluate
-from sitecal.inference import (
-    LogitCache,
-    build_transforms,
-    cache_identity,
-    file_sha256,
-    image_key,
-    load_model,
-    predict_files,
-    transform_fingerprint,
+from sitecal.evaluation import EvaluationOutcome
+from sitecal.protocol import LoadedProtocol, protocol_summary
+from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
+from sitecal.results import CalibrationDocument, Predictions, write_document
+from sitecal.stages import (
+    REPORT_CONTEXT,
+    Analysed,
+    ModelRun,
+    analysed_studies,
+    calibration_document,
+    evaluate_cohort,
+    file_hashes_of,
+    hashed,
+    predict,
+    predictions_from_file,
+    render_run,
+    scan,
+    series_rules,
 )
-from sitecal.protocol import LoadedProtocol, SeriesRules, protocol_summary
-from sitecal.provenance import instances_sha256, manifest_sha256, provenance_document
-from sitecal.report import ReportInputs, render_report
-from sitecal.report.dicom_pdf import write_report_dicom
 
-__all__ = ["RunResult", "run_protocol"]
+__all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +70,13 @@ def run_protocol(
 ) -> RunResult:
     """Run every stage of a validated protocol and write the run folder.
 
+    The stages (:mod:`sitecal.stages`): scan, then predict (the model is run here) or the predictions of
+    ``data.predictions`` (it is not), then evaluate, then render from the stored results.
+
     Parameters
     ----------
     loaded : LoadedProtocol
-        From :func:`sitecal.protocol.load_protocol`.
+        From :func:`sitecal.protocol.load_protocol` (``with_predictions`` for ``sitecal evaluate``).
     progress : bool
         Progress bars for scanning, inference and bootstrap.
     command_line : sequence of str, optional
@@ -105,159 +99,47 @@ def run_protocol(
     try:
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
         pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
-        cohort = _cohort(loaded, pseudonymize, workers=workers, progress=progress)
-        series_rules = _series_rules(loaded)
-        _check_run_size(cohort, protocol.inputs.max_pixels_per_run)
-        model = load_model(protocol.model, loaded.model_path)
-        transforms = build_transforms(
-            protocol.inputs.transforms,
-            voi=protocol.inputs.voi,
-            max_values=protocol.inputs.max_pixels_per_image,
-        )
-        transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
-        cache_dir = loaded.logit_cache_dir
-        file_hashes = _file_hashes(cohort, progress=progress)  # cache keys and the dataset manifest
-        n_classes = len(protocol.model.class_names)
-        volume = protocol.inputs.kind == "volume"
-        inference = predict_files(
-            model,
-            [list(s.files) if volume else s.path for s in cohort.studies],
-            transforms,
-            n_classes=n_classes,
-            batch_size=protocol.inputs.batch_size,
-            num_workers=protocol.inputs.num_workers,
-            device=device,
-            progress=progress,
-            cache=(
-                LogitCache(
-                    cache_dir,
-                    cache_identity(model.identity(), transforms_sha256=transforms_sha256),
-                    n_classes,
-                    secret=pseudonymize.key,
-                )
-                if cache_dir
-                else None
-            ),
-            keys=[image_key(pseudonymize, _hashed(s, file_hashes)) for s in cohort.studies],
-        )
-        logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
-        studies = [cohort.studies[i] for i in inference.ok]
-        # studies the model could not read leave their groups smaller: pool again what is now rare
-        shown = suppress_rare_values(
-            [s.attributes for s in studies], protocol.privacy.min_count_shown, keep=(UNKNOWN, UNMAPPED)
-        )
-        studies = [replace(s, attributes=a) for s, a in zip(studies, shown, strict=True)]
-        exclusions = list(cohort.exclusions) + [
-            Exclusion(stage="inference", reason=reason, key=cohort.studies[i].study_key, unit="study")
-            for i, reason in inference.failures
-        ]
-        if not studies:
-            write_tables(
-                folder,
-                protocol.model.class_names,
-                [],
-                exclusions,
-                np.zeros(0, bool),
-                np.zeros((0, n_classes)),
-                pseudonymize,
+        cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
+        model_run: ModelRun | None = None
+        if loaded.predictions_path is None:
+            predictions, model_run = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
+        else:
+            predictions = predictions_from_file(cohort, protocol.model.class_names)
+            logger.info(
+                "the model was not run here: %d studies' predictions read from a file",
+                len(predictions.study_keys),
             )
-            raise _nothing_to_analyse(loaded, cohort, exclusions, folder)
-        data = EvaluationData(
-            logits=inference.logits.astype(np.float64),
-            labels=np.array([s.label for s in studies], dtype=np.int64),
-            patient_keys=np.array([s.patient_key for s in studies]),
-            study_keys=np.array([s.study_key for s in studies]),
-            attributes={name: np.array([s.attributes[name] for s in studies]) for name in protocol.subgroups},
-            class_names=protocol.model.class_names,
+        analysed = analysed_studies(cohort, predictions, min_count_shown=protocol.privacy.min_count_shown)
+        if not analysed.studies:
+            _write_tables(folder, loaded, analysed, np.zeros(0, bool), pseudonymize)
+            raise _nothing_to_analyse(loaded, cohort, analysed.exclusions, folder)
+        outcome = evaluate_cohort(loaded, cohort, predictions, analysed, progress=progress)
+        _write_tables(folder, loaded, analysed, outcome.fit_mask, pseudonymize)
+        file_hashes = (
+            model_run.file_hashes
+            if model_run is not None
+            else (file_hashes_of(cohort, progress=progress) if loaded.dicom_dir is not None else {})
         )
-        flow = {
-            "files_found": cohort.files_found,
-            "dicom_instances": cohort.dicom_instances,
-            "studies": cohort.n_studies_found,
-            "labelled": cohort.n_labelled,
-            "analysed": len(studies),
-            "exclusions": Cohort.exclusion_counts(_with(cohort, exclusions)),
-            "sources": summarise_sources(
-                (s.sources for s in studies), min_count_shown=protocol.privacy.min_count_shown
-            ),
-        }
-        if inference.n_model_failed or inference.n_non_finite:  # a finding about the model, for the report
-            flow |= {"model_failed": inference.n_model_failed, "non_finite_logits": inference.n_non_finite}
-        if cohort.n_series_found is not None:
-            flow |= {"series_found": cohort.n_series_found, "series_selected": cohort.n_series_selected}
-        outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=loaded.sha256, progress=progress)
-        calibration = {
-            "schema_version": 1,
-            "method": protocol.calibration.method,
-            "per": protocol.calibration.per,
-            "class_names": list(protocol.model.class_names),
-            "model_sha256": model.sha256,
-            **outcome.temperatures.to_dict(),
-        }
-        write_tables(
+        provenance = _provenance(
+            loaded,
             folder,
-            protocol.model.class_names,
-            studies,
-            exclusions,
-            outcome.fit_mask,
-            inference.logits,
-            pseudonymize,
-        )
-        provenance = provenance_document(
-            sitecal_version=__version__,
-            created_utc=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            command_line=shlex.join(command_line if command_line is not None else sys.argv),
-            run_folder=folder.name,
-            seeds={
-                "split": protocol.calibration.split.seed,
-                "bootstrap": protocol.evaluation.bootstrap.seed,
-            },
-            sha256={
-                "model": model.sha256,
-                "protocol": loaded.sha256,
-                "labels": file_sha256(loaded.labels_path),
-                "dataset_manifest": manifest_sha256(
-                    pair for s in studies for pair in _hashed(s, file_hashes)
-                ),
-                "instances": instances_sha256(uid for s in studies for uid in s.instance_uids),
-            },
-            outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
-            model=model.record(),
-            transforms_sha256=transforms_sha256,
-            pseudonym_key=pseudonymize.fingerprint,
+            started,
+            cohort,
+            analysed,
+            predictions,
+            model_run,
+            file_hashes,
+            pseudonymize=pseudonymize,
+            command_line=command_line,
             device=device,
-            logits={"cached": inference.n_cached, "computed": inference.n_computed},
         )
-        write_json_atomic(folder / "calibration.json", calibration)
-        write_json_atomic(folder / "evaluation.json", outcome.document)
+        write_document(folder / "calibration.json", _calibration(loaded, outcome, provenance))
+        write_document(folder / "evaluation.json", outcome.result)
         write_json_atomic(folder / "provenance.json", provenance)
         write_text_atomic(folder / "protocol.yaml", loaded.text)
         write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
-        render_report(
-            ReportInputs(
-                evaluation=outcome.document,
-                calibration=calibration,
-                provenance=provenance,
-                protocol={
-                    **protocol_summary(loaded),
-                    "image_selection": describe_selection(series_rules),
-                    "eligibility": {
-                        "key": protocol.data.key,
-                        "key_column": protocol.data.key_column or protocol.data.key,
-                        "labels_file": loaded.labels_path.name,
-                    },
-                },
-            ),
-            folder,
-            page_size=protocol.report.page_size,
-        )
-        write_report_dicom(
-            folder / "report.pdf",
-            folder / "report.dcm",
-            document_id=provenance["document_id"],
-            title=protocol.report.title,
-            created_utc=provenance["created_utc"],
-        )
+        write_json_atomic(folder / REPORT_CONTEXT, _report_context(loaded))
+        render_run(folder)
         logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
         return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
     except KeyboardInterrupt:
@@ -278,17 +160,186 @@ def run_protocol(
         detach_log(handler)
 
 
-def _check_run_size(cohort: Cohort, limit: int) -> None:
-    """Stop before inference when the studies to analyse declare more pixel values than ``limit``."""
-    from sitecal.errors import DataError
+@dataclass(frozen=True)
+class PredictResult:
+    """What ``sitecal predict`` wrote, and what it could not predict."""
 
-    total = sum(s.declared_values for s in cohort.studies)
-    if total > limit:
+    path: Path
+    n_predicted: int
+    exclusions: tuple[Exclusion, ...]
+    exclusions_csv: Path
+
+
+def predict_protocol(
+    loaded: LoadedProtocol,
+    output: Path,
+    *,
+    progress: bool = True,
+    workers: int | None = None,
+    device: str = "cpu",
+) -> PredictResult:
+    """Scan and run the model, write the predictions file (sitecal's pseudonymised keys) and stop.
+
+    What could not be predicted is listed in ``<output stem>-exclusions.csv`` beside it.
+
+    ``sitecal evaluate`` with the same protocol and ``--predictions output`` then gives the evaluation a
+    run would (the same numbers): the file holds every logit exactly.
+    """
+    if loaded.predictions_path is not None:
+        from sitecal.errors import DataError
+
         raise DataError(
-            f"the {len(cohort.studies)} studies to analyse declare {total:,} pixel values in all, more than "
-            f"inputs.max_pixels_per_run ({limit:,}). Nothing was inferred. Raise inputs.max_pixels_per_run "
-            "in the protocol if this is the cohort you mean to validate, or narrow data.dicom_dir."
+            f"{loaded.path}: data.predictions is given, so there is no model to run here. Run 'sitecal "
+            "evaluate' on it, or remove data.predictions to predict with model.path."
         )
+    pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
+    cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
+    predictions, _ = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
+    write_predictions(
+        output, predictions.class_names, predictions.study_keys, predictions.patient_keys, predictions.logits
+    )
+    analysed = analysed_studies(cohort, predictions, min_count_shown=loaded.protocol.privacy.min_count_shown)
+    exclusions_csv = output.with_name(f"{output.stem}-exclusions.csv")
+    write_exclusions(exclusions_csv, analysed.exclusions, pseudonymize)
+    return PredictResult(
+        path=output,
+        n_predicted=len(predictions.study_keys),
+        exclusions=analysed.exclusions,
+        exclusions_csv=exclusions_csv,
+    )
+
+
+def _write_tables(
+    folder: Path,
+    loaded: LoadedProtocol,
+    analysed: Analysed,
+    fit_mask: np.ndarray,
+    pseudonymize: Pseudonymizer,
+) -> None:
+    class_names = loaded.protocol.model.class_names
+    write_tables(folder, class_names, analysed.studies, analysed.exclusions, fit_mask, pseudonymize)
+    write_predictions(
+        folder / "predictions.csv",
+        class_names,
+        [s.study_key for s in analysed.studies],
+        [s.patient_key for s in analysed.studies],
+        analysed.logits,
+    )
+
+
+def _calibration(
+    loaded: LoadedProtocol, outcome: EvaluationOutcome, provenance: Mapping[str, Any]
+) -> CalibrationDocument:
+    """``calibration.json``: what deployment loads, bound to the model it was fitted for."""
+    return calibration_document(
+        loaded.protocol, outcome.temperatures.to_dict(), model_sha256=provenance["sha256"].get("model")
+    )
+
+
+def _provenance(
+    loaded: LoadedProtocol,
+    folder: Path,
+    started: datetime,
+    cohort: Cohort,
+    analysed: Analysed,
+    predictions: Predictions,
+    model_run: ModelRun | None,
+    file_hashes: Mapping[Path, str],
+    *,
+    pseudonymize: Pseudonymizer,
+    command_line: Sequence[str] | None,
+    device: str,
+) -> dict[str, Any]:
+    protocol = loaded.protocol
+    studies = analysed.studies
+    sha256 = {"protocol": loaded.sha256}
+    if model_run is not None:
+        sha256["model"] = model_run.sha256
+    elif loaded.model_path is not None and loaded.model_path.is_file():
+        sha256["model"] = file_sha256(loaded.model_path)  # named by the protocol, not run
+    if loaded.labels_path is not None:
+        sha256["labels"] = file_sha256(loaded.labels_path)
+    if loaded.predictions_path is not None:
+        sha256["predictions_file"] = file_sha256(loaded.predictions_path)
+    if file_hashes:
+        sha256["dataset_manifest"] = manifest_sha256(pair for s in studies for pair in hashed(s, file_hashes))
+        sha256["instances"] = instances_sha256(uid for s in studies for uid in s.instance_uids)
+    model: dict[str, Any] = (
+        dict(model_run.record)
+        if model_run is not None
+        else {
+            "name": protocol.model.name,
+            **({"version": protocol.model.version} if protocol.model.version else {}),
+        }
+    )
+    document = provenance_document(
+        sitecal_version=__version__,
+        created_utc=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command_line=shlex.join(command_line if command_line is not None else sys.argv),
+        run_folder=folder.name,
+        seeds={"split": protocol.calibration.split.seed, "bootstrap": protocol.evaluation.bootstrap.seed},
+        sha256=sha256,
+        outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
+        model=model,
+        transforms_sha256=model_run.transforms_sha256 if model_run is not None else None,
+        pseudonym_key=pseudonymize.fingerprint,
+        device=device if model_run is not None else None,
+        logits=(
+            {"cached": predictions.n_cached, "computed": predictions.n_computed}
+            if model_run is not None
+            else None
+        ),
+    )
+    if model_run is None:
+        document["predictions_file"] = _predictions_file_record(loaded, cohort)
+    return document
+
+
+def _predictions_file_record(loaded: LoadedProtocol, cohort: Cohort) -> dict[str, Any]:
+    """How the predictions file was read (the model was not run here), for provenance and the report."""
+    from sitecal.cohort.predictions_file import PROBABILITY_FLOOR, SUM_TOLERANCE
+
+    summary = cohort.predictions_file
+    assert summary is not None
+    data = loaded.protocol.data
+    return {
+        "model_run_here": False,
+        "rows": summary.rows,
+        "usable_rows": summary.usable_rows,
+        "scores": "probabilities" if summary.score_kind == "prob" else "logits",
+        "key": "sitecal study pseudonym" if summary.pseudonymised else data.key,
+        "patients": summary.patients,
+        "labels": summary.labels,
+        "subgroups_from": sorted(
+            {
+                "DICOM headers" if s.tag else "predictions file columns"
+                for s in loaded.protocol.subgroups.values()
+                if s.intersection is None
+            }
+        ),
+        "dicom_joined": data.dicom_dir is not None,
+        **(
+            {"probability_floor": PROBABILITY_FLOOR, "sum_tolerance": SUM_TOLERANCE}
+            if summary.score_kind == "prob"
+            else {}
+        ),
+    }
+
+
+def _report_context(loaded: LoadedProtocol) -> dict[str, Any]:
+    """The protocol facts the report prints, stored in the run folder so that it can be rendered again."""
+    protocol = loaded.protocol
+    summary = {k: v for k, v in protocol_summary(loaded).items() if k != "yaml_text"}
+    return {
+        **summary,
+        "image_selection": describe_selection(series_rules(loaded)),
+        "eligibility": {
+            "key": protocol.data.key,
+            "key_column": protocol.data.key_column or protocol.data.key,
+            "labels_file": loaded.labels_path.name if loaded.labels_path is not None else None,
+        },
+        "page_size": protocol.report.page_size,
+    }
 
 
 def _nothing_to_analyse(
@@ -315,58 +366,3 @@ def _nothing_to_analyse(
         f"{loaded.dicom_dir}: no study could be analysed ({top}).{hint} Every exclusion is listed in "
         f"{folder / 'exclusions.csv'}."
     )
-
-
-def _cohort(
-    loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None, progress: bool
-) -> Cohort:
-    protocol = loaded.protocol
-    mappings = read_mappings(protocol.subgroups, loaded.resolve)  # before the scan: fail fast
-    tags = [s.tag for s in protocol.subgroups.values() if s.tag is not None]
-    scan = scan_folder(
-        loaded.dicom_dir,
-        tags,
-        workers=workers,
-        progress=progress,
-        max_pixels_per_image=protocol.inputs.max_pixels_per_image,
-        read_timeout_s=protocol.data.read_timeout_s,
-    )
-    labels = read_labels(
-        loaded.labels_path,
-        key_column=protocol.data.key_column or protocol.data.key,
-        label_column=protocol.data.label_column,
-        class_names=protocol.model.class_names,
-    )
-    return build_cohort(
-        scan,
-        labels,
-        subgroups=protocol.subgroups,
-        mappings=mappings,
-        key=protocol.data.key,
-        pseudonymize=pseudonymize,
-        series=_series_rules(loaded),
-        min_count_shown=protocol.privacy.min_count_shown,
-    )
-
-
-def _file_hashes(cohort: Cohort, *, progress: bool) -> dict[Path, str]:
-    """sha256 of every file a study of the cohort is analysed on (read once, in 1 MiB chunks)."""
-    paths = [path for s in cohort.studies for path in s.files]
-    return {
-        path: file_sha256(path) for path in tqdm(paths, desc="Hashing", unit="file", disable=not progress)
-    }
-
-
-def _hashed(study: Study, file_hashes: Mapping[Path, str]) -> list[tuple[str, str]]:
-    """The study's ``(SOPInstanceUID, file sha256)`` pairs."""
-    return [(uid, file_hashes[path]) for uid, path in zip(study.instance_uids, study.files, strict=True)]
-
-
-def _series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
-    """The series rules of a volume protocol (defaults when it states none); ``None`` for images."""
-    protocol = loaded.protocol
-    return (protocol.data.series or SeriesRules()) if protocol.inputs.kind == "volume" else None
-
-
-def _with(cohort: Cohort, exclusions: list[Exclusion]) -> Cohort:
-    return replace(cohort, exclusions=tuple(exclusions))

@@ -59,8 +59,8 @@ def test_exactly_one_of_tag_and_intersection(tmp_path: Path, demo_protocol_text:
         GOOD.replace("{intersection: [sex, age_band], label: Sex × age band}", entry),
     )
     assert (
-        "subgroups.sex_age: give exactly one of 'tag' (a DICOM keyword) or 'intersection' "
-        "(a list of two or more other subgroups)" in message
+        "subgroups.sex_age: give exactly one of 'tag' (a DICOM keyword), 'column' (a column of "
+        "data.predictions) or 'intersection' (a list of two or more other subgroups)" in message
     )
 
 
@@ -81,8 +81,8 @@ def test_intersection_takes_no_bands_or_mapping(tmp_path: Path, demo_protocol_te
     message = _load(tmp_path, demo_protocol_text, GOOD.replace("label: Sex × age band", option))
     name = option.split(":")[0]
     assert (
-        f"subgroups.sex_age: '{name}' applies to a tag; an intersection combines the values of its subgroups "
-        f"as they are. Put '{name}' on the subgroups it combines." in message
+        f"subgroups.sex_age: '{name}' applies to a tag or column; an intersection combines the values of "
+        f"its subgroups as they are. Put '{name}' on the subgroups it combines." in message
     )
 
 
@@ -119,3 +119,19 @@ def test_intersection_of_itself(tmp_path: Path, demo_protocol_text: str) -> None
 def test_mapping_must_be_a_csv_path(tmp_path: Path, demo_protocol_text: str) -> None:
     message = _load(tmp_path, demo_protocol_text, GOOD.replace("mapping: stations.csv", "mapping: ''"))
     assert "subgroups.site.mapping: give the path of a CSV file with the columns 'value,group'" in message
+
+
+@pytest.mark.parametrize(
+    ("column", "allowed"),
+    [("hospital", True), ("Manufacturer", True), ("PatientName", False), ("AccessionNumber", False)],
+)
+def test_a_column_named_like_a_tag_follows_that_tag_s_policy(column: str, allowed: bool) -> None:
+    from pydantic import ValidationError
+
+    from sitecal.protocol import SubgroupSettings
+
+    if allowed:
+        assert SubgroupSettings(column=column).column == column
+    else:
+        with pytest.raises(ValidationError, match=f"column '{column}'"):
+            SubgroupSettings(column=column)

@@ -9,6 +9,7 @@ import yaml
 from tests.conftest import DEMO_PROTOCOL
 
 import sitecal.run
+import sitecal.stages
 from sitecal.cli import main
 
 
@@ -37,7 +38,7 @@ def test_a_crash_in_a_run_exits_4_with_one_line_and_the_traceback_in_run_log(
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unsupported operand in a stage")
 
-    monkeypatch.setattr(sitecal.run, "scan_folder", broken)
+    monkeypatch.setattr(sitecal.stages, "scan_folder", broken)
     assert main(["run", str(_protocol(tmp_path)), "--no-progress"]) == 4
     err = capsys.readouterr().err
     assert err.startswith("sitecal: internal error (TypeError: unsupported operand in a stage).")
@@ -177,7 +178,7 @@ def test_the_protocol_limits_reach_the_scan_and_the_reader(tmp_path: Path) -> No
     from sitecal.demo import generate_demo
     from sitecal.inference import build_transforms
     from sitecal.protocol import load_protocol
-    from sitecal.run import _cohort
+    from sitecal.stages import scan
 
     manifest = generate_demo(tmp_path / "demo", n_studies=12, seed=3)
     protocol = _protocol(
@@ -186,7 +187,7 @@ def test_the_protocol_limits_reach_the_scan_and_the_reader(tmp_path: Path) -> No
         inputs={"max_pixels_per_image": 128 * 128 - 1},  # the demo's images are 128 x 128
     )
     loaded = load_protocol(protocol)
-    cohort = _cohort(loaded, Pseudonymizer(b"k" * 32), workers=1, progress=False)
+    cohort = scan(loaded, Pseudonymizer(b"k" * 32), workers=1, progress=False)
     assert not cohort.studies
     reasons = {e.reason for e in cohort.exclusions if e.stage == "scan"}
     assert (

@@ -1,12 +1,14 @@
-"""DICOM folders and label tables → Cohort. Knows nothing of models."""
+"""DICOM folders, label tables and predictions files → Cohort. Knows nothing of models."""
 
 from __future__ import annotations
 
 from sitecal.cohort._build import build_cohort
+from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN
 from sitecal.cohort.labels import LabelTable, read_labels
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping, read_mappings
+from sitecal.cohort.predictions_file import PredictionTable, read_predictions, write_predictions
 from sitecal.cohort.scan import InstanceHeader, ScanResult, scan_folder
 
 __all__ = [
@@ -16,11 +18,16 @@ __all__ = [
     "Exclusion",
     "InstanceHeader",
     "LabelTable",
+    "PredictionTable",
     "ScanResult",
     "Study",
     "ValueMapping",
     "build_cohort",
+    "cohort_from_predictions",
+    "labels_from_predictions",
     "read_labels",
     "read_mappings",
+    "read_predictions",
     "scan_folder",
+    "write_predictions",
 ]

@@ -14,6 +14,7 @@ from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
+from sitecal.cohort.predictions_file import PredictionRow, PredictionTable
 from sitecal.cohort.scan import InstanceHeader, ScanResult
 from sitecal.cohort.series import group_by_study, select_series
 from sitecal.cohort.sources import source_values
@@ -36,8 +37,10 @@ def build_cohort(
     pseudonymize: Pseudonymizer,
     series: SeriesRules | None = None,
     min_count_shown: int = _MIN_COUNT_SHOWN,
+    predictions: PredictionTable | None = None,
+    labels_from_file: bool = True,
 ) -> Cohort:
-    """Assemble studies from scanned instances, attach subgroup attributes and labels.
+    """Assemble studies from scanned instances, attach subgroup attributes, labels and given predictions.
 
     Parameters
     ----------
@@ -62,6 +65,10 @@ def build_cohort(
         ``privacy.min_count_shown``: a subgroup value of fewer labelled studies becomes
         ``"other (n < k)"`` (:func:`sitecal.cohort.attributes.suppress_rare_values`), tags first, then
         intersections; ``unknown`` and ``unmapped`` stay.
+    predictions : PredictionTable, optional
+        The model's outputs from a predictions file, joined on ``key`` (or on the study pseudonym, for a
+        file sitecal wrote): each study gets its row's logits and column subgroups; a study without a
+        row, a row without a study and an unusable row are exclusions.
 
     Returns
     -------
@@ -92,6 +99,7 @@ def build_cohort(
     )
     studies: list[Study] = []
     matched: set[str] = set()
+    predicted: set[str] = set()
     chosen_per_study, n_series = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
     for chosen in chosen_per_study:
         first = chosen[0]
@@ -102,8 +110,22 @@ def build_cohort(
             reason = "study has no label" if join_value else f"study has no {key} to join labels"
             exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key, unit="study"))
             continue
+        row = None
+        if predictions is not None:
+            row = predictions.rows.get(study_key if predictions.pseudonymised else join_value)  # type: ignore[arg-type]
+            if row is None:
+                exclusions.append(
+                    Exclusion(
+                        stage="predictions",
+                        reason="study has no row in the predictions file",
+                        key=study_key,
+                        unit="study",
+                    )
+                )
+                continue
+            predicted.add(row.key)
         matched.add(join_value)  # type: ignore[arg-type]
-        studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize))
+        studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize, row))
     if labels.labels and chosen_per_study and not matched:
         # the usual cause is a key that joins on the wrong field, not missing studies
         logger.warning(
@@ -133,6 +155,8 @@ def build_cohort(
                 unit="label",
             )
         )
+    if predictions is not None:
+        exclusions += prediction_row_exclusions(predictions, predicted)
     return Cohort(
         studies=_shown(studies, subgroups, min_count_shown),
         exclusions=tuple(exclusions),
@@ -143,6 +167,9 @@ def build_cohort(
         attributes=tuple(subgroups),
         n_series_found=n_series,
         n_series_selected=None if series is None else len(chosen_per_study),
+        predictions_file=(
+            None if predictions is None else predictions.summary(dicom=True, labels_file=labels_from_file)
+        ),
     )
 
 
@@ -225,13 +252,16 @@ def _study(
     mappings: Mapping[str, ValueMapping],
     scan: ScanResult,
     pseudonymize: Pseudonymizer,
+    row: PredictionRow | None = None,
 ) -> Study:
     values = instances[0].values
     patient_id = values.get("PatientID")
     patient_key = (
         pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
     )
-    attributes = _tag_values(values, subgroups, mappings)
+    attributes = _tag_values(values, subgroups, mappings) | (
+        column_values(row.columns, subgroups, mappings) if row is not None else {}
+    )
     return Study(
         study_key=study_key,
         patient_key=patient_key,
@@ -244,6 +274,7 @@ def _study(
         series_key=_series_key(instances, pseudonymize),
         series_number=values.get("SeriesNumber", ""),
         declared_values=sum(declared_values(i.values) for i in instances),
+        logits=None if row is None else row.logits,
     )
 
 
@@ -263,6 +294,45 @@ def _tag_values(
             value = attribute_value(s.tag, values, s.bands)
             tagged[name] = mappings[name].group(value) if name in mappings else value
     return tagged
+
+
+def column_values(
+    cells: Mapping[str, str], subgroups: Mapping[str, SubgroupSettings], mappings: Mapping[str, ValueMapping]
+) -> dict[str, str]:
+    """Column subgroup name → value for one predictions row's cells: normalised, banded, mapped."""
+    out = {}
+    for name, s in subgroups.items():
+        if s.column is not None:
+            value = attribute_value(s.column, {s.column: cells.get(s.column, "")}, s.bands)
+            out[name] = mappings[name].group(value) if name in mappings else value
+    return out
+
+
+def prediction_row_exclusions(table: PredictionTable, used: set[str]) -> list[Exclusion]:
+    """Exclusions for the rows of a predictions file that cannot be used or match no study.
+
+    They are named by their line (or Parquet row), never by their key.
+    """
+    out = [
+        Exclusion(
+            stage="predictions",
+            reason=f"unusable prediction row: {reason}",
+            key=f"{table.numbered_by} {position}",
+            unit="prediction",
+        )
+        for position, reason in table.bad_rows
+    ]
+    out += [
+        Exclusion(
+            stage="predictions",
+            reason="prediction row matches no study",
+            key=f"{table.numbered_by} {row.position}",
+            unit="prediction",
+        )
+        for key, row in sorted(table.rows.items(), key=lambda item: item[1].position)
+        if key not in used
+    ]
+    return out
 
 
 def _shown(studies: Sequence[Study], subgroups: Mapping[str, SubgroupSettings], k: int) -> tuple[Study, ...]:

@@ -23,48 +23,70 @@ _LINE_BREAK = re.compile(r"[\r\n]")
 
 def csv_rows(path: Path, key_column: str, label_column: str, max_bytes: int) -> list[tuple[int, str, str]]:
     """(line where the row starts, key, label) of every row of a CSV file."""
-    text, encoding = _decode(path, _read(path, max_bytes))
+    header, rows = csv_table(
+        path, ((key_column, "data.key_column"), (label_column, "data.label_column")), max_bytes
+    )
+    key_at, label_at = header.index(key_column), header.index(label_column)
+    return [(line, _cell(row, key_at), _cell(row, label_at)) for line, row in rows]
+
+
+def csv_table(
+    path: Path,
+    columns: Sequence[tuple[str, str]],
+    max_bytes: int,
+    *,
+    what: str = "labels file",
+    field: str = "data.labels",
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header (names stripped) and ``(line where the row starts, fields)`` of every row of a CSV file.
+
+    ``columns`` are the ``(column, protocol field naming it)`` pairs that must be in the header, once each,
+    and never hold a line break; ``what`` and ``field`` name the file in messages (``labels file``,
+    ``data.labels``).
+    """
+    text, encoding = _decode(path, _read(path, max_bytes, what, field), what)
     # newline="": split at \n, \r\n and \r only (not at \u2028 or \x0c, as str.splitlines would), keep them
     lines = io.StringIO(text, newline="").readlines()
     first = next((line for line in lines if not _blank(line)), None)
+    names = ", ".join(column for column, _ in columns)
     if first is None:
         raise DataError(
-            f"{path}: the labels file is empty. It needs a header row naming the columns "
-            f"({key_column}, {label_column}) and one row per study."
+            f"{path}: the {what} is empty. It needs a header row naming the columns ({names}) and one row "
+            "per study."
         )
-    delimiter = _delimiter(first, (key_column, label_column))
+    delimiter = _delimiter(first, [column for column, _ in columns])
     logger.info("%s: read as %s, delimiter %s", path, encoding, _DELIMITER_NAMES[delimiter])
-    records = _records(path, lines, delimiter)
+    records = _records(path, lines, delimiter, what, field)
     start, end, header = next(records)
     if end > start:  # no column name holds a line break: a quote left open
         raise _unclosed_quote(path, start)
     header = [name.strip() for name in header]
-    check_columns(path, header, key_column, label_column, delimiter)
-    key_at, label_at = header.index(key_column), header.index(label_column)
+    check_column_list(path, header, columns, delimiter)
+    named = [header.index(column) for column, _ in columns]
     rows = []
     for start, end, row in records:
-        if end > start and _swallowed(row, (key_at, label_at), delimiter, len(header)):
+        if end > start and _swallowed(row, named, delimiter, len(header)):
             raise _unclosed_quote(path, start)
-        rows.append((start, _cell(row, key_at), _cell(row, label_at)))
+        rows.append((start, row))
     if not rows:
-        raise DataError(f"{path}: the labels file has a header but no rows.")
-    return rows
+        raise DataError(f"{path}: the {what} has a header but no rows.")
+    return header, rows
 
 
-def _read(path: Path, max_bytes: int) -> bytes:
+def _read(path: Path, max_bytes: int, what: str, field: str) -> bytes:
     try:
         with path.open("rb") as handle:
             data = handle.read(max_bytes + 1)  # bounded even if the file grew since stat()
     except OSError as exc:
         raise DataError(
-            f"{path}: cannot read the labels file ({exc.strerror or type(exc).__name__}). "
-            "Check data.labels and the file's permissions."
+            f"{path}: cannot read the {what} ({exc.strerror or type(exc).__name__}). "
+            f"Check {field} and the file's permissions."
         ) from None
-    check_size(path, len(data), max_bytes)
+    check_size(path, len(data), max_bytes, what, field)
     return data
 
 
-def _decode(path: Path, data: bytes) -> tuple[str, str]:
+def _decode(path: Path, data: bytes, what: str) -> tuple[str, str]:
     """The text of the file and the name of the encoding that read it."""
     if data.startswith(codecs.BOM_UTF8):
         tried = [("utf-8-sig", "UTF-8 (with BOM)")]
@@ -81,7 +103,7 @@ def _decode(path: Path, data: bytes) -> tuple[str, str]:
         if "\x00" not in text:  # NULs: UTF-16 without a BOM, a spreadsheet, or not text at all
             return text, name
     raise DataError(
-        f"{path}: the labels file is not text in {' or '.join(name for _, name in tried)}. "
+        f"{path}: the {what} is not text in {' or '.join(name for _, name in tried)}. "
         "Save it as UTF-8 (in Excel: 'CSV UTF-8'), or as Parquet."
     )
 
@@ -105,7 +127,9 @@ def _delimiter(header_line: str, columns: Sequence[str]) -> str:
     return sniffed
 
 
-def _records(path: Path, lines: list[str], delimiter: str) -> Iterator[tuple[int, int, list[str]]]:
+def _records(
+    path: Path, lines: list[str], delimiter: str, what: str, field: str
+) -> Iterator[tuple[int, int, list[str]]]:
     """(first line, last line, fields) of each record with a non-blank field; csv errors become located.
 
     Rows of empty fields (``,,`` as spreadsheets write below a table, in any of the delimiters) are
@@ -119,7 +143,7 @@ def _records(path: Path, lines: list[str], delimiter: str) -> Iterator[tuple[int
         except StopIteration:
             return
         except csv.Error:
-            raise _csv_error(path, lines, start, reader.line_num, delimiter) from None
+            raise _csv_error(path, lines, start, reader.line_num, delimiter, what, field) from None
         if not all(_blank(field) for field in row):
             yield start, reader.line_num, row
 
@@ -129,7 +153,9 @@ def _blank(text: str) -> bool:
     return not text.strip(" \t\r\n" + _DELIMITERS)
 
 
-def _csv_error(path: Path, lines: list[str], start: int, end: int, delimiter: str) -> DataError:
+def _csv_error(
+    path: Path, lines: list[str], start: int, end: int, delimiter: str, what: str, field: str
+) -> DataError:
     """What went wrong in the record on lines ``start .. end`` (the csv module's message holds no text)."""
     limit = csv.field_size_limit()
     if start < end or _ends_in_quote(lines[start - 1], delimiter):
@@ -137,8 +163,7 @@ def _csv_error(path: Path, lines: list[str], start: int, end: int, delimiter: st
         return _unclosed_quote(path, start)
     if len(lines[start - 1]) > limit:
         return DataError(
-            f"{path}: line {start}: a field of more than {limit} characters; is this a labels file? "
-            "Check data.labels."
+            f"{path}: line {start}: a field of more than {limit} characters; is this a {what}? Check {field}."
         )
     return DataError(
         f'{path}: line {start}: text follows a closing quote (") in the same field. '
@@ -193,11 +218,13 @@ def _cell(row: Sequence[str], at: int) -> str:
     return row[at].strip() if at < len(row) else ""
 
 
-def check_size(path: Path, size: int, max_bytes: int) -> None:
+def check_size(
+    path: Path, size: int, max_bytes: int, what: str = "labels file", field: str = "data.labels"
+) -> None:
     if size > max_bytes:
         raise DataError(
-            f"{path}: the labels file has more than {max_bytes} bytes (the limit); is this a labels file? "
-            "Check data.labels: a labels file holds one short row per study."
+            f"{path}: the {what} has more than {max_bytes} bytes (the limit); is this a {what}? "
+            f"Check {field}: a {what} holds one short row per study."
         )
 
 
@@ -205,7 +232,16 @@ def check_columns(
     path: Path, header: Sequence[str], key_column: str, label_column: str, delimiter: str | None = None
 ) -> None:
     """Both named columns are in the header, once each; the error shows the header only if it is one."""
-    for column, field in ((key_column, "data.key_column"), (label_column, "data.label_column")):
+    check_column_list(
+        path, header, ((key_column, "data.key_column"), (label_column, "data.label_column")), delimiter
+    )
+
+
+def check_column_list(
+    path: Path, header: Sequence[str], columns: Sequence[tuple[str, str]], delimiter: str | None = None
+) -> None:
+    """Each ``(column, field)`` is in the header once; the error shows the header only if it is one."""
+    for column, field in columns:
         if header.count(column) > 1:
             raise DataError(
                 f"{path}: the column '{column}' appears {header.count(column)} times in the header. "

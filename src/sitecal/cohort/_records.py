@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["UNITS", "Cohort", "Exclusion", "Study", "Unit"]
+import numpy as np
 
-Unit = Literal["file", "image", "series", "study", "label"]
-UNITS: tuple[Unit, ...] = ("file", "image", "series", "study", "label")
+__all__ = ["UNITS", "Cohort", "Exclusion", "PredictionsFileSummary", "Study", "Unit", "exclusion_counts"]
+
+Unit = Literal["file", "image", "series", "study", "label", "prediction"]
+UNITS: tuple[Unit, ...] = ("file", "image", "series", "study", "label", "prediction")
 
 
 @dataclass(frozen=True)
@@ -20,8 +23,8 @@ class Exclusion:
     ``path`` is relative to the DICOM folder (pseudonymised where it carries an identifier when written);
     ``key`` is a pseudonymised study key where there is one. ``study_uid`` (in memory only, never written)
     lets a label whose study's file was excluded be recognised as such rather than as matching no study.
-    ``unit`` says what was left out (:data:`UNITS`): a file, an image of a study, a series, a study, or a
-    label row; only a ``study`` removes a study from the flow.
+    ``unit`` says what was left out (:data:`UNITS`): a file, an image of a study, a series, a study, a
+    label row or a predictions file row; only a ``study`` removes a study from the flow.
     """
 
     stage: str
@@ -41,6 +44,7 @@ class Study:
     or the chosen series' files (in scan order; the reader orders the slices). ``instance_uids`` (their
     SOPInstanceUIDs, same order) stay in memory for caching and provenance hashing and are never written
     in clear. ``relative_path`` is the pseudonymised file, or the folder holding the series' files.
+    ``logits`` are the model's outputs read from a predictions file (``None`` when the model runs here).
     """
 
     study_key: str
@@ -54,11 +58,24 @@ class Study:
     series_key: str = ""  # pseudonymised SeriesInstanceUID of the image or chosen series
     series_number: str = ""  # its SeriesNumber as written ("" when absent)
     declared_values: int = 0  # pixel values its files declare (Rows x Columns x frames x samples, summed)
+    logits: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def path(self) -> Path:
         """The image's file (a volume's first file by path)."""
         return self.files[0]
+
+
+@dataclass(frozen=True)
+class PredictionsFileSummary:
+    """What a predictions file was, for provenance and the report (no key, no cell)."""
+
+    rows: int
+    usable_rows: int
+    score_kind: Literal["logit", "prob"]
+    pseudonymised: bool  # keys are sitecal's own pseudonyms (a file sitecal wrote)
+    patients: Literal["column", "one per study", "DICOM PatientID"]
+    labels: Literal["labels file", "predictions file"]
 
 
 @dataclass(frozen=True)
@@ -74,8 +91,14 @@ class Cohort:
     attributes: tuple[str, ...] = field(default=())
     n_series_found: int | None = None  # volumes: series considered, and those chosen (one per study)
     n_series_selected: int | None = None
+    predictions_file: PredictionsFileSummary | None = None  # when the model's outputs came from a file
 
     def exclusion_counts(self) -> list[dict[str, object]]:
         """Exclusions counted by (stage, reason), in order of first appearance."""
-        counts = Counter((e.stage, e.reason, e.unit) for e in self.exclusions)
-        return [{"stage": s, "reason": r, "unit": u, "count": n} for (s, r, u), n in counts.items()]
+        return exclusion_counts(self.exclusions)
+
+
+def exclusion_counts(exclusions: Sequence[Exclusion]) -> list[dict[str, object]]:
+    """Exclusions counted by (stage, reason, unit), in order of first appearance."""
+    counts = Counter((e.stage, e.reason, e.unit) for e in exclusions)
+    return [{"stage": s, "reason": r, "unit": u, "count": n} for (s, r, u), n in counts.items()]

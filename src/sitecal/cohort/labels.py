@@ -21,7 +21,7 @@ from typing import Literal
 from sitecal.cohort._labels_csv import check_columns, check_size, csv_rows
 from sitecal.errors import DataError
 
-__all__ = ["MAX_LABELS_BYTES", "LabelTable", "read_labels"]
+__all__ = ["MAX_LABELS_BYTES", "LabelTable", "label_table", "read_labels"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,10 @@ def read_labels(
     """
     _check_file(path, max_bytes)
     if path.suffix.lower() == ".parquet":
-        table = _table(_parquet_rows(path, key_column, label_column), key_column, class_names, "row")
+        table = label_table(_parquet_rows(path, key_column, label_column), key_column, class_names, "row")
     else:
         rows = csv_rows(path, key_column, label_column, max_bytes)
-        table = _table(rows, key_column, class_names, "line")
+        table = label_table(rows, key_column, class_names, "line")
     if table.bad_rows:
         counts = Counter(reason for _, reason in table.bad_rows)
         logger.warning(
@@ -117,7 +117,7 @@ def read_labels(
     return table
 
 
-def _table(
+def label_table(
     rows: Iterable[tuple[int, str, str]],
     key_column: str,
     class_names: Sequence[str],

@@ -193,10 +193,16 @@ def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
         not of the stated format, or its weights do not fit the architecture. The message names the file
         and what to do.
     """
-    if settings.format == "monai_bundle":
+    fmt = settings.format
+    if fmt is None:
+        raise ModelError(
+            f"{path}: model.format is not given, so the model cannot be run here. Give model.format, or "
+            "evaluate its outputs with data.predictions."
+        )
+    if fmt == "monai_bundle":
         module, sha = _load_bundle(path)
     else:
-        data, sha = _read_file(path, settings.format)
+        data, sha = _read_file(path, fmt)
         if settings.format == "safetensors":
             module = _fit(
                 _instantiate(settings), _read_safetensors(data, path), path, str(settings.architecture)
@@ -214,7 +220,7 @@ def load_model(settings: ModelSettings, path: Path) -> LoadedModel:
     return LoadedModel(
         module=module,
         name=settings.name,
-        format=settings.format,
+        format=fmt,
         sha256=sha,
         path=path,
         version=settings.version,

@@ -44,7 +44,10 @@ class TransformSettings(_Strict):
 class ModelSettings(_Strict):
     """The model under validation.
 
-    ``format`` says what ``path`` holds (see :func:`sitecal.inference.load_model`):
+    With ``data.predictions`` the model is not run here (a vendor's model, or predictions made elsewhere):
+    ``name``, ``version`` and ``class_names`` identify it, and ``format`` and ``path`` may be left out (when
+    given, the file is hashed into provenance but never loaded). Otherwise ``format`` and ``path`` are
+    required, and ``format`` says what ``path`` holds (see :func:`sitecal.inference.load_model`):
 
     - ``safetensors`` or ``state_dict``: weights only (a safetensors file, or a ``.pt`` read with
       ``torch.load(weights_only=True)``); ``architecture`` names the class and ``architecture_args`` its
@@ -57,8 +60,11 @@ class ModelSettings(_Strict):
 
     name: str = "model"
     version: str | None = Field(default=None, description="the model's version as its provider names it")
-    format: Literal["safetensors", "state_dict", "torch_export", "torchscript", "monai_bundle"]
-    path: str = Field(description="the model file, or the bundle folder for monai_bundle")
+    format: Literal["safetensors", "state_dict", "torch_export", "torchscript", "monai_bundle"] | None = None
+    path: str | None = Field(
+        default=None,
+        description="the model file, or the bundle folder for monai_bundle; required unless data.predictions",
+    )
     architecture: str | None = Field(
         default=None,
         description="'package.module:ClassName', required for safetensors and state_dict; "
@@ -69,6 +75,12 @@ class ModelSettings(_Strict):
 
     @model_validator(mode="after")
     def _architecture_for_weights(self) -> ModelSettings:
+        if (self.format is None) != (self.path is None):
+            given, missing = ("format", "path") if self.format is not None else ("path", "format")
+            raise ValueError(
+                f"model.{given} is given without model.{missing}: give both to run the model here, or "
+                "neither when data.predictions holds the model's outputs"
+            )
         if self.format in ("safetensors", "state_dict") and not self.architecture:
             raise ValueError(
                 f"format '{self.format}' holds weights only: add 'architecture: package.module:ClassName'"
@@ -183,12 +195,37 @@ class SeriesRules(_Strict):
 
 
 class DataSettings(_Strict):
-    """Where the studies and their ground truth are."""
+    """Where the studies, the model's outputs and the ground truth are.
 
-    dicom_dir: str
-    labels: str = Field(description="ground truth: a CSV file, or a Parquet file ending in .parquet")
+    Two routes: the model is run here on ``dicom_dir`` (``model.format`` and ``model.path`` given), or its
+    outputs are read from ``predictions`` (a CSV or Parquet file, one row per study; see
+    :mod:`sitecal.cohort.predictions_file`). With ``predictions``, ``dicom_dir`` is optional: given, the
+    studies' headers supply tag subgroups and are joined to the file on ``key``; absent, subgroups come from
+    the file's columns (``subgroups.<name>.column``). Labels come from ``labels`` or, when it is left out,
+    from the predictions file's ``label_column``.
+    """
+
+    dicom_dir: str | None = Field(
+        default=None, description="the exported studies; required unless predictions"
+    )
+    labels: str | None = Field(
+        default=None,
+        description="ground truth: a CSV file, or a Parquet file ending in .parquet; default with "
+        "predictions: the predictions file's label_column",
+    )
+    predictions: str | None = Field(
+        default=None,
+        description="the model's outputs per study (CSV, or Parquet ending in .parquet): the model is not "
+        "run here",
+    )
     key: Literal["StudyInstanceUID", "AccessionNumber"] = "StudyInstanceUID"
-    key_column: str | None = Field(default=None, description="labels column holding the key; default: key")
+    key_column: str | None = Field(
+        default=None, description="column of the labels and predictions files holding the key; default: key"
+    )
+    patient_column: str | None = Field(
+        default=None,
+        description="predictions file column identifying the patient; absent: each study is its own patient",
+    )
     label_column: str = "label"
     series: SeriesRules | None = Field(
         default=None, description="series selection rules, for inputs.kind: volume"
@@ -202,7 +239,10 @@ class DataSettings(_Strict):
 
 
 class SubgroupSettings(_Strict):
-    """A subgroup attribute: a DICOM tag (by keyword), or the intersection of other subgroups.
+    """A subgroup attribute: a DICOM tag (by keyword), a predictions file column, or an intersection.
+
+    ``column`` names a column of ``data.predictions`` (e.g. the site a vendor file records); its values
+    are normalised, banded and mapped like a tag's, and pooled when rare like every value.
 
     A tag's values are normalised (see ``sitecal.cohort.attributes``), then banded (``bands``) and renamed
     through ``mapping``: a CSV file (relative to the protocol) with the columns ``value,group``, compared
@@ -216,6 +256,7 @@ class SubgroupSettings(_Strict):
     """
 
     tag: str | None = None
+    column: str | None = Field(default=None, description="a column of data.predictions, e.g. site")
     intersection: list[str] | None = Field(
         default=None, description="names of two or more tag subgroups, e.g. [sex, age_band]"
     )
@@ -267,17 +308,26 @@ class SubgroupSettings(_Strict):
 
     @model_validator(mode="after")
     def _tag_or_intersection(self) -> SubgroupSettings:
-        if (self.tag is None) == (self.intersection is None):
+        from pydicom.datadict import keyword_dict
+
+        if sum(v is not None for v in (self.tag, self.column, self.intersection)) != 1:
             raise ValueError(
-                "give exactly one of 'tag' (a DICOM keyword) or 'intersection' (a list of two or more other "
-                "subgroups)"
+                "give exactly one of 'tag' (a DICOM keyword), 'column' (a column of data.predictions) or "
+                "'intersection' (a list of two or more other subgroups)"
             )
         for name in ("bands", "mapping"):
             if self.intersection is not None and getattr(self, name) is not None:
                 raise ValueError(
-                    f"'{name}' applies to a tag; an intersection combines the values of its subgroups as "
-                    f"they are. Put '{name}' on the subgroups it combines."
+                    f"'{name}' applies to a tag or column; an intersection combines the values of its "
+                    f"subgroups as they are. Put '{name}' on the subgroups it combines."
                 )
+        if self.column is not None and self.column in keyword_dict:
+            # a column named like a DICOM keyword holds what that tag would: the same identifier policy
+            problem = refused_tag(self.column) or unshown_tag(
+                self.column, mapping=self.mapping is not None, bands=self.bands is not None
+            )
+            if problem is not None:
+                raise ValueError(f"column '{self.column}': {problem}")
         if self.tag is not None:
             problem = (unbandable_tag(self.tag) if self.bands is not None else None) or unshown_tag(
                 self.tag, mapping=self.mapping is not None, bands=self.bands is not None

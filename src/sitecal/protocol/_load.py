@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +61,32 @@ class LoadedProtocol:
         return path if path.is_absolute() else (self.path.parent / path).resolve()
 
     @property
-    def dicom_dir(self) -> Path:
-        """The folder of DICOM files to scan."""
-        return self.resolve(self.protocol.data.dicom_dir)
+    def dicom_dir(self) -> Path | None:
+        """The folder of DICOM files to scan (``None`` for a predictions file without DICOM)."""
+        return self._optional(self.protocol.data.dicom_dir)
 
     @property
-    def labels_path(self) -> Path:
-        """The ground-truth table."""
-        return self.resolve(self.protocol.data.labels)
+    def labels_path(self) -> Path | None:
+        """The ground-truth table (``None`` when the labels are a column of the predictions file)."""
+        return self._optional(self.protocol.data.labels)
 
     @property
-    def model_path(self) -> Path:
-        """The model file (or folder)."""
-        return self.resolve(self.protocol.model.path)
+    def predictions_path(self) -> Path | None:
+        """The file of the model's outputs per study (``None`` when the model is run here)."""
+        return self._optional(self.protocol.data.predictions)
+
+    @property
+    def model_path(self) -> Path | None:
+        """The model file (or folder); ``None`` when a predictions file stands for a model not given."""
+        return self._optional(self.protocol.model.path)
+
+    def _optional(self, value: str | None) -> Path | None:
+        return None if value is None else self.resolve(value)
+
+    def with_predictions(self, path: Path) -> LoadedProtocol:
+        """The same protocol reading the model's outputs from ``path`` (``--predictions``) instead."""
+        data = self.protocol.data.model_copy(update={"predictions": str(path.resolve())})
+        return replace(self, protocol=self.protocol.model_copy(update={"data": data}))
 
     @property
     def output_root(self) -> Path:
@@ -130,7 +143,10 @@ def load_protocol(path: str | Path) -> LoadedProtocol:
             raise ProtocolError(f"{path}:{excess.line}: the protocol {excess.problem}.")
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         if root is None:
-            raise ProtocolError(f"{path}: the protocol is empty. Start from protocols/demo.yaml.")
+            raise ProtocolError(
+                f"{path}: the protocol is empty. Start from a copy of sitecal-demo/demo.yaml "
+                "('sitecal demo --generate-only' writes it)."
+            )
         _reject_duplicate_keys(root, path, set())
         data = _construct(root)
     except yaml.YAMLError as exc:

@@ -7,8 +7,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import names as metric_names
 from sitecal.protocol._base import (
     _NAME_PATTERN,
+    CriterionMetricName,
     MetricName,
     _at_most,
     _check_reference,
@@ -23,8 +26,8 @@ from sitecal.protocol._inputs import (
     _check_intersections,
 )
 
-_ALL_METRICS: tuple[MetricName, ...] = ("ece", "nll", "brier", "accuracy")
-_ECE_ONLY: tuple[MetricName, ...] = ("ece",)
+_ALL_METRICS: tuple[MetricName, ...] = metric_names(reported=True)
+_ECE_ONLY: tuple[MetricName, ...] = (ECE.name,)
 
 # Upper bounds checked at validation, so that a typo such as 10**9 is refused in `sitecal check` instead of
 # ending a run in MemoryError or hours of work after inference. Each is far above any useful value.
@@ -138,7 +141,7 @@ class AcceptanceCriterion(_Strict):
 
     id: str = Field(pattern=_NAME_PATTERN)
     description: str | None = None
-    metric: MetricName
+    metric: CriterionMetricName
     stage: Literal["before", "after"] = "after"
     statistic: Literal["estimate", "low", "high"] = "high"
     below: float | None = Field(default=None, allow_inf_nan=False)
@@ -290,6 +293,7 @@ class Protocol(_Strict):
             raise _ReferenceError(
                 ("data", "series"), "series rules choose a volume: set inputs.kind: volume, or remove them"
             )
+        _check_route(self)
         _check_reference(self.calibration.per, names, "calibration", "per")
         _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
         for i, name in enumerate(self.evaluation.subgroups or []):
@@ -311,3 +315,49 @@ class Protocol(_Strict):
     def reported_subgroups(self) -> list[str]:
         """Subgroup names evaluated and reported, in protocol order."""
         return list(self.evaluation.subgroups or self.subgroups)
+
+
+def _check_route(protocol: Protocol) -> None:
+    """The model is run here (model.format, model.path, data.dicom_dir, data.labels) or read from a file."""
+    data, model = protocol.data, protocol.model
+    if data.predictions is None:
+        for field, value in (
+            (("model", "format"), model.format),
+            (("model", "path"), model.path),
+            (
+                ("data", "dicom_dir"),
+                data.dicom_dir,
+            ),
+            (("data", "labels"), data.labels),
+        ):
+            if value is None:
+                raise _ReferenceError(
+                    field,
+                    "required to run the model here; or give data.predictions (a file of the model's outputs "
+                    "per study) to evaluate a model that is not run here",
+                )
+        if data.patient_column is not None:
+            raise _ReferenceError(
+                ("data", "patient_column"),
+                "names a column of data.predictions, which is not given; patients come from the DICOM "
+                "PatientID when the model is run here",
+            )
+    for name, subgroup in protocol.subgroups.items():
+        if subgroup.column is not None and data.predictions is None:
+            raise _ReferenceError(
+                ("subgroups", name, "column"),
+                "a column subgroup reads data.predictions, which is not given: use 'tag' (a DICOM keyword)",
+            )
+        if subgroup.tag is not None and data.predictions is not None and data.dicom_dir is None:
+            raise _ReferenceError(
+                ("subgroups", name, "tag"),
+                "tags are read from DICOM headers, and data.dicom_dir is not given: give data.dicom_dir "
+                "(joined to the predictions on data.key), or use 'column' (a column of data.predictions)",
+            )
+        own = {data.key_column or data.key, data.patient_column, data.label_column}
+        if subgroup.column is not None and subgroup.column in own:
+            raise _ReferenceError(
+                ("subgroups", name, "column"),
+                f"'{subgroup.column}' is the key, patient or label column: a subgroup is never drawn "
+                "from an identifier or the ground truth",
+            )

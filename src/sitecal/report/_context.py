@@ -10,21 +10,17 @@ from typing import Any
 from reportlab.lib import colors
 from reportlab.platypus import CondPageBreak, Flowable, Paragraph, Spacer
 
+from sitecal.metrics.registry import METRICS
+
 from ._inputs import ReportInputs, get
 from ._styles import Palette, Styles
 from ._text import NOT_RECORDED, para_text, words
 
 __all__ = ["METRIC_NAMES", "Context", "verdict_text"]
 
-METRIC_NAMES = {
-    "ece": "ECE",
-    "mce": "MCE",
-    "nll": "NLL",
-    "brier": "Brier score",
-    "accuracy": "Accuracy",
-    "auroc": "AUROC",
-}
-_HIGHER_IS_BETTER = {"accuracy", "auroc"}
+#: The printed label of each metric of the registry, by name.
+METRIC_NAMES = {m.name: m.label for m in METRICS}
+_HIGHER_IS_BETTER = frozenset(m.name for m in METRICS if m.direction == "higher")
 
 _VERDICTS: dict[str, tuple[str, colors.Color, colors.Color]] = {
     "pass": ("Pass", Palette.passed, Palette.passed_bg),

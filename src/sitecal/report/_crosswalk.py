@@ -14,6 +14,11 @@ this report; ``|`` separates titles to try in order), ``dev`` (development-only)
 ``site:<field>`` (a ``report.governance`` statement), ``by:<what>`` (for the site to supply elsewhere);
 several answers are joined with `` + ``. Section numbers are resolved from the headings as the document
 was built (``Context.headings``), so the crosswalk is the last builder.
+
+When the model was not run here (its outputs read from a predictions file), the items about how the
+images were prepared and the predictions computed are answered by :data:`READ_FROM_FILE` instead: the
+Methods section says where the outputs came from, and how they were computed is for the site to obtain
+from whoever produced the file.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from reportlab.platypus import Flowable
 
 from ._context import Context
 from ._governance import GOVERNANCE_FIELDS, governance_text
+from ._model_outputs import predictions_record
 from ._styles import table
 
-__all__ = ["CLAIM_2024", "TRIPOD_AI", "Answer", "appendix_crosswalk", "crosswalk_rows"]
+__all__ = ["CLAIM_2024", "READ_FROM_FILE", "TRIPOD_AI", "Answer", "appendix_crosswalk", "crosswalk_rows"]
 
 DEV_ONLY = "not applicable: development-only item"
 TITLE_PAGE = "Title page"
@@ -153,6 +159,15 @@ GUIDELINES: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("CLAIM 2024", CLAIM_2024),
 )
 
+_BY_SUPPLIER = "by:how the images were prepared and the predictions computed, from whoever produced the file"
+#: (guideline, item) → answer code when the model's outputs were read from a predictions file
+READ_FROM_FILE: dict[tuple[str, str], str] = {
+    ("TRIPOD+AI (2024)", "7"): f"§Methods + {_BY_SUPPLIER}",
+    ("TRIPOD+AI (2024)", "9b"): f"§Methods + {_BY_SUPPLIER}",
+    ("TRIPOD+AI (2024)", "12g"): f"§Methods + {_BY_SUPPLIER}",
+    ("CLAIM 2024", "9"): f"§Methods + {_BY_SUPPLIER}",
+}
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -218,8 +233,9 @@ def _answer(ctx: Context, code: str) -> Answer:
 
 def crosswalk_rows(ctx: Context) -> list[tuple[str, str, str, Answer]]:
     """Every item of both guidelines: ``(guideline, item, topic, answer)``, in checklist order."""
+    overrides = READ_FROM_FILE if predictions_record(ctx.provenance) is not None else {}
     return [
-        (guideline, item, topic, _answer(ctx, code))
+        (guideline, item, topic, _answer(ctx, overrides.get((guideline, item), code)))
         for guideline, items in GUIDELINES
         for item, topic, code in items
     ]

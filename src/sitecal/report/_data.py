@@ -1,4 +1,9 @@
-"""The Data section: sources, eligibility, and the flow from files found to studies analysed."""
+"""The Data section: sources, eligibility, and the flow from files found to studies analysed.
+
+When the model's outputs were read from a predictions file (``provenance.json`` → ``predictions_file``),
+the eligibility rules say how its rows are read and joined; without a DICOM folder the flow starts at the
+file's rows, and no source is read from DICOM headers.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from reportlab.platypus import Flowable, Image, KeepTogether, Paragraph
 from . import figures
 from ._context import Context
 from ._inputs import get
+from ._model_outputs import flow_without_dicom, predictions_record, pseudonym_keys
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, para_text, words
 from .flow_figure import flow_figure, flow_steps
@@ -37,9 +43,21 @@ def data_section(ctx: Context) -> list[Flowable]:
     story: list[Flowable] = [ctx.h1("Data")]
     if not isinstance(flow, Mapping):
         return [*story, ctx.p(f"Cohort flow: {NOT_RECORDED}.")]
-    story += _sources(ctx, flow)
-    story += _eligibility(ctx)
-    story += _flow(ctx, flow)
+    record = predictions_record(ctx.provenance)
+    no_dicom = flow_without_dicom(flow, record)
+    if no_dicom:
+        story += [
+            ctx.h2("Sources"),
+            ctx.p(
+                f"The {format_count(flow.get('analysed'))} studies analysed come from the rows of the "
+                "predictions file alone: no DICOM folder was read, so their sites, scanners, modalities and "
+                "study dates are not known to this run. Any subgroup is read from the file's columns."
+            ),
+        ]
+    else:
+        story += _sources(ctx, flow)
+    story += _eligibility(ctx, record, no_dicom=no_dicom)
+    story += _flow(ctx, flow, record, no_dicom=no_dicom)
     return story
 
 
@@ -96,7 +114,9 @@ def _sources(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
     return story
 
 
-def _eligibility(ctx: Context) -> list[Flowable]:
+def _eligibility(ctx: Context, record: Mapping[str, Any] | None, *, no_dicom: bool) -> list[Flowable]:
+    if record is not None:
+        return _eligibility_from_file(ctx, record, no_dicom=no_dicom)
     protocol = ctx.protocol
     eligibility = protocol.get("eligibility") or {}
     key = eligibility.get("key") or "StudyInstanceUID"
@@ -126,11 +146,75 @@ def _eligibility(ctx: Context) -> list[Flowable]:
     return story
 
 
-def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
+def _eligibility_from_file(ctx: Context, record: Mapping[str, Any], *, no_dicom: bool) -> list[Flowable]:
+    """The rules of a run whose model outputs were read from a predictions file."""
+    protocol = ctx.protocol
+    eligibility = protocol.get("eligibility") or {}
+    key = para_text(eligibility.get("key") or "StudyInstanceUID")
+    column = para_text(eligibility.get("key_column") or key)
+    labels = eligibility.get("labels_file")
+    classes = get(ctx.evaluation, "class_names") or []
+    of_classes = (
+        f"; the label must be one of the model's classes ({para_text(', '.join(map(str, classes)))})"
+        if classes
+        else ""
+    )
+    rows_rule = (
+        "<b>Predictions file.</b> Every row is read. A row that cannot be used (a score that is not a "
+        "finite number, a probability outside [0, 1] or a row of probabilities not summing to 1, an empty "
+        "key, a key given twice with different scores) is excluded with its line and reason; it removes no "
+        "study."
+    )
+    joined = "its sitecal study pseudonym" if pseudonym_keys(record) else f"{key} (column {column})"
+    rules: list[str] = []
+    if no_dicom:
+        rules.append(rows_rule + " Each usable row is one study.")
+    else:
+        rules += [
+            "<b>Instances.</b> Every file under the DICOM folder is read. A file that is not DICOM, is "
+            "truncated, has no pixel data or a transfer syntax that cannot be decoded, or repeats an "
+            "SOPInstanceUID already found, is excluded with that reason.",
+            "<b>Images.</b> "
+            + para_text(protocol.get("image_selection") or "One image per study; the others are excluded."),
+            rows_rule
+            + f" Each study found is joined to its row by {joined}; a study without a row is excluded, and a "
+            "row that matches no study is listed, removing no study.",
+        ]
+    if record.get("labels") == "predictions file":
+        rules.append(
+            "<b>Labels.</b> A study is eligible when its row gives a ground-truth label in the label column "
+            f"of the predictions file{of_classes}."
+        )
+    else:
+        rules.append(
+            f"<b>Labels.</b> A study is eligible when it has a ground-truth label, joined by {key} to the "
+            f"column {column}"
+            + (f" of {para_text(labels)}" if labels else " of the labels file")
+            + f"{of_classes}. Label rows that name no study are counted, not analysed."
+        )
+    rules.append(
+        "<b>Analysis.</b> Every eligible study with a usable row of the predictions file is analysed with "
+        "the scores of that row; the model was not run here. No study is excluded for what it predicts."
+    )
+    story: list[Flowable] = [ctx.h2("Eligibility")]
+    story += [Paragraph(rule, ctx.styles.bullet, bulletText="•") for rule in rules]
+    return story
+
+
+def _flow(
+    ctx: Context, flow: Mapping[str, Any], record: Mapping[str, Any] | None, *, no_dicom: bool
+) -> list[Flowable]:
     split = get(ctx.evaluation, "split") or {}
     heading = ctx.h2("Flow")
     story: list[Flowable] = []
-    fig = flow_figure(ctx.evaluation, width_in=min(ctx.width / inch, 6.9))
+    n_rows = get(record, "rows")
+    fig = flow_figure(
+        ctx.evaluation,
+        width_in=min(ctx.width / inch, 6.9),
+        predictions_rows=n_rows,
+        predictions_file=record is not None,
+    )
+    start = "the rows of the predictions file" if no_dicom else "the files found"
     path = figures.save_png(fig, ctx.figures_dir / "flow.png")
     ctx.figures.append(path)
     width_in, height_in = fig.get_size_inches()
@@ -140,7 +224,7 @@ def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
                 heading,
                 Image(str(path), width=width_in * inch, height=height_in * inch),
                 ctx.p(
-                    f"{ctx.next_figure()}. Flow from the files found to the studies analysed and their "
+                    f"{ctx.next_figure()}. Flow from {start} to the studies analysed and their "
                     "split; beside each step, what it left out and the most frequent reasons.",
                     ctx.styles.caption,
                 ),
@@ -148,7 +232,7 @@ def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
         )
     )
     rows: list[list[Any]] = [[ctx.head("Step"), ctx.head("Count", right=True)]]
-    for step in flow_steps(flow):
+    for step in flow_steps(flow, predictions_rows=n_rows, predictions_file=record is not None):
         rows.append([ctx.cell(step.label), ctx.cell(format_count(step.count), style=ctx.styles.cell_num)])
     for key, label, patients in (
         ("fit", "fit split", "patients_fit"),
@@ -164,17 +248,22 @@ def _flow(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
             ]
         )
     story += ctx.table_block("Cohort flow.", table(rows, [ctx.width * 0.7, ctx.width * 0.3]))
-    story += _exclusions(ctx, flow.get("exclusions"), flow.get("files_found"))
+    if no_dicom:
+        found = f"{format_count(n_rows)} rows in the predictions file"
+    else:
+        found = f"{format_count(flow.get('files_found'))} files found"
+    story += _exclusions(ctx, flow.get("exclusions"), found, predictions_file=record is not None)
     return story
 
 
 def _exclusions(
-    ctx: Context, exclusions: Sequence[Mapping[str, Any]] | None, found: object
+    ctx: Context, exclusions: Sequence[Mapping[str, Any]] | None, found: str, *, predictions_file: bool
 ) -> list[Flowable]:
     if exclusions is None:
         return [ctx.p(f"Exclusions: {NOT_RECORDED}.")]
     if not exclusions:
-        return [ctx.p("No file, study or label was excluded.")]
+        what = "row" if predictions_file else "file"
+        return [ctx.p(f"No {what}, study or label was excluded.")]
     rows: list[list[Any]] = [[ctx.head("Stage"), ctx.head("Reason"), ctx.head("Count", right=True)]]
     for item in exclusions:
         rows.append(
@@ -184,8 +273,14 @@ def _exclusions(
                 ctx.cell(format_count(get(item, "count")), style=ctx.styles.cell_num),
             ]
         )
+    rows_too = (
+        "A label or predictions file row that matches no study, or a predictions file row that cannot be "
+        "used, removes no study"
+        if predictions_file
+        else "A label that matches no study removes no study"
+    )
     return ctx.table_block(
-        f"Exclusions by stage and reason ({format_count(found)} files found). A label that matches no "
-        "study removes no study; it is listed so that every input is accounted for.",
+        f"Exclusions by stage and reason ({found}). {rows_too}; it is listed so that every input is "
+        "accounted for.",
         table(rows, [ctx.width * 0.2, ctx.width * 0.6, ctx.width * 0.2]),
     )

@@ -18,6 +18,7 @@ from reportlab.platypus import Flowable, Paragraph
 from ._cohort import format_share
 from ._context import Context
 from ._inputs import get
+from ._model_outputs import ONE_PER_STUDY, flow_without_dicom, predictions_record, read_from_file_text
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text, words
 
@@ -206,10 +207,42 @@ def _unknown(ctx: Context) -> list[Flowable]:
     return [_bullet(ctx, text), _bullet(ctx, note)]
 
 
+def _model_outputs(ctx: Context) -> list[Flowable]:
+    """For outputs read from a predictions file: that they are taken as given, and the patient caveat."""
+    record = predictions_record(ctx.provenance)
+    if record is None:
+        return []
+    form = "finite scores, one set of scores per key"
+    if record.get("scores") == "probabilities":
+        form += ", probabilities in [0, 1] that sum to 1"
+    story = [
+        _bullet(
+            ctx,
+            f"<b>Model outputs as given.</b> {read_from_file_text(record, ctx.provenance)} This report "
+            f"validates those outputs as given: sitecal checked their form ({form}), not that they are this "
+            "model's outputs on these studies, which rests on whoever produced the file.",
+        )
+    ]
+    if record.get("patients") == ONE_PER_STUDY:
+        story.append(
+            _bullet(
+                ctx,
+                "<b>Each study its own patient.</b> The predictions file names no patient, so each study was "
+                "treated as its own patient: the split and the intervals assume independent studies. If a "
+                "patient has several studies in the file, the intervals are too narrow and that patient's "
+                "studies may fall on both sides of the fit / evaluation split.",
+            )
+        )
+    return story
+
+
 def _exclusions(ctx: Context) -> Paragraph:
     flow = get(ctx.evaluation, "cohort_flow")
     exclusions = get(flow, "exclusions")
     files = get(flow, "files_found")
+    record = predictions_record(ctx.provenance)
+    if isinstance(flow, Mapping) and flow_without_dicom(flow, record):
+        return _exclusions_of_rows(ctx, flow, get(record, "rows"))
     if not isinstance(exclusions, Sequence) or _number(files) is None:
         return _bullet(ctx, f"<b>Exclusions.</b> The cohort flow is {_ABSENT}.")
     counts = [(e, _number(get(e, "count")) or 0) for e in exclusions]
@@ -225,7 +258,35 @@ def _exclusions(ctx: Context) -> Paragraph:
         f"{format_count(files)} files found ({share})"
         + (f": {detail}" if detail else "")
         + f". {format_count(get(flow, 'analysed'))} studies were analysed. A label that matches no study "
-        "is counted although it removes no file.",
+        "is counted although it removes no file"
+        + (
+            "; so is a predictions file row that cannot be used or matches no study."
+            if record is not None
+            else "."
+        ),
+    )
+
+
+def _exclusions_of_rows(ctx: Context, flow: Mapping[str, Any], rows: object) -> Paragraph:
+    """The exclusions of a run without DICOM, against the rows of the predictions file."""
+    exclusions = flow.get("exclusions")
+    if not isinstance(exclusions, Sequence):
+        return _bullet(ctx, f"<b>Exclusions.</b> The cohort flow is {_ABSENT}.")
+    counts = [(e, _number(get(e, "count")) or 0) for e in exclusions]
+    total = int(sum(c for _, c in counts))
+    n_rows = _number(rows)
+    share = format_share(total / n_rows) if n_rows else NOT_RECORDED
+    detail = "; ".join(
+        f"{para_text(get(e, 'reason'))} ({para_text(words(get(e, 'stage')))}): {format_count(int(c))}"
+        for e, c in counts
+    )
+    return _bullet(
+        ctx,
+        f"<b>Exclusions.</b> {format_count(total)} exclusion record{'' if total == 1 else 's'} against "
+        f"{format_count(rows)} rows in the predictions file ({share})"
+        + (f": {detail}" if detail else "")
+        + f". {format_count(get(flow, 'analysed'))} studies were analysed. A predictions file row that "
+        "cannot be used, and a label that matches no row, are counted although they remove no study.",
     )
 
 
@@ -293,6 +354,7 @@ def limitations(ctx: Context) -> list[Flowable]:
     story: list[Flowable] = [
         ctx.h1("Limitations"),
         ctx.p("Each point below is drawn from this run's numbers and limits what the results can show."),
+        *_model_outputs(ctx),
         _small_groups(ctx),
     ]
     story += _widest(ctx)

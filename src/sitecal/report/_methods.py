@@ -7,13 +7,30 @@ from typing import Any
 
 from reportlab.platypus import Flowable, KeepTogether
 
+from sitecal.metrics.registry import ECE, METRICS
+
 from ._context import Context
 from ._inputs import get
+from ._model_outputs import (
+    calibration_text,
+    labels_text,
+    patients_text,
+    predictions_record,
+    read_from_file_text,
+    rows_text,
+    subgroups_text,
+    weights_text,
+)
 from ._sections import key_values
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, format_value, para_text, short_sha, words
 
 __all__ = ["fitted_temperatures", "methods"]
+
+#: "<label>: <description>" of each metric for the Methods section; ECE has the row above to itself.
+_DEFINITIONS = {m.name: f"{m.label}: {m.description}" for m in METRICS} | {
+    ECE.name: f"{ECE.label} (see above)"
+}
 
 
 def _split_text(ctx: Context) -> str:
@@ -50,7 +67,7 @@ def _split_text(ctx: Context) -> str:
 
 
 def _ece_text(ctx: Context) -> str:
-    ece = get(ctx.evaluation, "ece")
+    ece = get(ctx.evaluation, ECE.name)
     if not isinstance(ece, Mapping):
         return f"ECE definition: {NOT_RECORDED}."
     kind = para_text(ece.get("kind"))
@@ -106,7 +123,7 @@ def _bootstrap_text(ctx: Context) -> str:
         )
     else:
         text += f" Whether the temperature was refitted in each resample: {NOT_RECORDED}."
-    if "ece" in (get(ctx.evaluation, "metrics") or []) and boot.get("method") == "percentile":
+    if ECE.name in (get(ctx.evaluation, "metrics") or []) and boot.get("method") == "percentile":
         text += (
             " Binned ECE is biased upward, and more so in small groups: its resampled values sit above the "
             "estimate, so a percentile interval of ECE can lie wholly above a group's own estimate. That is "
@@ -114,6 +131,24 @@ def _bootstrap_text(ctx: Context) -> str:
             "true ECE of 0 (sitecal's coverage study, benchmarks/coverage_ece.md)."
         )
     return text
+
+
+def _model_from_file_text(ctx: Context, record: Mapping[str, Any]) -> str:
+    """The model not run here: name, version, where its outputs came from, its file's fingerprint."""
+    model = get(ctx.provenance, "model") or {}
+    text = para_text(model.get("name"))
+    if model.get("version"):
+        text += f", version {para_text(model['version'])}"
+    text += f". {read_from_file_text(record, ctx.provenance)} {rows_text(record)}"
+    if record.get("dicom_joined"):
+        text += " Its rows are joined to the studies of the DICOM folder."
+    classes = get(ctx.evaluation, "class_names")
+    if classes:
+        text += f" Output classes, in score order: {para_text(', '.join(map(str, classes)))}."
+    return text + (
+        f" Model sha256: {para_text(weights_text(ctx.provenance))}. No image was passed through the "
+        "model here and no layer was retrained; only the temperature below is fitted."
+    )
 
 
 def _model_text(ctx: Context) -> str:
@@ -142,7 +177,10 @@ def methods(ctx: Context) -> list[Flowable]:
     cal, ev = ctx.calibration, ctx.evaluation
     per = ctx.attribute_label(cal["per"]).lower()
     method = str(cal["method"])
-    if method == "temperature":
+    record = predictions_record(ctx.provenance)
+    if method == "temperature" and record is not None:
+        calibration = calibration_text(record)
+    elif method == "temperature":
         calibration = (
             "Temperature scaling (Guo et al., 2017): the model's logits are divided by a temperature "
             "T &gt; 0 chosen to minimise the negative log-likelihood on the fit split. T &gt; 1 softens "
@@ -170,13 +208,7 @@ def methods(ctx: Context) -> list[Flowable]:
         f"One temperature per {para_text(per)}. {rule} A {para_text(per)} not seen at fitting time "
         "receives the global temperature at deployment."
     )
-    metric_defs = {
-        "ece": "ECE (see above)",
-        "nll": "NLL: mean negative log-likelihood of the true class (nats)",
-        "brier": "Brier score: mean squared error of the predicted probability vector",
-        "accuracy": "Accuracy: share of studies whose most probable class is the true one",
-    }
-    metrics = "; ".join(para_text(metric_defs.get(m, ctx.metric_name(m))) for m in ev["metrics"])
+    metrics = "; ".join(para_text(_DEFINITIONS.get(str(m), ctx.metric_name(m))) for m in ev["metrics"])
     minimum = ctx.min_group_size()
     small = (
         f"Every number carries its n. A group with fewer than {para_text(minimum)} studies in the "
@@ -187,8 +219,12 @@ def methods(ctx: Context) -> list[Flowable]:
         else f"Minimum group size: {NOT_RECORDED}."
     )
     rows = [("Model", ctx.p(_model_text(ctx), ctx.styles.cell))]
+    if record is not None:
+        rows = [("Model", ctx.p(_model_from_file_text(ctx, record), ctx.styles.cell))]
+        who = [patients_text(record), labels_text(record), subgroups_text(record)]
+        rows.append(("Patients and labels", ctx.p(" ".join(w for w in who if w), ctx.styles.cell)))
     selection = ctx.protocol.get("image_selection")
-    if selection:
+    if selection and (record is None or record.get("dicom_joined")):
         rows.append(("Images analysed", ctx.p(para_text(selection), ctx.styles.cell)))
     rows += [
         ("Calibration", ctx.p(calibration, ctx.styles.cell)),

@@ -13,6 +13,16 @@ from reportlab.platypus import Flowable, KeepTogether, PageBreak, Spacer, XPrefo
 from ._context import Context
 from ._fonts import break_line
 from ._governance import GOVERNANCE_FIELDS, draft_fields, governance_text
+from ._inputs import get
+from ._model_outputs import (
+    flow_without_dicom,
+    labels_text,
+    patients_text,
+    predictions_record,
+    read_from_file_text,
+    rows_text,
+    subgroups_text,
+)
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_utc, para_text, words
 
@@ -27,6 +37,9 @@ _HASHES = {
     "predictions": "Predictions (predictions.csv)",
 }
 _OTHER_HASHES = {"instances": "DICOM instances (set of SOP Instance UIDs)"}
+_PREDICTIONS_FILE = "Predictions file (the model's outputs, as read)"
+_NOT_RUN = "not run here"
+_NO_DICOM = "none: no DICOM folder was read"
 _SEEDS = {
     "split": "Fit / evaluation split (calibration.split.seed)",
     "bootstrap": "Bootstrap resampling (evaluation.bootstrap.seed)",
@@ -53,6 +66,7 @@ _KNOWN = {
     "model",
     "device",
     "logits",
+    "predictions_file",
 }
 # How many logits came from the cache depends on what ran before, not on the result: provenance.json keeps
 # the counts; the report says what the cache is, so that two runs of one protocol print the same text.
@@ -79,19 +93,26 @@ def provenance(ctx: Context) -> list[Flowable]:
     mono = ctx.styles.mono
     model_entry = prov.get("model")
     model: Mapping[str, Any] = model_entry if isinstance(model_entry, Mapping) else {}
+    record = predictions_record(prov)
+    model_name = " · ".join(str(model[k]) for k in ("name", "format") if model.get(k)) or None
+    device = prov.get("device")
+    if record is not None:
+        model_name = f"{model_name or NOT_RECORDED} · {_NOT_RUN}"
+        device = device or f"none: the model was {_NOT_RUN}"
     rows: list[list[Any]] = [
         [ctx.head("sitecal version"), ctx.cell(prov.get("sitecal_version"))],
         [ctx.head("Python"), ctx.cell(prov.get("python"))],
         [ctx.head("Platform"), ctx.cell(prov.get("platform"))],
-        [ctx.head("Device"), ctx.cell(prov.get("device"))],
+        [ctx.head("Device"), ctx.cell(device)],
         [ctx.head("Run time (UTC)"), ctx.cell(format_utc(prov.get("created_utc")))],
         [ctx.head("Run folder"), ctx.cell(prov.get("run_folder"), style=mono)],
         [ctx.head("Command line"), ctx.cell(prov.get("command_line"), style=mono)],
-        [
-            ctx.head("Model"),
-            ctx.cell(" · ".join(str(model[k]) for k in ("name", "format") if model.get(k)) or None),
-        ],
+        [ctx.head("Model"), ctx.cell(model_name)],
     ]
+    if record is not None:
+        how = [read_from_file_text(record, prov), rows_text(record), patients_text(record)]
+        how += [labels_text(record), subgroups_text(record) or ""]
+        rows.append([ctx.head("Model outputs"), ctx.p(" ".join(h for h in how if h), ctx.styles.cell)])
     if model.get("architecture"):
         arguments = json.dumps(model.get("architecture_args") or {}, sort_keys=True)
         rows.append([ctx.head("Architecture"), ctx.cell(f"{model['architecture']} {arguments}", style=mono)])
@@ -100,7 +121,10 @@ def provenance(ctx: Context) -> list[Flowable]:
     if "logits" in prov:
         rows.append([ctx.head("Logits"), ctx.cell(_LOGITS)])
     for key in sorted(set(prov) - _KNOWN):
-        rows.append([ctx.head(words(key).capitalize()), ctx.cell(_scalar(prov[key]))])
+        value = prov[key]
+        if value is None and key == "transforms_sha256" and record is not None:
+            value = f"none: the model was {_NOT_RUN}, no image was prepared for it"
+        rows.append([ctx.head(words(key).capitalize()), ctx.cell(_scalar(value))])
     w = ctx.width
     story: list[Flowable] = [
         ctx.h1("Provenance"),
@@ -119,21 +143,42 @@ def _hash_table(ctx: Context) -> list[Flowable]:
     recorded: Mapping[str, Any] = hashes if isinstance(hashes, Mapping) else {}
     protocol_sha = ctx.protocol.get("sha256")
     mono = ctx.styles.mono
+    record = predictions_record(ctx.provenance)
+    flow = ctx.evaluation.get("cohort_flow")
+    no_dicom = flow_without_dicom(flow if isinstance(flow, Mapping) else {}, record)
     rows: list[list[Any]] = [[ctx.head("Input or output"), ctx.head("sha256")]]
     for key, label in _HASHES.items():
         value = recorded.get(key)
+        style = mono
         if key == "protocol" and value is None and protocol_sha:
             label, value = "Protocol (as given to the report)", protocol_sha
-        rows.append([ctx.cell(label), ctx.cell(value, style=mono)])
-    for key in (k for k in recorded if k not in _HASHES):
+        if key == "model" and record is not None:  # the model was not run: say so, never a blank
+            if value is None:
+                value, style = _NOT_RUN, ctx.styles.cell
+            else:
+                label = f"Model file (named by the protocol; {_NOT_RUN})"
+        if key == "dataset_manifest" and value is None and no_dicom:
+            value, style = _NO_DICOM, ctx.styles.cell
+        if key == "labels" and value is None and get(record, "labels") == "predictions file":
+            value, style = "none: the labels are a column of the predictions file", ctx.styles.cell
+        rows.append([ctx.cell(label), ctx.cell(value, style=style)])
+        if key == "model" and "predictions_file" in recorded:
+            rows.append([ctx.cell(_PREDICTIONS_FILE), ctx.cell(recorded["predictions_file"], style=mono)])
+    for key in (k for k in recorded if k not in _HASHES and k != "predictions_file"):
         label = _OTHER_HASHES.get(str(key), words(key).capitalize())
         rows.append([ctx.cell(label), ctx.cell(recorded[key], style=mono)])
     w = ctx.width
+    recipe = (
+        "No DICOM folder was read, so there is no dataset manifest: the sha256 of the predictions file "
+        "(and of the labels file, where one was given) names the data analysed."
+        if no_dicom
+        else _MANIFEST_RECIPE
+    )
     return [
         KeepTogether(
             ctx.table_block("Fingerprints of the inputs and outputs.", table(rows, [w * 0.4, w * 0.6]))
         ),
-        ctx.p(_MANIFEST_RECIPE, ctx.styles.small),
+        ctx.p(recipe, ctx.styles.small),
         Spacer(1, 6),
     ]
 

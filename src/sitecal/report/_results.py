@@ -9,6 +9,8 @@ from typing import Any
 from reportlab.lib.units import inch
 from reportlab.platypus import Flowable, Image, KeepTogether
 
+from sitecal.metrics.registry import ECE
+
 from . import figures
 from ._context import Context, verdict_text
 from ._inputs import get
@@ -130,8 +132,8 @@ def results(ctx: Context) -> list[Flowable]:
 
     width_in = min(ctx.width / inch, 6.9)
     heading = ctx.h2("Calibration error by subgroup")
-    if "ece" in ev["metrics"]:
-        forest = figures.forest_figure(ev, metric="ece", width_in=width_in)
+    if ECE.name in ev["metrics"]:
+        forest = figures.forest_figure(ev, metric=ECE.name, width_in=width_in)
         story += _figure(
             ctx,
             forest,

@@ -11,6 +11,7 @@ from reportlab.platypus import Flowable, PageBreak, Paragraph, Spacer, Table, Ta
 from ._context import Context, verdict_text
 from ._governance import GOVERNANCE_FIELDS, draft_fields
 from ._inputs import get
+from ._model_outputs import flow_without_dicom, predictions_record, read_from_file_text, weights_text
 from ._styles import Palette, table
 from ._text import (
     NOT_RECORDED,
@@ -114,6 +115,15 @@ def title_page(ctx: Context) -> list[Flowable]:
     evaluated = NOT_RECORDED if n_evaluation is None else f"{format_count(n_evaluation)} studies"
     if n_evaluation is not None and split.get("patients_evaluation") is not None:
         evaluated += f", {format_count(split['patients_evaluation'])} patients"
+    record = predictions_record(provenance)
+    # sites are read from DICOM headers: without a DICOM folder there are none to count
+    sites = "no DICOM folder was read" if flow_without_dicom(flow, record) else _sites_text(flow)
+    weights: list[tuple[str, Any]] = [("Model sha256", short_sha(get(provenance, "sha256", "model")))]
+    if record is not None:  # the model was not run here: say so, and where its outputs came from
+        weights = [
+            ("Model sha256", weights_text(provenance)),
+            ("Model outputs", ctx.p(read_from_file_text(record, provenance), ctx.styles.cell)),
+        ]
     story: list[Flowable] = [
         Spacer(1, 18 * mm),
         heading,
@@ -130,8 +140,8 @@ def title_page(ctx: Context) -> list[Flowable]:
                 ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
                 ("Model", model),
                 ("Model version", get(provenance, "model", "version")),
-                ("Model sha256", short_sha(get(provenance, "sha256", "model"))),
-                ("Site(s)", _sites_text(flow)),
+                *weights,
+                ("Site(s)", sites),
                 ("Run date (UTC)", format_utc(provenance.get("created_utc"))),
                 ("Run folder", provenance.get("run_folder")),
                 ("Studies analysed", analysed),

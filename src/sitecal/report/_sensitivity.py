@@ -12,6 +12,9 @@ from typing import Any
 
 from reportlab.platypus import Flowable, KeepTogether
 
+from sitecal.metrics.registry import ECE, metric
+from sitecal.metrics.registry import names as metric_names
+
 from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
@@ -20,7 +23,8 @@ from ._text import NOT_RECORDED, format_count, format_interval, format_value, na
 __all__ = ["format_p_value", "format_percent", "sensitivity"]
 
 _STAGES = (("before", "Before"), ("after", "After"))
-_LOSO = (("ece", "ECE"), ("nll", "NLL"), ("brier", "Brier score"), ("accuracy", "Accuracy"))
+#: The leave-one-site-out columns: the registry's reported metrics, as the evaluation computes them.
+_LOSO = tuple((name, metric(name).label) for name in metric_names(reported=True))
 
 
 def format_percent(value: object) -> str:
@@ -59,7 +63,7 @@ def _ece(ctx: Context, attribute: str, group: object, stage: str) -> str:
     else:
         rows = get(ev, "subgroups", attribute) or []
         source = next((g for g in rows if isinstance(g, Mapping) and g.get("group") == group), None)
-    return _stat(get(source, "metrics", "ece", stage))
+    return _stat(get(source, "metrics", ECE.name, stage))
 
 
 def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[str, Any]]) -> list[Flowable]:
@@ -275,7 +279,7 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
         if row.get("note"):
             notes.append(f"{name_text(row.get('left_out'))}: {para_text(row['note'])}.")
     w = ctx.width
-    widths = [w * 0.22, w * 0.09, w * 0.11, *([w * 0.145] * 4)]
+    widths = [w * 0.22, w * 0.09, w * 0.11, *([w * (0.58 / len(_LOSO))] * len(_LOSO))]
     title = f"Leave one {para_text(label.lower())} out: metrics after calibration (change from full cohort)."
     block = ctx.table_block(title, table(rows, widths))
     story = [KeepTogether([*story, *block[:-1]]), block[-1]]  # a long table still splits, header repeated

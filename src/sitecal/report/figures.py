@@ -25,6 +25,7 @@ from matplotlib.patches import Patch
 
 from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError
+from sitecal.metrics.registry import ECE
 
 from ._fonts import figure_fonts
 from ._inputs import get
@@ -144,7 +145,7 @@ def reliability_figure(
         top.set_ylim(0.0, 1.0)
         top.set_ylabel("Observed accuracy", fontsize=_LABEL)
         top.tick_params(labelbottom=False)
-        ece = get(group, "metrics", "ece", stage)
+        ece = get(group, "metrics", ECE.name, stage)
         heading = label
         if isinstance(ece, Mapping):
             heading += "   ECE " + format_interval(ece.get("estimate"), ece.get("low"), ece.get("high"))
@@ -194,7 +195,7 @@ def _criterion_thresholds(evaluation: Mapping[str, Any], metric: str) -> list[tu
 
 
 @figure_fonts
-def forest_figure(evaluation: Mapping[str, Any], *, metric: str = "ece", width_in: float = 6.7) -> Figure:
+def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, width_in: float = 6.7) -> Figure:
     """Draw a forest plot of one metric for every group, before and after calibration, with intervals.
 
     Rows are "All studies" and then each subgroup attribute in the order of ``evaluation.subgroups``.

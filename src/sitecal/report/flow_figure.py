@@ -1,9 +1,16 @@
 """The flow diagram of the Data section: files found → instances → images chosen → studies → analysed.
 
-Drawn from ``evaluation.json`` → ``cohort_flow`` only (counts and exclusions as stored), in the style of
-a CONSORT / STARD participant flow: the main column holds the count at each step, and beside each step a
+Drawn from ``evaluation.json`` → ``cohort_flow`` (counts and exclusions as stored), in the style of a
+CONSORT / STARD participant flow: the main column holds the count at each step, and beside each step a
 box counts what that step left out, with its most frequent reasons. Like :mod:`sitecal.report.figures` it
 draws on a ``Figure`` with an Agg canvas, never through ``pyplot``.
+
+When the model's outputs were read from a predictions file without a DICOM folder
+(``cohort_flow.source == "predictions_file"``), the flow starts at the file's rows instead: rows →
+usable rows (one study each) → labelled → analysed. The number of rows is not in ``cohort_flow``; it is
+``provenance.json``'s ``predictions_file.rows``, passed in as ``predictions_rows``. A predictions file row
+that cannot be used or matches no study (unit ``prediction``), like a label row naming no study (unit
+``label``), removes no study: it is listed beside the flow, not counted in it.
 """
 
 from __future__ import annotations
@@ -36,11 +43,39 @@ class FlowStep:
 
     label: str
     count: object
-    excluded_stage: str | None  # exclusions of this stage are drawn beside the arrow into this box
+    # exclusions of this stage (or these stages) are drawn beside the arrow into this box
+    excluded_stage: str | tuple[str, ...] | None
 
 
-def flow_steps(flow: Mapping[str, Any]) -> list[FlowStep]:
-    """The steps of the diagram for a stored cohort flow (volumes get a series step)."""
+#: units of exclusions that remove no study: a label row, a predictions file row
+_NOT_A_STUDY = {"label": "Label rows", "prediction": "Predictions file rows"}
+#: where a study joined to a predictions file may be left out: no label, or no row of the file
+_JOINED = ("labels", "predictions")
+
+
+def flow_steps(
+    flow: Mapping[str, Any], *, predictions_rows: object = None, predictions_file: bool = False
+) -> list[FlowStep]:
+    """The steps of the diagram for a stored cohort flow (volumes get a series step).
+
+    Parameters
+    ----------
+    flow : Mapping
+        ``evaluation.json`` → ``cohort_flow``.
+    predictions_rows : int or None, default None
+        Rows of the predictions file (``provenance.json`` → ``predictions_file.rows``): the first step of
+        a flow without DICOM (``flow["source"] == "predictions_file"``); ``None`` prints "not recorded".
+    predictions_file : bool, default False
+        Whether the model's outputs were read from a predictions file joined to the DICOM studies: a
+        study needs a label and a row of the file to go on.
+    """
+    if flow.get("source") == "predictions_file":
+        return [
+            FlowStep("Rows in the predictions file", predictions_rows, None),
+            FlowStep("Usable rows (one study each)", flow.get("studies"), "predictions"),
+            FlowStep("Studies with a label", flow.get("labelled"), "labels"),
+            FlowStep("Studies analysed", flow.get("analysed"), "inference"),
+        ]
     steps = [
         FlowStep("Files found", flow.get("files_found"), None),
         FlowStep("DICOM image instances", flow.get("dicom_instances"), "scan"),
@@ -52,10 +87,11 @@ def flow_steps(flow: Mapping[str, Any]) -> list[FlowStep]:
         steps.append(FlowStep("Series selected (one per study)", selected, "series"))
     else:
         steps.append(FlowStep("Studies (one image each)", flow.get("studies"), "studies"))
-    steps += [
-        FlowStep("Studies with a label", flow.get("labelled"), "labels"),
-        FlowStep("Studies analysed", flow.get("analysed"), "inference"),
-    ]
+    if predictions_file:  # a study without a row of the file is left out where labels are joined
+        steps.append(FlowStep("Studies with a label and a prediction", flow.get("labelled"), _JOINED))
+    else:
+        steps.append(FlowStep("Studies with a label", flow.get("labelled"), "labels"))
+    steps.append(FlowStep("Studies analysed", flow.get("analysed"), "inference"))
     return steps
 
 
@@ -79,14 +115,14 @@ def _total(items: Sequence[Mapping[str, Any]]) -> int:
     return sum(int(get(e, "count") or 0) for e in items)
 
 
-def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str | None:
+def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str | tuple[str, ...]) -> str | None:
+    stages = (stage,) if isinstance(stage, str) else stage
     items = sorted(
-        (e for e in exclusions if get(e, "stage") == stage),
+        (e for e in exclusions if get(e, "stage") in stages),
         key=lambda e: (-int(get(e, "count") or 0), str(get(e, "reason"))),
     )
-    # a label row that names no study removes no study: it is listed beside the count, not in it
-    removed = [e for e in items if _unit(e) != "label"]
-    labels_only = [e for e in items if _unit(e) == "label"]
+    # a label or predictions file row that names no study removes no study: listed beside the count
+    removed = [e for e in items if _unit(e) not in _NOT_A_STUDY]
     lines: list[str] = []
     if stage == "series":  # series set aside, and studies left without one: counted apart
         studies = [e for e in removed if _unit(e) == "study"]
@@ -98,16 +134,25 @@ def _excluded_text(exclusions: Sequence[Mapping[str, Any]], stage: str) -> str |
     elif removed:
         lines += [f"Excluded: {format_count(_total(removed))}"]
         lines += _reason_lines(removed)
-    if labels_only:
-        total = sum(int(get(e, "count") or 0) for e in labels_only)
-        lines += [f"Label rows without a study (no study removed): {format_count(total)}"]
-        lines += _reason_lines(labels_only)
+    for unit, rows in _NOT_A_STUDY.items():
+        listed = [e for e in items if _unit(e) == unit]
+        if not listed:
+            continue
+        title = "without a study" if unit == "label" else "not used"
+        lines += [f"{rows} {title} (no study removed): {format_count(_total(listed))}"]
+        lines += _reason_lines(listed)
     return "\n".join(lines) or None
 
 
 @figure_fonts
-def flow_figure(evaluation: Mapping[str, Any], *, width_in: float = 6.7) -> Figure:
-    """Draw the flow from files found to the studies analysed and their split.
+def flow_figure(
+    evaluation: Mapping[str, Any],
+    *,
+    width_in: float = 6.7,
+    predictions_rows: object = None,
+    predictions_file: bool = False,
+) -> Figure:
+    """Draw the flow from files found (or predictions file rows) to the studies analysed and their split.
 
     Parameters
     ----------
@@ -115,6 +160,9 @@ def flow_figure(evaluation: Mapping[str, Any], *, width_in: float = 6.7) -> Figu
         ``evaluation.json`` content; only ``cohort_flow`` and ``split`` are read.
     width_in : float, default 6.7
         Printed width in inches; the height follows the number of steps and exclusion lines.
+    predictions_rows, predictions_file
+        As for :func:`flow_steps`: the rows of a predictions file read without DICOM, and whether the
+        model's outputs were read from such a file.
 
     Returns
     -------
@@ -123,7 +171,7 @@ def flow_figure(evaluation: Mapping[str, Any], *, width_in: float = 6.7) -> Figu
     flow = get(evaluation, "cohort_flow") or {}
     split = get(evaluation, "split") or {}
     exclusions = flow.get("exclusions") or []
-    steps = flow_steps(flow)
+    steps = flow_steps(flow, predictions_rows=predictions_rows, predictions_file=predictions_file)
     side = [_excluded_text(exclusions, s.excluded_stage) if s.excluded_stage else None for s in steps]
     # vertical budget in "lines": a step box is 2 lines high; an exclusion box sits in the gap above its step
     gaps = [0.0] + [max(1.6, (text.count("\n") + 1) * 0.62 + 0.5) if text else 1.2 for text in side[1:]]

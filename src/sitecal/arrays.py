@@ -1,0 +1,347 @@
+"""The notebook route: arrays in, the same evaluation and report a run gives, out.
+
+:func:`evaluate_arrays` takes a model's scores (logits or probabilities), labels, patient ids and subgroup
+columns as arrays, and runs the evaluation of :func:`sitecal.evaluation.evaluate` on them: the seeded
+patient-level split, one temperature per group of ``calibrate_by``, every metric before and after with
+clustered, paired bootstrap intervals, disparities, acceptance verdicts. What it returns can be shown as a
+table (:meth:`ArrayEvaluation.table`, a pandas DataFrame when pandas is installed) and rendered as the
+same PDF report a run writes (:meth:`ArrayEvaluation.render`).
+
+Like a run, it pools subgroup values of fewer than ``min_count_shown`` rows as ``other (n < k)``, and
+never writes a patient id: patients are only used to keep a patient's studies together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from sitecal.cohort.attributes import normalise_text, suppress_rare_values
+from sitecal.errors import DataError
+from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
+from sitecal.metrics import log_probabilities
+from sitecal.protocol import Protocol
+
+__all__ = ["ArrayEvaluation", "evaluate_arrays"]
+
+
+@dataclass(frozen=True)
+class ArrayEvaluation:
+    """The evaluation of arrays, with the protocol it ran under.
+
+    Attributes
+    ----------
+    outcome : EvaluationOutcome
+        The evaluation document (``outcome.document``, as ``evaluation.json``), the fitted temperatures
+        and the fit/evaluation split.
+    protocol : Protocol
+        The protocol the arguments of :func:`evaluate_arrays` make.
+    """
+
+    outcome: EvaluationOutcome
+    protocol: Protocol
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail`` or ``insufficient data`` (``pass`` when no criterion is given)."""
+        return self.outcome.verdict
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """Every number, as ``evaluation.json`` holds it."""
+        return self.outcome.document
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per group (overall first), metric and stage: estimate and interval."""
+        doc = self.outcome.document
+        groups = [doc["overall"], *[g for groups in doc["subgroups"].values() for g in groups]]
+        out = []
+        for g in groups:
+            for metric, stages in g["metrics"].items():
+                for stage in ("before", "after", "difference"):
+                    out.append(
+                        {
+                            "attribute": g["attribute"],
+                            "group": g["group"],
+                            "n": g["n"],
+                            "patients": g["n_patients"],
+                            "temperature": g["temperature"],
+                            "metric": metric,
+                            "stage": stage,
+                            **{k: stages[stage][k] for k in ("estimate", "low", "high")},
+                        }
+                    )
+        return out
+
+    def table(self) -> Any:
+        """:meth:`rows` as a pandas DataFrame (or the list of rows when pandas is not installed)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            return self.rows()
+        return pd.DataFrame(self.rows())
+
+    def render(self, folder: str | Path, *, title: str | None = None) -> Path:
+        """Write the run folder's documents into ``folder`` and render ``report.pdf`` (+ ``report.dcm``).
+
+        The report is the one a run writes, drawn from the same stored documents; its provenance says
+        the model was not run by sitecal (its scores were given as arrays).
+        """
+        from sitecal import __version__
+        from sitecal._io import write_json_atomic, write_text_atomic
+        from sitecal.provenance import provenance_document
+        from sitecal.results import write_document
+        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_run
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        protocol = self.protocol
+        text = _protocol_yaml(protocol)
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        provenance = provenance_document(
+            sitecal_version=__version__,
+            created_utc=created,
+            command_line="sitecal.evaluate_arrays(...)",
+            run_folder=folder.name,
+            seeds={"split": protocol.calibration.split.seed, "bootstrap": protocol.evaluation.bootstrap.seed},
+            sha256={"protocol": sha},
+            model={"name": protocol.model.name},
+            transforms_sha256=None,
+            device=None,
+            pseudonym_key="",
+        )
+        provenance["predictions_file"] = {"model_run_here": False, "source": "arrays"}
+        write_document(folder / "evaluation.json", self.outcome.result)
+        write_document(
+            folder / "calibration.json",
+            calibration_document(protocol, self.outcome.temperatures.to_dict(), model_sha256=None),
+        )
+        write_json_atomic(folder / "provenance.json", provenance)
+        write_text_atomic(folder / "protocol.yaml", text)
+        write_json_atomic(
+            folder / REPORT_CONTEXT,
+            {
+                "name": protocol.name,
+                "title": title or protocol.report.title,
+                "intended_use": protocol.intended_use,
+                "sha256": sha,
+                "sign_off": list(protocol.report.sign_off),
+                "source_path": "protocol.yaml",
+                "governance": protocol.report.governance.model_dump(),
+                "image_selection": "Scores given as arrays; no image was read.",
+                "eligibility": {"key": "row", "key_column": "row", "labels_file": None},
+                "page_size": protocol.report.page_size,
+            },
+        )
+        return render_run(folder)
+
+
+def evaluate_arrays(
+    *,
+    labels: ArrayLike,
+    class_names: Sequence[str],
+    logits: ArrayLike | None = None,
+    probabilities: ArrayLike | None = None,
+    patients: ArrayLike | None = None,
+    groups: Mapping[str, ArrayLike] | None = None,
+    calibrate_by: str | None = None,
+    acceptance: Sequence[Mapping[str, Any]] = (),
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    split_seed: int = 0,
+    fit_fraction: float = 0.5,
+    n_bins: int = 15,
+    min_group_size: int = 30,
+    min_count_shown: int = 5,
+    name: str = "notebook",
+    intended_use: str = "Exploratory calibration analysis from a notebook.",
+    progress: bool = False,
+) -> ArrayEvaluation:
+    """Evaluate a model's calibration per subgroup from arrays, as a run does from DICOM.
+
+    Parameters
+    ----------
+    labels : array_like of int, shape (N,)
+        Class index of each study.
+    class_names : sequence of str
+        The model's classes, in score order.
+    logits, probabilities : array_like, shape (N, C)
+        The model's scores: give exactly one. Probabilities are temperature-scaled on their logarithms
+        (:func:`sitecal.metrics.log_probabilities`).
+    patients : array_like, shape (N,), optional
+        Patient of each study: a patient's studies stay together in the split and the bootstrap.
+        Default: each study is its own patient (the intervals then assume independent studies).
+    groups : mapping of str to array_like, optional
+        Subgroup columns, e.g. ``{"site": sites, "scanner": scanners}``; names in lower case.
+    calibrate_by : str, optional
+        The group column that gets one temperature per value; default: one global temperature.
+    acceptance : sequence of mapping
+        Acceptance criteria as a protocol writes them, e.g.
+        ``{"id": "ece", "metric": "ece", "below": 0.05, "scope": "site"}``.
+    n_resamples, level, seed : int, float, int
+        Bootstrap settings (percentile intervals, patient-clustered, paired before/after).
+    split_seed, fit_fraction : int, float
+        The seeded patient-level split: temperatures are fitted on ``fit_fraction`` of the patients and
+        every metric is measured on the others.
+    n_bins, min_group_size, min_count_shown : int
+        ECE bins; smallest group judged; smallest group shown by its own value.
+
+    Returns
+    -------
+    ArrayEvaluation
+
+    Raises
+    ------
+    DataError
+        When the arrays disagree in length, scores are not finite, labels are out of range, or an
+        argument makes an invalid protocol (the message names the argument).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sitecal import evaluate_arrays
+    >>> rng = np.random.default_rng(0)
+    >>> n = 400
+    >>> site = np.where(np.arange(n) % 2 == 0, "north", "south")
+    >>> logits = rng.normal(size=(n, 2)) * np.where(site == "north", 3.0, 1.0)[:, None]
+    >>> labels = (rng.random(n) < 1 / (1 + np.exp(logits[:, 0] - logits[:, 1]))).astype(int)
+    >>> result = evaluate_arrays(logits=logits, labels=labels, class_names=["no", "yes"],
+    ...                          groups={"site": site}, calibrate_by="site", n_resamples=200)
+    >>> sorted({row["group"] for row in result.rows()})
+    ['All studies', 'north', 'south']
+    """
+    scores = _scores(logits, probabilities)
+    y = np.asarray(labels)
+    n = len(y)
+    if scores.ndim != 2 or scores.shape != (n, len(class_names)):
+        raise DataError(
+            f"scores of shape {scores.shape} for {n} labels and {len(class_names)} class names: give one row "
+            "per label and one column per class."
+        )
+    if not np.all(np.isfinite(scores)):
+        raise DataError("scores hold NaN or infinity: every score must be a finite number.")
+    if y.dtype.kind not in "iu" or (n and (y.min() < 0 or y.max() >= len(class_names))):
+        raise DataError(f"labels must be class indices 0..{len(class_names) - 1}.")
+    columns = {key: np.asarray(value).astype(str) for key, value in (groups or {}).items()}
+    for key, value in columns.items():
+        if value.shape != (n,):
+            raise DataError(f"groups['{key}'] has shape {value.shape}; give one value per label ({n}).")
+    patient_ids = (
+        np.array([f"row {i}" for i in range(n)]) if patients is None else np.asarray(patients).astype(str)
+    )
+    if patient_ids.shape != (n,):
+        raise DataError(f"patients has shape {patient_ids.shape}; give one id per label ({n}).")
+    protocol = _protocol(
+        class_names=class_names,
+        groups=list(columns),
+        calibrate_by=calibrate_by,
+        acceptance=acceptance,
+        n_resamples=n_resamples,
+        level=level,
+        seed=seed,
+        split_seed=split_seed,
+        fit_fraction=fit_fraction,
+        n_bins=n_bins,
+        min_group_size=min_group_size,
+        min_count_shown=min_count_shown,
+        name=name,
+        intended_use=intended_use,
+    )
+    rows = [{key: normalise_text(v[i]) for key, v in columns.items()} for i in range(n)]
+    shown = suppress_rare_values(rows, min_count_shown, keep=("unknown",))
+    digest = hashlib.sha256
+    data = EvaluationData(
+        logits=scores,
+        labels=y.astype(np.int64),
+        # patients are hashed: their ids only keep a patient's studies together and are never written
+        patient_keys=np.array([digest(p.encode()).hexdigest()[:16] for p in patient_ids]),
+        study_keys=np.array([f"row {i}" for i in range(n)]),
+        attributes={key: np.array([row[key] for row in shown], dtype=object) for key in columns},
+        class_names=list(class_names),
+    )
+    flow = {
+        "files_found": 0,
+        "dicom_instances": 0,
+        "studies": n,
+        "labelled": n,
+        "analysed": n,
+        "exclusions": [],
+        "source": "predictions_file",
+    }
+    protocol_sha = hashlib.sha256(_protocol_yaml(protocol).encode()).hexdigest()
+    outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=protocol_sha, progress=progress)
+    return ArrayEvaluation(outcome=outcome, protocol=protocol)
+
+
+def _scores(logits: ArrayLike | None, probabilities: ArrayLike | None) -> np.ndarray:
+    if (logits is None) == (probabilities is None):
+        raise DataError("give exactly one of logits= or probabilities=.")
+    if logits is not None:
+        return np.asarray(logits, dtype=np.float64)
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim == 2 and (np.any(p < 0) or np.any(p > 1) or np.any(np.abs(p.sum(axis=1) - 1) > 1e-3)):
+        raise DataError("probabilities must lie in [0, 1] and each row must sum to 1 (within 0.001).")
+    return log_probabilities(p)
+
+
+def _protocol(
+    *,
+    class_names: Sequence[str],
+    groups: list[str],
+    calibrate_by: str | None,
+    acceptance: Sequence[Mapping[str, Any]],
+    n_resamples: int,
+    level: float,
+    seed: int,
+    split_seed: int,
+    fit_fraction: float,
+    n_bins: int,
+    min_group_size: int,
+    min_count_shown: int,
+    name: str,
+    intended_use: str,
+) -> Protocol:
+    from pydantic import ValidationError
+
+    document = {
+        "name": name,
+        "intended_use": intended_use,
+        "model": {"name": "model given as arrays", "class_names": list(class_names)},
+        "data": {"predictions": "arrays"},
+        "subgroups": {key: {"column": key} for key in groups},
+        "calibration": {
+            "per": calibrate_by,
+            "min_group_size": min(50, max(1, min_group_size)),
+            "split": {"seed": split_seed, "fit_fraction": fit_fraction},
+        },
+        "evaluation": {
+            "n_bins": n_bins,
+            "min_group_size": min_group_size,
+            "bootstrap": {"n_resamples": n_resamples, "level": level, "seed": seed},
+        },
+        "acceptance": [dict(c) for c in acceptance],
+        "privacy": {"min_count_shown": min_count_shown},
+    }
+    try:
+        return Protocol.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DataError(f"evaluate_arrays: {where}: {first['msg']}") from None
+
+
+def _protocol_yaml(protocol: Protocol) -> str:
+    """The protocol as YAML text (what the report's appendix prints)."""
+    import yaml
+
+    return str(yaml.safe_dump(json.loads(protocol.model_dump_json(exclude_none=True)), sort_keys=False))

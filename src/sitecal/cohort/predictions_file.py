@@ -1,0 +1,382 @@
+"""The predictions file: a model's outputs per study, for a model that is not run here.
+
+A hospital validating a vendor's model has the vendor's output per study, not a model it can run. The
+file is a CSV (or a Parquet file ending in ``.parquet``) with one row per study:
+
+- a key column, ``data.key_column`` (default: ``data.key``, i.e. ``StudyInstanceUID`` or
+  ``AccessionNumber``), in clear: it is pseudonymised on read like a DICOM key, and no key reaches an
+  output. A file written by ``sitecal predict`` (and a run folder's ``predictions.csv``) has a
+  ``study_key`` column of sitecal's own pseudonyms instead, and a ``patient_key`` column;
+- optionally a patient column, ``data.patient_column``; without one each study is its own patient;
+- score columns, one per class of ``model.class_names``, either all logits (``logit:<class>``) or all
+  probabilities (``prob:<class>``); a two-class model may give the probability of one class only (the
+  other is its complement). Probabilities must lie in [0, 1] and a row's must sum to 1 within
+  :data:`SUM_TOLERANCE`; they become scores as their logarithms (floored at :data:`PROBABILITY_FLOOR`),
+  so that softmax gives them back and a temperature divides their logarithms;
+- optionally the label column (``data.label_column``) when ``data.labels`` is not given, and the columns
+  that ``subgroups.<name>.column`` names.
+
+A row that cannot be used (a score that is not a finite number, a probability outside [0, 1], a row not
+summing to 1, an empty key, a key given twice with different scores) is listed with its line and reason
+and becomes an exclusion; a file without the needed columns is refused with the file, column and fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from sitecal._io import write_csv_atomic
+from sitecal.cohort._labels_csv import check_column_list, check_size, csv_table
+from sitecal.cohort._records import PredictionsFileSummary
+from sitecal.errors import DataError
+from sitecal.metrics import PROBABILITY_FLOOR, log_probabilities
+
+__all__ = [
+    "MAX_PREDICTIONS_BYTES",
+    "PROBABILITY_FLOOR",
+    "SITECAL_KEY_COLUMN",
+    "SITECAL_PATIENT_COLUMN",
+    "SUM_TOLERANCE",
+    "PredictionRow",
+    "PredictionTable",
+    "read_predictions",
+    "write_predictions",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Larger files are refused before they are read (a predictions row is a few hundred bytes).
+MAX_PREDICTIONS_BYTES = 1 << 30
+#: How far a row's probabilities may sum from 1 (rounding in the vendor's export), absolute.
+SUM_TOLERANCE = 1e-3
+#: The key and patient columns of a file sitecal wrote: its own keyed pseudonyms.
+SITECAL_KEY_COLUMN = "study_key"
+SITECAL_PATIENT_COLUMN = "patient_key"
+
+ScoreKind = Literal["logit", "prob"]
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    """One usable row: where it is, its scores as logits, and the cells the protocol reads from it."""
+
+    position: int  # CSV line or Parquet row
+    key: str  # as written: in clear, or a sitecal pseudonym (PredictionTable.pseudonymised)
+    logits: np.ndarray  # (C,) float64
+    patient: str | None = None
+    label: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PredictionTable:
+    """Rows by key, the rows that cannot be used, and what the file is."""
+
+    path: Path
+    rows: dict[str, PredictionRow]
+    bad_rows: tuple[tuple[int, str], ...]
+    n_rows: int
+    score_kind: ScoreKind
+    pseudonymised: bool  # keys are sitecal's study pseudonyms (a file sitecal wrote)
+    key_column: str
+    has_patient: bool
+    numbered_by: Literal["line", "row"] = "line"
+
+    def summary(self, *, dicom: bool, labels_file: bool) -> PredictionsFileSummary:
+        """What provenance and the report say of this file, joined to DICOM studies or not."""
+        return PredictionsFileSummary(
+            rows=self.n_rows,
+            usable_rows=len(self.rows),
+            score_kind=self.score_kind,
+            pseudonymised=self.pseudonymised,
+            patients="DICOM PatientID" if dicom else "column" if self.has_patient else "one per study",
+            labels="labels file" if labels_file else "predictions file",
+        )
+
+
+def read_predictions(
+    path: Path,
+    *,
+    class_names: Sequence[str],
+    key_column: str,
+    patient_column: str | None = None,
+    label_column: str | None = None,
+    columns: Sequence[str] = (),
+    max_bytes: int = MAX_PREDICTIONS_BYTES,
+) -> PredictionTable:
+    r"""Read and check a predictions file (see the module docstring for its form).
+
+    Parameters
+    ----------
+    path : Path
+        CSV (encodings and delimiters as for labels, see :func:`sitecal.cohort.read_labels`) or Parquet.
+    class_names : sequence of str
+        The model's classes, in output order.
+    key_column : str
+        The column of the key in clear; a file with :data:`SITECAL_KEY_COLUMN` and without this column is
+        read as one sitecal wrote (pseudonymised keys, and :data:`SITECAL_PATIENT_COLUMN` for patients).
+    patient_column, label_column : str, optional
+        Columns of the patient and the label, when the protocol reads them from this file.
+    columns : sequence of str
+        Further columns to keep per row (subgroup columns).
+
+    Returns
+    -------
+    PredictionTable
+
+    Raises
+    ------
+    DataError
+        When the file is missing, too large, unreadable, lacks a named column, mixes logits and
+        probabilities, has score columns for classes the model does not have (or lacks some), or has no
+        usable row.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "vendor.csv"
+    >>> _ = path.write_text("AccessionNumber,prob:nodule\nA1,0.25\nA2,1.5\n", encoding="utf-8")
+    >>> table = read_predictions(path, class_names=["normal", "nodule"], key_column="AccessionNumber")
+    >>> np.exp(table.rows["A1"].logits).round(3).tolist(), table.bad_rows
+    ([0.75, 0.25], ((3, 'probability outside [0, 1] in column prob:nodule'),))
+    """
+    _check_file(path, max_bytes)
+    header, rows, numbered_by = _rows(path, max_bytes)
+    pseudonymised = key_column not in header and SITECAL_KEY_COLUMN in header
+    if pseudonymised:
+        key_column = SITECAL_KEY_COLUMN
+        if patient_column is None and SITECAL_PATIENT_COLUMN in header:
+            patient_column = SITECAL_PATIENT_COLUMN
+    named = [(key_column, "data.key_column")]
+    named += [(patient_column, "data.patient_column")] if patient_column else []
+    named += [(label_column, "data.label_column")] if label_column else []
+    named += [(c, "subgroups.<name>.column") for c in columns]
+    check_column_list(path, header, named)
+    kind, score_columns = _score_columns(path, header, class_names)
+    at = {name: header.index(name) for name, _ in named}
+    score_at = [header.index(c) if c is not None else None for c in score_columns]
+    table: dict[str, PredictionRow] = {}
+    conflicting: set[str] = set()
+    bad: list[tuple[int, str]] = []
+    for position, cells in rows:
+        key = _cell(cells, at[key_column])
+        if not key:
+            bad.append((position, f"empty {key_column}"))
+            continue
+        scores = _scores(cells, score_at, score_columns, kind)
+        if isinstance(scores, str):
+            bad.append((position, scores))
+            continue
+        row = PredictionRow(
+            position=position,
+            key=key,
+            logits=scores,
+            patient=_cell(cells, at[patient_column]) or None if patient_column else None,
+            label=_cell(cells, at[label_column]) if label_column else None,
+            columns={c: _cell(cells, at[c]) for c in columns},
+        )
+        known = table.get(key)
+        if known is not None and not _same(known, row):
+            conflicting.add(key)
+            bad.append((position, "key given twice with different scores, patient, label or columns"))
+            continue
+        table.setdefault(key, row)
+    for key in conflicting:
+        bad.append(
+            (table.pop(key).position, "key given twice with different scores, patient, label or columns")
+        )
+    if not table:
+        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
+        raise DataError(
+            f"{path}: none of the {len(rows)} rows of the predictions file can be used ({reasons}). "
+            "Check the file's score columns and data.key_column."
+        )
+    if bad:
+        counts = Counter(reason for _, reason in bad)
+        logger.warning(
+            "%s: %d of %d prediction rows cannot be used and are excluded (%s), e.g. %s %d.",
+            path,
+            len(bad),
+            len(rows),
+            "; ".join(f"{reason}: {n}" for reason, n in counts.items()),
+            numbered_by,
+            min(bad)[0],
+        )
+    return PredictionTable(
+        path=path,
+        rows=table,
+        bad_rows=tuple(sorted(bad)),
+        n_rows=len(rows),
+        score_kind=kind,
+        pseudonymised=pseudonymised,
+        key_column=key_column,
+        has_patient=patient_column is not None,
+        numbered_by=numbered_by,
+    )
+
+
+def write_predictions(
+    path: Path,
+    class_names: Sequence[str],
+    study_keys: Sequence[str],
+    patient_keys: Sequence[str],
+    logits: np.ndarray,
+) -> None:
+    """Write logits per study in the form :func:`read_predictions` reads (sitecal's pseudonymised keys).
+
+    Each logit is written as the shortest text that reads back as the same float64, so a file written
+    here and read back gives the same numbers bit for bit.
+    """
+    write_csv_atomic(
+        path,
+        [SITECAL_KEY_COLUMN, SITECAL_PATIENT_COLUMN, *[f"logit:{name}" for name in class_names]],
+        (
+            [study, patient, *[repr(float(v)) for v in row]]
+            for study, patient, row in zip(
+                study_keys, patient_keys, np.asarray(logits, np.float64), strict=True
+            )
+        ),
+    )
+
+
+def _check_file(path: Path, max_bytes: int) -> None:
+    if not path.exists():
+        raise DataError(f"{path}: predictions file not found. Check data.predictions (or --predictions).")
+    if not path.is_file():
+        raise DataError(
+            f"{path}: the predictions file is not a regular file (a folder, pipe or device). Point "
+            "data.predictions at a CSV or Parquet file."
+        )
+    check_size(path, path.stat().st_size, max_bytes, "predictions file", "data.predictions")
+
+
+def _rows(
+    path: Path, max_bytes: int
+) -> tuple[list[str], list[tuple[int, list[str]]], Literal["line", "row"]]:
+    if path.suffix.lower() == ".parquet":
+        header, rows = _parquet(path)
+        return header, rows, "row"
+    header, rows = csv_table(path, (), max_bytes, what="predictions file", field="data.predictions")
+    return header, rows, "line"
+
+
+def _parquet(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(
+            f"{path}: reading a Parquet predictions file needs pyarrow: pip install pyarrow (or save it as "
+            "CSV)."
+        ) from None
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(
+            f"{path}: cannot read the Parquet predictions file ({str(exc).rstrip('.')}). Check "
+            "data.predictions, or save it as CSV."
+        ) from None
+    header = [str(name).strip() for name in table.column_names]
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = [(i + 1, [_text(col[i]) for col in columns]) for i in range(table.num_rows)]
+    if not rows:
+        raise DataError(f"{path}: the predictions file has no rows.")
+    return header, rows
+
+
+def _text(value: object) -> str:
+    """A Parquet cell as a CSV would hold it: nulls empty; floats as their shortest exact text."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value).strip()
+
+
+def _score_columns(
+    path: Path, header: Sequence[str], class_names: Sequence[str]
+) -> tuple[ScoreKind, list[str | None]]:
+    """Whether scores are logits or probabilities, and each class's column (``None``: the complement)."""
+    found: dict[str, dict[str, str]] = {"logit": {}, "prob": {}}
+    for name in header:
+        if name.startswith(("logit:", "prob:")) and header.count(name) > 1:
+            raise DataError(
+                f"{path}: the column '{name}' appears {header.count(name)} times in the header. Keep one "
+                "score column per class."
+            )
+        prefix, sep, cls = name.partition(":")
+        if sep and prefix in found:
+            if cls not in class_names:
+                raise DataError(
+                    f"{path}: column '{name}' names a class the model does not have (model.class_names: "
+                    f"{', '.join(class_names)}). Rename the column, or fix model.class_names."
+                )
+            found[prefix][cls] = name
+    kinds = [kind for kind, cols in found.items() if cols]
+    if len(kinds) != 1:
+        what = "both logit: and prob: columns" if kinds else "no score column"
+        expected = ", ".join(f"logit:{c}" for c in class_names)
+        raise DataError(
+            f"{path}: {what}. Give one column per class, all logits ({expected}) or all probabilities "
+            f"(prob:<class>; a two-class model may give one class's probability only)."
+        )
+    kind: ScoreKind = "logit" if kinds[0] == "logit" else "prob"
+    cols = found[kind]
+    missing = [c for c in class_names if c not in cols]
+    if kind == "prob" and len(class_names) == 2 and len(missing) == 1:
+        return kind, [cols.get(c) for c in class_names]
+    if missing:
+        raise DataError(
+            f"{path}: no column {', '.join(f'{kind}:{c}' for c in missing)}. Give one {kind}: column per "
+            f"class of model.class_names ({', '.join(class_names)})."
+        )
+    return kind, [cols[c] for c in class_names]
+
+
+def _scores(
+    cells: Sequence[str], at: Sequence[int | None], columns: Sequence[str | None], kind: ScoreKind
+) -> np.ndarray | str:
+    """The row's logits, or why the row cannot be used."""
+    values: list[float | None] = []
+    for i, column in zip(at, columns, strict=True):
+        if i is None:
+            values.append(None)
+            continue
+        text = _cell(cells, i)
+        try:
+            value = float(text)
+        except ValueError:
+            return f"not a number in column {column}" if text else f"empty cell in column {column}"
+        if not math.isfinite(value):
+            return f"not a finite number in column {column}"
+        if kind == "prob" and not 0.0 <= value <= 1.0:
+            return f"probability outside [0, 1] in column {column}"
+        values.append(value)
+    if kind == "logit":
+        return np.array(values, dtype=np.float64)
+    given = sum(v for v in values if v is not None)
+    probs = np.array([1.0 - given if v is None else v for v in values], dtype=np.float64)
+    if abs(probs.sum() - 1.0) > SUM_TOLERANCE or probs.min() < -SUM_TOLERANCE:
+        return f"probabilities sum to {given:.4g}, not 1 (tolerance {SUM_TOLERANCE:g})"
+    return log_probabilities(probs)
+
+
+def _same(a: PredictionRow, b: PredictionRow) -> bool:
+    return (
+        np.array_equal(a.logits, b.logits)
+        and a.patient == b.patient
+        and a.label == b.label
+        and a.columns == b.columns
+    )
+
+
+def _cell(row: Sequence[str], at: int) -> str:
+    return row[at].strip() if at < len(row) else ""
