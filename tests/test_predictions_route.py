@@ -303,3 +303,25 @@ def test_a_tag_subgroup_needs_dicom_and_a_column_needs_a_predictions_file(
 def test_evaluate_without_predictions_is_refused(cohort: dict, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", str(cohort["protocol"])]) == 2
     assert "pass --predictions FILE" in capsys.readouterr().err
+
+
+def test_check_reads_the_predictions_file_evaluate_would_read(
+    cohort: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    protocol = str(cohort["protocol"])
+    assert main(["check", protocol, "--predictions", str(cohort["root"] / "preds.csv")]) == 0
+    assert "predictions file (the model is not run)" in capsys.readouterr().out
+    bad = cohort["root"] / "bad-preds.csv"
+    bad.write_text("study_key,patient_key,logit:normal,logit:nodule\nS-1,P-1,0.1,0.2\n", encoding="utf-8")
+    assert main(["check", protocol, "--predictions", str(bad)]) == 2
+    assert "no column logit:effusion" in capsys.readouterr().err
+
+
+def test_predict_refuses_an_output_outside_the_allowed_folders(
+    cohort: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(cohort["root"])
+    outside = tmp_path / "elsewhere" / "preds.csv"
+    assert main(["predict", str(cohort["protocol"]), "--output", str(outside)]) == 2
+    assert "--output:" in capsys.readouterr().err
+    assert not outside.exists()

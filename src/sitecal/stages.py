@@ -396,6 +396,12 @@ def _pdf_time(created_utc: str) -> Iterator[None]:
 
 def _stored(folder: Path, name: str) -> Mapping[str, Any]:
     path = folder / name
+    if name == REPORT_CONTEXT and not path.is_file() and (folder / "evaluation.json").is_file():
+        raise DataError(
+            f"{path}: not found: this run was made by a sitecal older than 'sitecal report', which stores "
+            "what the report prints of the protocol there. Run the protocol again to get a run that can be "
+            "rendered again."
+        )
     if not path.is_file():
         raise DataError(
             f"{path}: not found. {folder} is not a finished sitecal run folder (a run writes {name} before "
