@@ -44,6 +44,7 @@ from sitecal.report._context import Context
 from sitecal.report._sensitivity import format_percent, sensitivity
 from sitecal.report._styles import make_styles, register_fonts
 from sitecal.report._text import format_count, format_interval, format_value
+from sitecal.report._wording import word
 from sitecal.results import Evaluation
 from sitecal.stats import bootstrap_interval
 
@@ -163,7 +164,7 @@ def test_heterogeneity_matches_combine_effects_and_a_written_out_variance(
     data: EvaluationData, outcome: Any, document: Document, stage: str
 ) -> None:
     het = document["sensitivity"]["heterogeneity"]
-    assert (het["attribute"], het["attribute_source"]) == ("site", "subgroup named 'site'")
+    assert (het["attribute"], het["attribute_source"]) == ("site", "site_subgroup")
     after, held = _after_probs(data, outcome)
     probs = after if stage == "after" else softmax(data.logits[held])
     site, patients, labels = data.attributes["site"][held], data.patient_keys[held], data.labels[held]
@@ -188,7 +189,8 @@ def test_heterogeneity_matches_combine_effects_and_a_written_out_variance(
     assert [(e["group"], e["n"], e["n_patients"]) for e in meta["excluded"]] == [
         ("Tiny", int(tiny.sum()), len(set(patients[tiny])))
     ]
-    assert "fewer than 30" in meta["excluded"][0]["reason"]
+    assert meta["excluded"][0]["reason"] == "site_too_small"
+    assert word(meta["excluded"][0]["reason"], het) == "fewer than 30 studies (evaluation minimum)"
     with np.errstate(invalid="ignore"):  # statsmodels takes sqrt of an untruncated negative tau2
         ref = combine_effects(np.array(effects), np.array(variances), method_re="chi2")
         intervals = ref.conf_int(alpha=0.05)
@@ -245,10 +247,7 @@ def test_deterministic_and_without_nan(data: EvaluationData, outcome: Any, docum
 
 def test_site_falls_back_to_the_calibration_attribute(data: EvaluationData) -> None:
     protocol = _protocol(with_site=False)
-    assert site_attribute(protocol) == (
-        "scanner",
-        "calibration attribute (calibration.per): no subgroup named 'site'",
-    )
+    assert site_attribute(protocol) == ("scanner", "calibration_attribute")
     attributes = {k: v for k, v in data.attributes.items() if k != "site"}
     reduced = EvaluationData(data.logits, data.labels, data.patient_keys, attributes, data.class_names)
     doc = evaluate(protocol, reduced, cohort_flow=FLOW, protocol_sha256="0" * 64).document
@@ -270,7 +269,8 @@ def test_degenerate_groups_give_null_with_a_reason(data: EvaluationData) -> None
     entry = _group(json.loads(json.dumps(doc, allow_nan=False)), "sex", "M")["before"]
     for name in ("slope", "intercept"):
         assert entry[name]["estimate"] is None and entry[name]["low"] is None
-        assert entry[name]["note"].startswith("every prediction is correct")
+        assert entry[name]["note"] == "every_prediction_correct"  # a code: the report words it
+        assert word(entry[name]["note"]).startswith("every prediction is correct")
     assert entry["oe_ratio"]["estimate"] == pytest.approx(1.0, abs=1e-12)
 
 
@@ -339,7 +339,8 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
     after = sens["heterogeneity"]["after"]
     assert [g["group"] for g in after["groups"]] == ["North", "River"]
     assert [e["group"] for e in after["excluded"]] == ["Tiny", "unknown"]
-    assert "not one site" in after["excluded"][1]["reason"]
+    assert after["excluded"][1]["reason"] == "site_unknown"
+    assert "not one site" in word(after["excluded"][1]["reason"])
     assert [r["left_out"] for r in sens["leave_one_site_out"]["rows"]] == [
         "North",
         "River",
@@ -352,7 +353,7 @@ def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome:
     sens = sensitivity_analyses(
         _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="bootstrap"
     ).to_dict()
-    assert sens["recalibration"]["intervals"]["slope"].startswith("patient-cluster bootstrap")
+    assert sens["recalibration"]["intervals"]["slope"] == "cluster_bootstrap"
     probs, held = _after_probs(data, outcome)
     rows = data.attributes["site"][held] == "River"
     for name in ("slope", "intercept"):

@@ -50,7 +50,8 @@ DISPARITIES = {
             "after": _stage(
                 {"F": (0.07, 200), "M": (0.06, 220)}, {"F": (0.009, -0.02, 0.03), "M": (-0.009, -0.03, 0.02)}
             ),
-            "before": {"note": "fewer than two groups with at least 30 studies"},
+            # a code with its numbers: the report words it
+            "before": {"note": "too_few_groups", "min_group_size": 30, "sizes": {"F": 25, "M": 220}},
         }
     },
 }
@@ -104,7 +105,10 @@ def test_section_prints_the_ranking_spreads_and_small_groups(tmp_path: Path, eva
     # spread per attribute: scanner 0.12 - 0.05 after, 0.2 - 0.09 before; sex compared after only
     assert f"Scanner 2 highest: {HOSTILE} lowest: A 0.110 [0.001, 0.090] 0.070 [0.001, 0.090]" in text
     assert "Sex 2 highest: F lowest: M not compared 0.010 [0.001, 0.090]" in text
-    assert "Sex, before calibration: not compared (fewer than two groups with at least 30 studies)." in text
+    assert (
+        "Sex, before calibration: not compared (disparity_intervals needs at least two groups with at least "
+        "30 rows. Got sizes {'F': 25, 'M': 220}.)." in text
+    )
     assert "Scanner: tiny (n = 7)" in text and "Sex: tiny (n = 7)" in text
 
 

@@ -130,7 +130,9 @@ def test_markup_in_every_external_string_is_literal(
     scanner = ev["subgroups"]["scanner"][0]
     scanner["group"] = NASTY  # also drawn in a reliability figure title
     ev["acceptance"][1]["results"][0]["group"] = NASTY
-    ev["warnings"].append(weird)
+    ev["warnings"].append(  # a group name is the external string of a warning (its words are the report's)
+        {"code": "small_group", "attribute": "scanner", "group": weird, "n": 3, "min_group_size": 30}
+    )
     ev["cohort_flow"]["exclusions"][0]["reason"] = weird
     lean["protocol"]["title"] = weird
     lean["protocol"]["intended_use"] = weird
@@ -267,8 +269,9 @@ def test_missing_optional_fields_print_not_recorded(
         ),
         (lambda p: p["protocol"].pop("name"), r"protocol: the required field 'name' is missing"),
         (
-            lambda p: p["evaluation"].update(schema_version=2),
-            r"schema_version 2 is not supported by this sitecal \(it reads schema_version 1 of Evaluation\)",
+            lambda p: p["evaluation"].update(schema_version=1),
+            r"^evaluation\.json: \$\.schema_version: schema_version 1 is not supported by this sitecal \(it "
+            r"reads schema_version 2 of Evaluation\)\. Render this run with the sitecal version that made it",
         ),
     ],
 )

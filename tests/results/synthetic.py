@@ -2,7 +2,8 @@
 
 ``python -m tests.results.synthetic OUT.json`` writes the golden document of the default variant: it was
 written once by the code that built ``evaluation.json`` from dict literals (before the typed results), so
-that the typed path is checked to give the same bytes.
+that the typed path is checked to give the same bytes, and written again for schema_version 2 (sentences
+became codes; every number the same).
 """
 
 from __future__ import annotations

@@ -160,12 +160,6 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], str, bool]] = {
         "$.subgroups.scanner[0].temperature: expected a number > 0, got 0.0",
         True,
     ),
-    "other schema version": (
-        _set(("schema_version",), 2),
-        "$.schema_version: schema_version 2 is not supported by this sitecal (it reads schema_version 1 "
-        "of Evaluation)",
-        True,
-    ),
     "NaN in a group interval": (
         _set(("overall", "metrics", "nll", "before", "estimate"), float("nan")),
         "$.overall.metrics.nll.before.estimate: expected a finite number, got NaN",
@@ -182,7 +176,7 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], str, bool]] = {
         True,
     ),
     "interval on a non-calibration row": (
-        _set(("subgroups", "sex", 0, "temperature_interval"), {"note": "x"}),
+        _set(("subgroups", "sex", 0, "temperature_interval"), {"note": "no_interval_shrunk"}),
         "$.subgroups.sex[0].temperature_interval: expected null on a row without temperature_source",
         False,  # a relation between fields: from_dict checks it
     ),
@@ -194,6 +188,22 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], str, bool]] = {
     "a UID in clear": (
         _set(("highest_confidence_errors", "studies", 0, "study_key"), "1.2.840.10008.1"),
         "$.highest_confidence_errors.studies[0].study_key: looks like a DICOM UID",
+        False,
+    ),
+    "a sentence where a code belongs": (
+        _set(("sensitivity", "heterogeneity", "attribute_source"), "subgroup named 'site'"),
+        '$.sensitivity.heterogeneity.attribute_source: expected one of "site_subgroup", '
+        '"calibration_attribute", "no_site_attribute", got "subgroup named \'site\'"',
+        True,
+    ),
+    "a warning as a sentence": (
+        _set(("warnings", 0), "Scanner 'C' has 20 studies (< 30) in the evaluation split."),
+        "$.warnings[0]: expected an object, got",
+        True,
+    ),
+    "a warning on an attribute that is not reported": (
+        _set(("warnings", 0, "attribute"), "site"),
+        "$.warnings[0].attribute: 'site' is not a reported subgroup (scanner, sex)",
         False,
     ),
     "disparity neither note nor result": (
@@ -215,6 +225,23 @@ def test_broken_documents_are_refused_naming_the_path(documents: dict[str, Docum
     assert str(info.value).endswith("write it again, or restore the unedited file.")
     if by_schema:
         assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_another_schema_version_says_which_sitecal_renders_it(
+    documents: dict[str, Document], version: int
+) -> None:
+    # schema_version 1 held sentences where version 2 holds codes: its run is rendered by the sitecal that
+    # made it, or run again
+    doc = copy.deepcopy(documents["per-scanner-refit"]) | {"schema_version": version}
+    with pytest.raises(DataError) as info:
+        Evaluation.from_dict(doc, source="run-7/evaluation.json")
+    assert str(info.value) == (
+        f"run-7/evaluation.json: $.schema_version: schema_version {version} is not supported by this sitecal "
+        "(it reads schema_version 2 of Evaluation). Render this run with the sitecal version that made it "
+        "(provenance.json names it), or run the protocol again with this sitecal (`sitecal run PROTOCOL`)."
+    )
+    assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))
 
 
 def test_a_shrunk_temperature_cannot_claim_an_interval(documents: dict[str, Document]) -> None:

@@ -110,12 +110,13 @@ def test_single_cluster_is_degenerate_not_an_error() -> None:
         res = bootstrap_interval(Mean(), X, clusters=np.zeros(60), method=method, n_resamples=50)  # type: ignore[arg-type]
         assert res.low == res.high == pytest.approx(X.mean())
         assert res.standard_error == 0.0 and res.n_clusters == 1
-        assert "one cluster" in res.note
+        assert "one cluster" in res.note and res.reason == "replicates_equal_one_cluster"
 
 
 def test_constant_data_is_degenerate() -> None:
     res = bootstrap_interval(Mean(), np.ones(10), method="bca", n_resamples=50)
     assert res.low == res.high == 1.0 and "no variation" in res.note
+    assert res.reason == "replicates_equal_no_variation"  # the code a document stores
 
 
 def test_nan_replicates_give_nan_interval() -> None:
@@ -125,6 +126,7 @@ def test_nan_replicates_give_nan_interval() -> None:
 
     res = bootstrap_interval(sometimes_nan, X, n_resamples=200)
     assert np.isnan(res.low) and np.isnan(res.high) and "not finite" in res.note
+    assert res.reason == "replicates_not_finite"
     d = res.to_dict()
     assert d["low"] is None and d["estimate"] == pytest.approx(X.mean())
 

@@ -11,7 +11,7 @@ from sitecal.evaluation._groups import OVERALL
 from sitecal.protocol import AcceptanceCriterion
 from sitecal.results import Criterion, CriterionResult, GroupResult, Verdict
 
-__all__ = ["FAIL", "INSUFFICIENT", "PASS", "describe", "judge"]
+__all__ = ["FAIL", "INSUFFICIENT", "PASS", "judge"]
 
 PASS: Final = "pass"
 FAIL: Final = "fail"
@@ -42,7 +42,7 @@ def judge(
     )
     return Criterion(
         id=criterion.id,
-        description=criterion.description or describe(criterion),
+        description=criterion.description or None,  # the protocol's words; else the report words it
         metric=criterion.metric,
         stage=criterion.stage,
         statistic=criterion.statistic,
@@ -52,11 +52,3 @@ def judge(
         results=tuple(rows),
         verdict=overall_verdict,
     )
-
-
-def describe(c: AcceptanceCriterion) -> str:
-    what = {"estimate": "", "low": "lower CI of ", "high": "upper CI of "}[c.statistic]
-    where = "overall" if c.scope == OVERALL else f"in every {c.scope} group"
-    side = "below" if c.operator == "<" else "above"
-    text = f"{what}{c.metric.upper()} {c.stage} calibration {side} {c.threshold:g} {where}"
-    return text[:1].upper() + text[1:]

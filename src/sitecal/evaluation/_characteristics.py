@@ -24,8 +24,10 @@ from sitecal.evaluation._groups import UNKNOWN, ordered_groups
 from sitecal.protocol import Protocol
 from sitecal.results import (
     Characteristics,
+    CharacteristicsNote,
     CharacteristicsRow,
     ClassCount,
+    ErrorsNote,
     HighestConfidenceErrors,
     ListedError,
     MixEntry,
@@ -108,8 +110,9 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
         included) hold ``group``, ``n``, ``share_of_cohort`` (n / N), ``n_fit``, ``n_evaluation``,
         ``n_patients``, ``classes`` (``class``, ``count``, ``share`` = count / n, in ``class_names``
         order, zero counts included), ``sex`` and ``age_band`` (``value``, ``count``, ``share``, or null
-        when the protocol has no such subgroup; ``notes`` then says so). ``tags`` maps each described
-        attribute to its DICOM keyword (null for an intersection).
+        when the protocol has no such subgroup; ``notes`` then says so: ``"no_sex_attribute"``,
+        ``"no_age_band_attribute"``). ``tags`` maps each described attribute to its DICOM keyword (null
+        for an intersection).
 
     Notes
     -----
@@ -119,13 +122,11 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
         "sex": _mix_attribute(protocol, data.attributes, "PatientSex"),
         "age_band": _mix_attribute(protocol, data.attributes, "PatientAge"),
     }
-    notes = []
-    if mixes["sex"] is None:
-        notes.append("The protocol has no subgroup read from PatientSex: the sex mix is not described.")
-    if mixes["age_band"] is None:
-        notes.append(
-            "The protocol has no subgroup read from PatientAge with bands: the age-band mix is not described."
-        )
+    notes: list[CharacteristicsNote] = []
+    if mixes["sex"] is None:  # the protocol has no subgroup read from PatientSex
+        notes.append("no_sex_attribute")
+    if mixes["age_band"] is None:  # ... nor one read from PatientAge with bands
+        notes.append("no_age_band_attribute")
     attributes = protocol.reported_subgroups
     subgroups = {
         name: tuple(
@@ -173,7 +174,8 @@ def highest_confidence_errors(
     Returns
     -------
     HighestConfidenceErrors
-        ``limit``, ``n_evaluation``, ``n_errors``, ``studies`` and, when nothing can be listed, ``note``.
+        ``limit``, ``n_evaluation``, ``n_errors``, ``studies`` and, when nothing can be listed, ``note``
+        (``"no_study_keys"`` or ``"study_keys_look_like_uids"``).
         Each study: ``study_key``, ``calibration_group``, ``predicted``, ``true``, ``confidence_before``
         (the probability of the predicted class before calibration) and ``confidence_after``.
         Keys that look like DICOM UIDs are never listed.
@@ -197,16 +199,18 @@ def highest_confidence_errors(
     confidence = after[rows, predicted]
     wrong = np.flatnonzero(predicted != labels)
 
-    def listed(studies: tuple[ListedError, ...] = (), note: str | None = None) -> HighestConfidenceErrors:
+    def listed(
+        studies: tuple[ListedError, ...] = (), note: ErrorsNote | None = None
+    ) -> HighestConfidenceErrors:
         return HighestConfidenceErrors(
             limit=limit, n_evaluation=len(labels), n_errors=len(wrong), studies=studies, note=note
         )
 
     if data.study_keys is None:
-        return listed(note="study keys were not passed to the evaluation: no study can be named")
+        return listed(note="no_study_keys")  # no study can be named
     keys = np.asarray(data.study_keys)[held].astype(str)
     if any(_UID.match(k) for k in keys.tolist()):
-        return listed(note="the study keys look like DICOM UIDs and are not listed: pseudonymise them first")
+        return listed(note="study_keys_look_like_uids")  # never listed: pseudonymise them first
     order = wrong[np.lexsort((keys[wrong], -confidence[wrong]))][:limit]
     names: Sequence[str] = [str(c) for c in data.class_names]
     return listed(

@@ -17,7 +17,6 @@ import numpy as np
 from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
-from sitecal.errors import DataError
 from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
@@ -33,8 +32,11 @@ from sitecal.results import (
     EceSettings,
     Evaluation,
     GroupResult,
+    GroupWarning,
     Interval,
+    IntervalNote,
     MetricResult,
+    NotCompared,
     Note,
     ProtocolRef,
     Reliability,
@@ -221,8 +223,9 @@ def evaluate(
     verdicts = [a.verdict for a in acceptance]
     verdict: Verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
     warnings = [
-        f"{protocol.subgroups[g.attribute].label or g.attribute} '{g.group}' has {g.n} studies "
-        f"(< {ev.min_group_size}) in the evaluation split: its intervals are wide and it is not judged."
+        GroupWarning(
+            code="small_group", attribute=g.attribute, group=g.group, n=g.n, min_group_size=ev.min_group_size
+        )
         for groups in results.values()
         for g in groups
         if g.small
@@ -356,11 +359,7 @@ def _add_temperature_uncertainty(
         temperature_source="global" if group is None else source,
     )
     if source == "shrunk":
-        note = Note(
-            note="no interval: a shrunk temperature's penalty weight is chosen from the data, which the "
-            "bootstrap does not repeat; its after-calibration intervals hold T fixed"
-        )
-        return dataclasses.replace(entry, temperature_interval=note)
+        return dataclasses.replace(entry, temperature_interval=Note(note="no_interval_shrunk"))
     rows = fit_rows.groups == group if source == "own" else np.ones(fit_rows.labels.shape[0], dtype=bool)
     ev = protocol.evaluation
     if not ev.bootstrap.refit:
@@ -423,15 +422,23 @@ def _disparities(
     protocol: Protocol,
     spec: BootstrapSpec,
 ) -> dict[str, DisparityStages]:
-    """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples."""
+    """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples.
+
+    With fewer than two groups of ``min_group_size`` evaluation studies there is nothing to compare: each
+    stage then records why, with every group's size (:func:`disparity_intervals` would refuse them).
+    """
     ev = protocol.evaluation
+    names, counts = np.unique(np.asarray(values).astype(str), return_counts=True)
+    sizes = {str(g): int(c) for g, c in zip(names.tolist(), counts.tolist(), strict=True)}
+    if sum(c >= ev.min_group_size for c in sizes.values()) < 2:
+        note = NotCompared(note="too_few_groups", min_group_size=ev.min_group_size, sizes=sizes)
+        return {metric: DisparityStages(before=note, after=note) for metric in ev.disparity_metrics}
     strata = patient_strata(patients, values)
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
-        stages: dict[str, Disparity | Note] = {}
-        for stage, probs in prob_sets.items():
-            try:
-                result = disparity_intervals(
+        stages = {
+            stage: _disparity(
+                disparity_intervals(
                     probs,
                     labels,
                     values,
@@ -442,10 +449,9 @@ def _disparities(
                     min_group_size=ev.min_group_size,
                     spec=spec,
                 )
-            except DataError as exc:  # fewer than two groups large enough to compare
-                stages[stage] = Note(note=str(exc))
-            else:
-                stages[stage] = _disparity(result)
+            )
+            for stage, probs in prob_sets.items()
+        }
         out[metric] = DisparityStages(before=stages["before"], after=stages["after"])
     return out
 
@@ -464,7 +470,22 @@ def _disparity(result: DisparityResult) -> Disparity:
 
 
 def _summary(result: BootstrapResult) -> BootstrapSummary:
-    return BootstrapSummary(**result.to_dict())
+    d = result.to_dict()  # NaN and infinities as None
+    return BootstrapSummary(
+        estimate=d["estimate"],
+        low=d["low"],
+        high=d["high"],
+        level=result.level,
+        method=cast(Literal["percentile", "bca"], result.method),  # BootstrapSpec checked it
+        n_resamples=result.n_resamples,
+        seed=result.seed,
+        n=result.n,
+        n_clusters=result.n_clusters,
+        n_strata=result.n_strata,
+        standard_error=d["standard_error"],
+        bias=d["bias"],
+        note=cast(IntervalNote, result.reason) if result.reason else None,  # a code of sitecal.stats
+    )
 
 
 def _interval(result: Any) -> dict[str, float]:

@@ -16,13 +16,15 @@ The ``sensitivity`` key of ``evaluation.json``:
   temperatures refitted by the protocol's policy, and overall ECE, NLL, Brier and accuracy after
   calibration on what remains, beside the full-cohort values.
 
-No NaN or infinity is written: a value that cannot be estimated is ``null`` with a note.
+No NaN or infinity is written: a value that cannot be estimated is ``null`` with a note. Notes, reasons
+and the method descriptions are codes (:mod:`sitecal.results`); the report words them.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 from scipy.special import ndtri
@@ -43,16 +45,21 @@ from sitecal.results import (
     Heterogeneity,
     HeterogeneityExcluded,
     HeterogeneitySite,
+    IntervalNote,
     LeaveOneSiteOut,
+    LeftOutNote,
     LeftOutSite,
     PooledSites,
     Recalibration,
     RecalibrationGroup,
     RecalibrationIntervals,
+    RecalibrationNote,
     RecalibrationStage,
     RecalibrationValue,
     RemainingCohort,
     Sensitivity,
+    SiteExclusionReason,
+    SiteSource,
     UnpooledSites,
 )
 from sitecal.stats import bootstrap_interval, random_effects_meta_analysis
@@ -62,6 +69,8 @@ if TYPE_CHECKING:
     from sitecal.protocol import Protocol
 
 __all__ = ["LOSO_METRICS", "sensitivity_analyses"]
+
+log = logging.getLogger(__name__)
 
 OVERALL = "overall"
 STAGES = ("before", "after")
@@ -73,6 +82,16 @@ _HOW = ("wald", "bootstrap")
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _fit_note(reason: str) -> RecalibrationNote | None:
+    """``top_label_recalibration``'s code ("" or one ``RecalibrationNote`` lists) as a document's note."""
+    return cast(RecalibrationNote, reason) if reason else None
+
+
+def _interval_note(reason: str) -> IntervalNote | None:
+    """``BootstrapResult.reason`` ("" or a code ``IntervalNote`` lists) as a document's note."""
+    return cast(IntervalNote, reason) if reason else None
 
 
 class _Setup:
@@ -110,10 +129,12 @@ def _recalibration_stage(
         "seed": boot.seed,
     }
     values: dict[str, RecalibrationValue] = {}
-    for name, estimate, se, note in (
+    note: RecalibrationNote | IntervalNote | None
+    for name, estimate, se, reason in (
         ("slope", point.slope, point.slope_se, point.slope_note),
         ("intercept", point.intercept, point.intercept_se, point.intercept_note),
     ):
+        note = _fit_note(reason)
         entry: dict[str, Any] = {"estimate": estimate, "low": None, "high": None, "standard_error": se}
         if estimate is not None and setup.slope_intervals == "bootstrap":
             res = bootstrap_interval(
@@ -128,9 +149,9 @@ def _recalibration_stage(
                 "high": _finite(res.high),
                 "standard_error": _finite(res.standard_error),
             }
-            note = res.note
+            note = _interval_note(res.reason)
         elif estimate is not None and se is None:
-            note = "fewer than two patients: no standard error"
+            note = "no_standard_error"
         elif estimate is not None and se is not None:
             entry["low"], entry["high"] = _finite(estimate - z * se), _finite(estimate + z * se)
         values[name] = RecalibrationValue(**entry, note=note)
@@ -145,7 +166,7 @@ def _recalibration_stage(
             low=_finite(res.low),
             high=_finite(res.high),
             standard_error=_finite(res.standard_error),
-            note=res.note,
+            note=_interval_note(res.reason),
         ),
     )
 
@@ -179,33 +200,30 @@ def _recalibration(setup: _Setup) -> Recalibration:
         else:
             groups[attribute].append(entry)
     boot = setup.protocol.evaluation.bootstrap
-    bootstrap = (
-        f"patient-cluster bootstrap ({boot.method}, {boot.n_resamples} resamples, seed {boot.seed}); "
-        "temperatures held fixed"
+    # the bootstrap's settings (method, resamples, seed) are the document's 'bootstrap'
+    fits: Literal["cluster_bootstrap", "wald_cluster_robust"] = (
+        "cluster_bootstrap" if setup.slope_intervals == "bootstrap" else "wald_cluster_robust"
     )
-    wald = "Wald, cluster-robust (patient) sandwich standard error"
-    fits = bootstrap if setup.slope_intervals == "bootstrap" else wald
     assert overall is not None  # the plan starts with it
     return Recalibration(
-        event="top-label: the predicted class is correct; its probability is the top-label confidence",
-        slope_model="logit P(correct) = a + b logit(confidence); the slope is b",
-        intercept_model="logit P(correct) = alpha + logit(confidence), slope fixed at 1 (offset); "
-        "the intercept is alpha (calibration-in-the-large)",
-        oe_definition="observed / expected = accuracy / mean top-label confidence",
+        event="top_label_correct",
+        slope_model="logit_slope",
+        intercept_model="logit_offset_intercept",
+        oe_definition="accuracy_over_mean_confidence",
         level=boot.level,
-        intervals=RecalibrationIntervals(slope=fits, intercept=fits, oe_ratio=bootstrap),
+        intervals=RecalibrationIntervals(slope=fits, intercept=fits, oe_ratio="cluster_bootstrap"),
         overall=overall,
         subgroups={name: tuple(rows) for name, rows in groups.items()},
     )
 
 
-def site_attribute(protocol: Protocol) -> tuple[str | None, str]:
-    """The attribute whose groups are the sites, and where it came from."""
+def site_attribute(protocol: Protocol) -> tuple[str | None, SiteSource]:
+    """The attribute whose groups are the sites, and where it came from (a code)."""
     if "site" in protocol.subgroups:
-        return "site", "subgroup named 'site'"
+        return "site", "site_subgroup"
     if protocol.calibration.per:
-        return protocol.calibration.per, "calibration attribute (calibration.per): no subgroup named 'site'"
-    return None, "no subgroup named 'site' and no calibration attribute"
+        return protocol.calibration.per, "calibration_attribute"
+    return None, "no_site_attribute"
 
 
 def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> PooledSites | UnpooledSites:
@@ -218,22 +236,21 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
         patients = setup.patients[mask]
         base: dict[str, Any] = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
         if site == "unknown":  # studies whose site was not recorded: a mixture, not one site
-            excluded.append(
-                HeterogeneityExcluded(**base, reason="site not recorded ('unknown'): not one site")
-            )
+            excluded.append(HeterogeneityExcluded(**base, reason="site_unknown"))
             continue
-        if n < ev.min_group_size:
-            reason = f"fewer than {ev.min_group_size} studies (evaluation minimum)"
-            excluded.append(HeterogeneityExcluded(**base, reason=reason))
+        if n < ev.min_group_size:  # the heterogeneity's min_group_size says how many
+            excluded.append(HeterogeneityExcluded(**base, reason="site_too_small"))
             continue
         res = top_label_recalibration(setup.probs[stage][mask], setup.labels[mask], clusters=patients)
         if res.log_oe_se is None or res.log_oe_se == 0.0:
-            excluded.append(HeterogeneityExcluded(**base, reason=res.oe_note or "zero variance of log(O/E)"))
+            # top_label_recalibration's code ('log_oe_undefined', 'too_few_clusters'), else zero variance
+            reason = cast(SiteExclusionReason, res.oe_note or "zero_variance")
+            excluded.append(HeterogeneityExcluded(**base, reason=reason))
             continue
         log_oe = math.log(res.oe_ratio)
         rows.append(base | {"oe_ratio": res.oe_ratio, "log_oe": log_oe, "log_oe_se": res.log_oe_se})
     if not rows:
-        return UnpooledSites(groups=(), excluded=tuple(excluded), k=0, note="no site large enough to pool")
+        return UnpooledSites(groups=(), excluded=tuple(excluded), k=0, note="no_site_pooled")
     meta = random_effects_meta_analysis(
         [r["log_oe"] for r in rows], [r["log_oe_se"] ** 2 for r in rows], level=ev.bootstrap.level
     )
@@ -254,21 +271,21 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
         pooled_oe=_finite(math.exp(meta.estimate)),
         pooled_oe_low=_finite(math.exp(meta.low)),
         pooled_oe_high=_finite(math.exp(meta.high)),
-        note=meta.note,
+        note="one_site" if meta.k < 2 else None,  # Q, I² and tau² need two or more
     )
 
 
-def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> Heterogeneity:
+def _heterogeneity(setup: _Setup, attribute: str | None, source: SiteSource) -> Heterogeneity:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
-        "effect": "log(O/E), O/E = accuracy / mean top-label confidence",
-        "variance": "cluster-robust (patient) delta-method variance of log(O/E)",
-        "method": "DerSimonian-Laird random effects; Q tested against chi-squared with k - 1 df",
+        "effect": "log_oe",
+        "variance": "cluster_robust_delta_method",
+        "method": "dersimonian_laird",
         "min_group_size": setup.protocol.evaluation.min_group_size,
     }
     if attribute is None:
-        return Heterogeneity(**base, note=source)
+        return Heterogeneity(**base, note="no_site_attribute")
     values = setup.data.attributes[attribute][setup.held]
     return Heterogeneity(
         **base,
@@ -279,16 +296,16 @@ def _heterogeneity(setup: _Setup, attribute: str | None, source: str) -> Heterog
 
 def _after_metrics(
     setup: _Setup, keep: np.ndarray
-) -> tuple[dict[str, float | None], float | None, int, int, str]:
+) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None]:
     """Refit on the kept fit rows, evaluate after calibration on the kept evaluation rows."""
     cal, ev, data = setup.protocol.calibration, setup.protocol.evaluation, setup.data
     fit, held = setup.fit & keep, setup.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
     empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
     if n_eval == 0:
-        return empty, None, n_fit, n_eval, "no evaluation studies remain"
+        return empty, None, n_fit, n_eval, "no_evaluation_studies"
     if n_fit == 0:
-        return empty, None, n_fit, n_eval, "no fit studies remain"
+        return empty, None, n_fit, n_eval, "no_fit_studies"
     try:
         temps = fit_group_temperatures(
             data.logits[fit],
@@ -297,25 +314,26 @@ def _after_metrics(
             min_group_size=cal.min_group_size,
             fallback=cal.fallback,
         )
-    except SitecalError as exc:
-        return empty, None, n_fit, n_eval, f"temperatures could not be refitted ({exc})"
+    except SitecalError as exc:  # the document records the code; the reason goes to the log
+        log.warning("leave one site out: the temperatures could not be refitted (%s)", exc)
+        return empty, None, n_fit, n_eval, "refit_failed"
     probs = softmax(data.logits[held], temperature=temps.temperatures_for(setup.cal_groups[held]))
     labels = data.labels[held]
     values = {name: metric(name)(probs, labels, n_bins=ev.n_bins) for name in LOSO_METRICS}
-    return {k: _finite(v) for k, v in values.items()}, temps.global_fit.temperature, n_fit, n_eval, ""
+    return {k: _finite(v) for k, v in values.items()}, temps.global_fit.temperature, n_fit, n_eval, None
 
 
-def _leave_one_site_out(setup: _Setup, attribute: str | None, source: str) -> LeaveOneSiteOut:
+def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource) -> LeaveOneSiteOut:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
         "metrics": tuple(LOSO_METRICS),
         "stage": "after",
         "n_bins": setup.protocol.evaluation.n_bins,
-        "refit": "temperatures refitted by the protocol's policy on the remaining fit part",
+        "refit": "refit_by_protocol_policy",
     }
     if attribute is None:
-        return LeaveOneSiteOut(**base, note=source)
+        return LeaveOneSiteOut(**base, note="no_site_attribute")
     n = len(setup.data.labels)
     full, full_t, n_fit, n_eval, note = _after_metrics(setup, np.ones(n, dtype=bool))
     remaining = RemainingCohort(n_fit=n_fit, n_evaluation=n_eval, global_temperature=full_t, metrics=full)

@@ -45,15 +45,20 @@ RecalibrationName = Literal["slope", "intercept"]
 #: Names accepted by :class:`RecalibrationStatistic`.
 RECALIBRATION_STATISTICS = ("slope", "intercept")
 
-NO_CORRECT = "no prediction is correct: the logistic fit has no maximum-likelihood estimate"
-ALL_CORRECT = "every prediction is correct: the logistic fit has no maximum-likelihood estimate"
-SEPARATED = (
-    "the confidence separates correct from wrong predictions (or takes one value): the slope has no "
-    "maximum-likelihood estimate"
-)
-NOT_CONVERGED = "the logistic fit did not converge in 100 Newton steps"
-NO_LOG = "no prediction is correct: log(O/E) is undefined"
-ONE_CLUSTER = "fewer than two clusters: no variance of log(O/E)"
+# Why a value is None: codes, which the documents store and the report words
+# (``sitecal.results.RecalibrationNote`` and ``SiteExclusionReason`` list the same codes).
+#: No prediction is correct: the logistic fits have no maximum-likelihood estimate.
+NO_CORRECT = "no_correct_prediction"
+#: Every prediction is correct: the logistic fits have no maximum-likelihood estimate.
+ALL_CORRECT = "every_prediction_correct"
+#: The confidence separates correct from wrong predictions (or takes one value): no slope estimate.
+SEPARATED = "confidence_separates"
+#: The logistic fit did not converge in 100 Newton steps.
+NOT_CONVERGED = "fit_not_converged"
+#: No prediction is correct: log(O/E) is undefined.
+NO_LOG = "log_oe_undefined"
+#: Fewer than two clusters: no variance of log(O/E).
+ONE_CLUSTER = "too_few_clusters"
 
 _TOLERANCE = 1e-10
 _MAX_ITER = 100
@@ -80,7 +85,9 @@ class TopLabelRecalibration:
     accuracy, mean_confidence : float
     n, n_correct, n_clusters : int
     slope_note, intercept_note, oe_note : str
-        ``""`` or the reason a value is ``None``.
+        ``""`` or a code naming the reason a value is ``None``: ``"no_correct_prediction"``,
+        ``"every_prediction_correct"``, ``"confidence_separates"``, ``"fit_not_converged"`` (slope and
+        intercept); ``"log_oe_undefined"``, ``"too_few_clusters"`` (``log_oe_se``).
     """
 
     slope: float | None
@@ -184,7 +191,7 @@ def top_label_recalibration(
     as :func:`~sitecal.metrics.calibration_slope_intercept` with ``event="top-label"``. Ideal: slope 1,
     intercept 0, O/E 1; slope < 1 means confidences too extreme, intercept < 0 and O/E < 1
     over-confident on average. When all or no predictions are correct both fits are undefined; when the
-    confidence separates the two the slope is: those values are ``None`` with the reason in the note.
+    confidence separates the two the slope is: those values are ``None`` with the reason's code in the note.
 
     References
     ----------

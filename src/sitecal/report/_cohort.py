@@ -15,6 +15,7 @@ from ._context import Context
 from ._inputs import get
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, name_text, para_text
+from ._wording import word
 
 __all__ = ["cohort_characteristics", "format_share"]
 
@@ -114,7 +115,7 @@ def cohort_characteristics(ctx: Context) -> list[Flowable]:
             "listed as <i>unknown</i>, like any other group."
         )
     )
-    story += [ctx.p(para_text(note), ctx.styles.note) for note in chars.get("notes") or []]
+    story += [ctx.p(para_text(word(note)), ctx.styles.note) for note in chars.get("notes") or []]
     overall = chars.get("overall")
     if isinstance(overall, Mapping):
         story += ctx.table_block("All analysed studies.", _table(ctx, chars, [overall], None))

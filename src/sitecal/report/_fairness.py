@@ -11,6 +11,7 @@ from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, name_text, para_text
+from ._wording import word
 
 __all__ = ["fairness", "ranked_gaps"]
 
@@ -169,7 +170,7 @@ def _spread_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
         for stage in ("before", "after"):
             entry = stages.get(stage) or {}
             if "range" not in entry:
-                note = para_text(entry.get("note") or NOT_RECORDED)
+                note = para_text(word(entry.get("note"), entry))
                 notes.append(
                     ctx.p(
                         f"{para_text(label)}, {stage} calibration: not compared ({note}).", ctx.styles.small

@@ -21,6 +21,7 @@ from ._inputs import get
 from ._model_outputs import ONE_PER_STUDY, flow_without_dicom, predictions_record, read_from_file_text
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text, words
+from ._wording import word
 
 __all__ = ["DEIDENTIFIED_TAGS", "limitations"]
 
@@ -315,7 +316,7 @@ def _errors(ctx: Context) -> list[Flowable]:
         )
     )
     if errors.get("note"):
-        story.append(ctx.p(f"No study is listed: {para_text(errors['note'])}.", ctx.styles.note))
+        story.append(ctx.p(f"No study is listed: {para_text(word(errors['note']))}.", ctx.styles.note))
     if not studies:
         return story
     num = ctx.styles.cell_num

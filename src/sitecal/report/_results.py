@@ -16,6 +16,7 @@ from ._context import Context, verdict_text
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
+from ._wording import criterion_text
 
 __all__ = ["acceptance", "results"]
 
@@ -247,7 +248,7 @@ def acceptance(ctx: Context) -> list[Flowable]:
             ctx.styles.h3,
         )
         text = ctx.p(
-            f"{para_text(criterion.get('description') or NOT_RECORDED)}<br/>"
+            f"{para_text(criterion.get('description') or criterion_text(criterion))}<br/>"
             f'<font color="{Palette.muted.hexval()}">Measured: {measured}; rule: {rule}; '
             f"scope: {scope_text}.</font>",
             ctx.styles.small,

@@ -20,6 +20,7 @@ from ._text import (
     para_text,
     short_sha,
 )
+from ._wording import criterion_text, word
 
 __all__ = ["intended_use", "key_values", "title_page"]
 
@@ -156,7 +157,7 @@ def title_page(ctx: Context) -> list[Flowable]:
         for criterion in criteria:
             rows.append(
                 [
-                    ctx.cell(criterion.get("description") or criterion["id"]),
+                    ctx.cell(criterion.get("description") or criterion_text(criterion)),
                     ctx.verdict_cell(criterion["verdict"]),
                 ]
             )
@@ -168,9 +169,16 @@ def title_page(ctx: Context) -> list[Flowable]:
     warnings = ev.get("warnings") or []
     if warnings:
         story += [Spacer(1, 4 * mm), ctx.p("<b>Points to note</b>", ctx.styles.small)]
-        story += [Paragraph(para_text(w), ctx.styles.bullet, bulletText="•") for w in warnings]
+        story += [
+            Paragraph(para_text(_warning_text(ctx, w)), ctx.styles.bullet, bulletText="•") for w in warnings
+        ]
     story.append(PageBreak())
     return story
+
+
+def _warning_text(ctx: Context, warning: Mapping[str, Any]) -> str:
+    """A point to note in words: its code with its fields and the attribute's display label."""
+    return word(warning.get("code"), {**warning, "label": ctx.attribute_label(warning.get("attribute"))})
 
 
 def intended_use(ctx: Context) -> list[Flowable]:

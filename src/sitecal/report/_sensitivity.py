@@ -19,6 +19,7 @@ from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
+from ._wording import word
 
 __all__ = ["format_p_value", "format_percent", "sensitivity"]
 
@@ -73,6 +74,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
     extra: list[tuple[Any, ...]] = []
     notes: list[str] = []
     num = ctx.styles.cell_num
+    boot = _mapping(ctx.evaluation.get("bootstrap"))  # what a bootstrap interval's note needs
     for group in groups:
         start = len(rows)
         name = "All studies" if attribute == "overall" else group.get("group")
@@ -91,7 +93,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
             for key, what in (("slope", "slope"), ("intercept", "intercept"), ("oe_ratio", "O:E")):
                 note = get(entry, key, "note")
                 if note and get(entry, key, "estimate") is None:
-                    notes.append(f"{name_text(name)}, {stage}, {what}: {para_text(note)}.")
+                    notes.append(f"{name_text(name)}, {stage}, {what}: {para_text(word(note, boot))}.")
         end = len(rows) - 1
         extra += [("SPAN", (0, start), (0, end)), ("NOSPLIT", (0, start), (-1, end))]
         extra.append(("LINEBELOW", (0, end), (-1, end), 0.6, Palette.rule))
@@ -111,6 +113,7 @@ def _recalibration_table(ctx: Context, attribute: str, groups: Sequence[Mapping[
 def _recalibration(ctx: Context, rec: Mapping[str, Any]) -> list[Flowable]:
     level = ctx.level_text()
     intervals = _mapping(rec.get("intervals"))
+    boot = _mapping(ctx.evaluation.get("bootstrap"))  # the cluster bootstrap's settings
     guide = (
         "Top-label logistic recalibration on the evaluation split: the event is “the predicted class is "
         "correct”, its probability the top-label confidence. The <b>slope</b> is b of logit P(correct) = "
@@ -118,8 +121,8 @@ def _recalibration(ctx: Context, rec: Mapping[str, Any]) -> list[Flowable]:
         "(calibration-in-the-large) is α of logit P(correct) = α + logit(confidence), the slope fixed at 1: "
         "0 is ideal, below 0 means over-confident on average. <b>O:E</b> is observed over expected "
         "correct predictions, accuracy / mean confidence: 1 is ideal. "
-        f"Intervals ({level}): slope and intercept, {para_text(intervals.get('slope', NOT_RECORDED))}; "
-        f"O:E, {para_text(intervals.get('oe_ratio', NOT_RECORDED))}. ECE is the main results' value."
+        f"Intervals ({level}): slope and intercept, {para_text(word(intervals.get('slope'), boot))}; "
+        f"O:E, {para_text(word(intervals.get('oe_ratio'), boot))}. ECE is the main results' value."
     )
     story: list[Flowable] = [ctx.h2("Calibration slope, intercept and observed/expected"), ctx.p(guide)]
     if isinstance(rec.get("overall"), Mapping):
@@ -137,7 +140,8 @@ def _site_label(ctx: Context, block: Mapping[str, Any]) -> str:
 
 def _meta_sentence(stage_name: str, meta: Mapping[str, Any], level: str) -> str:
     if not meta.get("k"):
-        return f"{stage_name} calibration: {para_text(meta.get('note') or 'no site could be pooled')}."
+        why = word(meta.get("note"), missing="no site could be pooled")
+        return f"{stage_name} calibration: {para_text(why)}."
     text = (
         f"{stage_name} calibration, over {format_count(meta['k'])} sites: Cochran’s Q = "
         f"{format_value(meta.get('q'))} (df {format_count(meta.get('df'))}, "
@@ -148,18 +152,21 @@ def _meta_sentence(stage_name: str, meta: Mapping[str, Any], level: str) -> str:
         f"({level} interval)."
     )
     if meta.get("note"):
-        text += f" {para_text(meta['note'])}."
+        text += f" {para_text(word(meta['note']))}."
     return text
 
 
 def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
     story: list[Flowable] = [ctx.h2("Heterogeneity across sites")]
     if het.get("attribute") is None:
-        return [*story, ctx.p(f"Not analysed: {para_text(het.get('note') or het.get('attribute_source'))}.")]
+        return [
+            *story,
+            ctx.p(f"Not analysed: {para_text(word(het.get('note') or het.get('attribute_source')))}."),
+        ]
     label = _site_label(ctx, het)
     level = ctx.level_text()
     intro = (
-        f"Sites are the groups of {para_text(label)} ({para_text(het.get('attribute_source'))}). "
+        f"Sites are the groups of {para_text(label)} ({para_text(word(het.get('attribute_source')))}). "
         "Random-effects meta-analysis (DerSimonian–Laird) of log(O:E) per site on the evaluation split, "
         "each site's log(O:E) with its cluster-robust (patient) delta-method variance; Cochran’s Q is "
         "tested against χ² with k − 1 degrees of freedom, I² is the share of the spread beyond chance and "
@@ -220,7 +227,8 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
     block = ctx.table_block(f"O:E by {para_text(label.lower())} and the random-effects summary.", body)
     story = [*story[:2], KeepTogether([*story[2:], *block[:-1]]), block[-1]]
     excluded = [
-        f"{name_text(e.get('group'))} ({stage}, n = {format_count(e.get('n'))}: {para_text(e.get('reason'))})"
+        f"{name_text(e.get('group'))} ({stage}, n = {format_count(e.get('n'))}: "
+        f"{para_text(word(e.get('reason'), het))})"
         for stage, _ in _STAGES
         for e in map(_mapping, stages[stage].get("excluded") or [])
     ]
@@ -240,15 +248,15 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
     if loso.get("attribute") is None:
         return [
             *story,
-            ctx.p(f"Not analysed: {para_text(loso.get('note') or loso.get('attribute_source'))}."),
+            ctx.p(f"Not analysed: {para_text(word(loso.get('note') or loso.get('attribute_source')))}."),
         ]
     label = _site_label(ctx, loso)
     story.append(
         ctx.p(
             f"Each {para_text(label.lower())} in turn is removed from both the fit and the evaluation "
-            f"split; {para_text(loso.get('refit'))}; the overall metrics after calibration are measured "
-            "on the remaining evaluation studies (point estimates; in brackets the change from the full "
-            "cohort, computed the same way). A large change means the overall result leans on one site."
+            f"split; {para_text(word(loso.get('refit')))}; the overall metrics after calibration are "
+            "measured on the remaining evaluation studies (point estimates; in brackets the change from the "
+            "full cohort, computed the same way). A large change means the overall result leans on one site."
         )
     )
     heads = ["Left out", "Fit studies", "Evaluation studies", *(name for _, name in _LOSO)]
@@ -277,7 +285,7 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
             ]
         )
         if row.get("note"):
-            notes.append(f"{name_text(row.get('left_out'))}: {para_text(row['note'])}.")
+            notes.append(f"{name_text(row.get('left_out'))}: {para_text(word(row['note']))}.")
     w = ctx.width
     widths = [w * 0.22, w * 0.09, w * 0.11, *([w * (0.58 / len(_LOSO))] * len(_LOSO))]
     title = f"Leave one {para_text(label.lower())} out: metrics after calibration (change from full cohort)."

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from sitecal.results._codec import Record
 from sitecal.results._fields import Constraint, Key, OrAbsent
-from sitecal.results._kinds import Count, Share
+from sitecal.results._kinds import CharacteristicsNote, Count, ErrorsNote, Share
 
 __all__ = [
     "Characteristics",
@@ -96,14 +96,15 @@ class Characteristics(Record):
     age_attribute : str or None
         The subgroup read from PatientAge with bands; null when the protocol has none.
     notes : tuple of str
-        What is not described and why (e.g. no PatientSex subgroup).
+        Codes of what is not described and why: 'no_sex_attribute' (no subgroup read from PatientSex),
+        'no_age_band_attribute' (none read from PatientAge with bands).
     tags : Mapping of str to str or None
         Per described attribute, the DICOM keyword it is read from (null for an intersection).
     """
 
     sex_attribute: str | None
     age_attribute: str | None
-    notes: tuple[str, ...]
+    notes: tuple[CharacteristicsNote, ...]
     tags: Mapping[str, str | None]
     overall: CharacteristicsRow
     subgroups: Mapping[str, tuple[CharacteristicsRow, ...]]
@@ -156,11 +157,12 @@ class HighestConfidenceErrors(Record):
     studies : tuple of ListedError
         Highest calibrated confidence first (ties by study key).
     note : str or None
-        Why no study is listed (no study keys, or keys that look like DICOM UIDs).
+        Why no study is listed: 'no_study_keys' (none were passed to the evaluation) or
+        'study_keys_look_like_uids' (never listed: pseudonymise them first).
     """
 
     limit: Annotated[int, Constraint(minimum=1)]
     n_evaluation: Count
     n_errors: Count
     studies: tuple[ListedError, ...]
-    note: OrAbsent[Annotated[str, Constraint(min_length=1)]] = None
+    note: OrAbsent[ErrorsNote] = None

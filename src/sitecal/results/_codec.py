@@ -30,10 +30,11 @@ __all__ = ["Record", "check_keys", "encode"]
 
 
 class _Invalid(Exception):
-    def __init__(self, path: str, problem: str, *, mismatch: bool = False) -> None:
+    def __init__(self, path: str, problem: str, *, mismatch: bool = False, hint: str | None = None) -> None:
         super().__init__(path, problem)
         self.path, self.problem = path, problem
         self.mismatch = mismatch  # the value is not of the expected JSON type at all
+        self.hint = hint  # what to do, where it is not the document's HINT
 
 
 class _Mismatch(_Invalid):
@@ -215,11 +216,17 @@ def _check_version(cls: type, value: Mapping[str, object], path: str, version: i
         raise _Invalid(child, f"is missing (expected {version})")
     got = value["schema_version"]
     if got != version or isinstance(got, bool):
+        # a document type may say what to do with a file of another version (VERSION_HINT); else: read it
+        # with the version that wrote it, or write it again
+        default = "Read the file with the sitecal version that wrote it, or write it again with this one"
+        hint = getattr(cls, "VERSION_HINT", None) or ". ".join(
+            x for x in (default, getattr(cls, "HINT", "")) if x
+        )
         raise _Invalid(
             child,
             f"schema_version {show(got)} is not supported by this sitecal (it reads schema_version "
-            f"{version} of {cls.__name__}). Read the file with the sitecal version that wrote it, or write "
-            "it again with this one",
+            f"{version} of {cls.__name__})",
+            hint=hint,
         )
 
 
@@ -254,6 +261,9 @@ class Record:
 
     #: What to do when a document is refused (appended to the message); documents override it.
     HINT: ClassVar[str] = ""
+    #: What to do with a document of another ``schema_version``; empty: read it with the sitecal version
+    #: that wrote it, or write it again (then ``HINT``).
+    VERSION_HINT: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: keys in field order, ``omit_none`` fields left out when ``None``."""
@@ -280,7 +290,8 @@ class Record:
         try:
             out: Self = _decode_record(cls, data, "$")
         except _Invalid as exc:
-            hint = f" {cls.HINT}." if cls.HINT else ""
+            text = cls.HINT if exc.hint is None else exc.hint
+            hint = f" {text}." if text else ""
             raise DataError(f"{where}: {exc.path}: {exc.problem}.{hint}") from None
         return out
 

@@ -10,8 +10,18 @@ from sitecal.results._characteristics import Characteristics, HighestConfidenceE
 from sitecal.results._codec import Record, check_keys
 from sitecal.results._fields import Constraint, OrAbsent
 from sitecal.results._flow import CohortFlow
-from sitecal.results._groups import BootstrapSummary, GroupResult, Note, TemperatureInterval
-from sitecal.results._kinds import Count, IntervalMethod, Name, Sha256, Stage, Statistic, Verdict
+from sitecal.results._groups import BootstrapSummary, GroupResult, TemperatureInterval
+from sitecal.results._kinds import (
+    Count,
+    DisparityNote,
+    IntervalMethod,
+    Name,
+    Sha256,
+    Stage,
+    Statistic,
+    Verdict,
+    WarningCode,
+)
 from sitecal.results._sensitivity import Sensitivity
 
 __all__ = [
@@ -22,6 +32,8 @@ __all__ = [
     "DisparityStages",
     "EceSettings",
     "Evaluation",
+    "GroupWarning",
+    "NotCompared",
     "ProtocolRef",
     "SplitSettings",
 ]
@@ -153,11 +165,30 @@ class Disparity(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DisparityStages(Record):
-    """One metric's disparity before and after calibration; a note where it cannot be compared."""
+class NotCompared(Record):
+    """Why the groups of an attribute were not compared, with the numbers the report's sentence needs.
 
-    before: Disparity | Note
-    after: Disparity | Note
+    Attributes
+    ----------
+    note : {"too_few_groups"}
+        Fewer than two groups have at least min_group_size evaluation studies.
+    min_group_size : int
+        The minimum.
+    sizes : Mapping of str to int
+        Evaluation studies of every group of the attribute.
+    """
+
+    note: DisparityNote
+    min_group_size: Annotated[int, Constraint(minimum=1)]
+    sizes: Mapping[str, Count]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisparityStages(Record):
+    """One metric's disparity before and after calibration; why not, where it cannot be compared."""
+
+    before: Disparity | NotCompared
+    after: Disparity | NotCompared
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +215,9 @@ class Criterion(Record):
 
     Attributes
     ----------
+    description : str or None
+        The protocol's own description of the criterion; null where the protocol gives none (the report
+        then words the criterion from its fields).
     statistic : {"estimate", "low", "high"}
         Which part of the interval is compared: the estimate or an interval end.
     operator : {"<", ">"}
@@ -198,7 +232,7 @@ class Criterion(Record):
     """
 
     id: Name
-    description: str
+    description: str | None
     metric: str
     stage: Stage
     statistic: Statistic
@@ -210,13 +244,42 @@ class Criterion(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupWarning(Record):
+    """A point to note about one group: a code and the numbers and names the report's sentence needs.
+
+    Attributes
+    ----------
+    code : {"small_group"}
+        The group has fewer than min_group_size evaluation studies: its intervals are wide and it is not
+        judged.
+    attribute : str
+        The subgroup attribute (its display label is in the document's attribute_labels).
+    group : str
+        The group's value.
+    n : int
+        Its evaluation studies.
+    min_group_size : int
+        The minimum.
+    """
+
+    code: WarningCode
+    attribute: str
+    group: str
+    n: Count
+    min_group_size: Annotated[int, Constraint(minimum=1)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Evaluation(Record):
     """Every number of a sitecal validation report: ``evaluation.json`` of one run.
 
     Temperatures are fitted on the fit split and every metric is measured on the evaluation split,
     before and after calibration, with patient-level bootstrap intervals (paired, so the change has its
     own interval). Non-finite numbers are never written: where an interval of a disparity is undefined it
-    is null and its note says why.
+    is null and its note says why. The document holds no sentence: where something is missing, left out or
+    not judged it stores a code (:mod:`sitecal.results._kinds`) with the numbers and names the report needs
+    to word it; the only free texts are the protocol's own (criterion descriptions, attribute labels) and
+    the names of classes, groups and cohort exclusion reasons.
 
     Attributes
     ----------
@@ -244,16 +307,20 @@ class Evaluation(Record):
     verdict : str
         'fail' if any criterion fails; else 'insufficient data' if any could not be judged; else 'pass'
         (also with no criteria).
-    warnings : tuple of str
-        Sample-size warnings, one per small subgroup row.
+    warnings : tuple of GroupWarning
+        Points to note, one per small subgroup row (code 'small_group').
     sensitivity, characteristics, highest_confidence_errors : optional
         Absent in documents written before sitecal recorded them.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
     FILE_NAME: ClassVar[str] = "evaluation.json"
     HINT: ClassVar[str] = (
         "evaluation.json is written by `sitecal run PROTOCOL`: write it again, or restore the unedited file"
+    )
+    VERSION_HINT: ClassVar[str] = (
+        "Render this run with the sitecal version that made it (provenance.json names it), or run the "
+        "protocol again with this sitecal (`sitecal run PROTOCOL`)"
     )
 
     protocol: ProtocolRef
@@ -272,7 +339,7 @@ class Evaluation(Record):
     disparities: Mapping[str, Mapping[str, DisparityStages]]
     acceptance: tuple[Criterion, ...]
     verdict: Verdict
-    warnings: tuple[str, ...]
+    warnings: tuple[GroupWarning, ...]
     sensitivity: OrAbsent[Sensitivity] = None
     characteristics: OrAbsent[Characteristics] = None
     highest_confidence_errors: OrAbsent[HighestConfidenceErrors] = None
@@ -289,3 +356,8 @@ class Evaluation(Record):
             yield from check_keys(
                 row.metrics, self.metrics, path=f"{path}.metrics", what="document's metrics"
             )
+        for i, warning in enumerate(self.warnings):
+            if warning.attribute not in self.subgroups:
+                reported = ", ".join(self.subgroups) or "none"
+                problem = f"{warning.attribute!r} is not a reported subgroup ({reported})"
+                yield f".warnings[{i}].attribute", problem

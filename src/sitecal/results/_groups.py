@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 
 from sitecal.results._codec import Record
 from sitecal.results._fields import Constraint, OrAbsent
-from sitecal.results._kinds import Count, IntervalMethod, Positive, Share, TemperatureSource
+from sitecal.results._kinds import (
+    Count,
+    IntervalMethod,
+    IntervalNote,
+    Positive,
+    Share,
+    TemperatureNote,
+    TemperatureSource,
+)
 
 __all__ = [
     "BootstrapSummary",
@@ -60,9 +68,16 @@ class TemperatureInterval(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Note(Record):
-    """Why there is no interval (or no comparison) here."""
+    """Why a temperature has no interval: a code the report words.
 
-    note: Annotated[str, Constraint(min_length=1)]
+    Attributes
+    ----------
+    note : {"no_interval_shrunk"}
+        A shrunk temperature's penalty weight is chosen from the data, which the bootstrap does not
+        repeat; its after-calibration intervals hold T fixed.
+    """
+
+    note: TemperatureNote
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,8 +144,8 @@ class GroupResult(Record):
         calibration group (each of their studies gets its own calibration group's temperature), including
         'overall' when there is a calibration attribute.
     temperature_interval : TemperatureInterval or Note or None
-        The temperature's interval where temperature_source is present; a note for a shrunk temperature;
-        else null.
+        The temperature's interval where temperature_source is present; a note (code
+        'no_interval_shrunk') for a shrunk temperature; else null.
     refit : bool
         Whether the after-calibration intervals of this row refit the temperature in every resample.
     metrics : Mapping of str to MetricResult
@@ -180,7 +195,7 @@ class GroupResult(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapSummary(Record):
-    """A bootstrap interval with what it was computed from; null ends where undefined (see note).
+    """A bootstrap interval with what it was computed from; null ends where undefined (see ``note``).
 
     Attributes
     ----------
@@ -202,8 +217,9 @@ class BootstrapSummary(Record):
         Standard deviation of the replicates.
     bias : float or None
         Mean of the replicates minus the estimate.
-    note : str
-        Empty, or why the interval is degenerate or undefined.
+    note : str or None
+        Null, or a code saying why the interval is degenerate or undefined (``IntervalNote``: e.g.
+        'replicates_equal_one_cluster', a zero-width interval).
     """
 
     estimate: float | None
@@ -218,4 +234,4 @@ class BootstrapSummary(Record):
     n_strata: Count
     standard_error: Annotated[float, Constraint(minimum=0)] | None
     bias: float | None
-    note: str
+    note: IntervalNote | None

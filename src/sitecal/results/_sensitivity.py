@@ -8,7 +8,25 @@ from typing import Annotated, Literal
 
 from sitecal.results._codec import Record
 from sitecal.results._fields import Constraint, OrAbsent
-from sitecal.results._kinds import Count
+from sitecal.results._kinds import (
+    Count,
+    HeterogeneityEffect,
+    HeterogeneityMethod,
+    HeterogeneityVariance,
+    InterceptModel,
+    IntervalNote,
+    LeaveOneOutRefit,
+    LeftOutNote,
+    OeDefinition,
+    PooledNote,
+    RecalibrationEvent,
+    RecalibrationIntervalMethod,
+    RecalibrationNote,
+    SiteExclusionReason,
+    SiteSource,
+    SlopeModel,
+    UnpooledNote,
+)
 
 __all__ = [
     "Heterogeneity",
@@ -38,15 +56,16 @@ class RecalibrationValue(Record):
         The statistic and its interval.
     standard_error : float or None
         Cluster-robust sandwich SE (slope, intercept) or bootstrap SE (O/E).
-    note : str
-        "" or why a value is null or the interval degenerate.
+    note : str or None
+        Null, or a code saying why a value is null or the interval degenerate (``RecalibrationNote`` or,
+        for a bootstrap interval, ``IntervalNote``).
     """
 
     estimate: float | None
     low: float | None
     high: float | None
     standard_error: float | None
-    note: str
+    note: RecalibrationNote | IntervalNote | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,11 +110,20 @@ class RecalibrationGroup(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecalibrationIntervals(Record):
-    """How each statistic's interval was computed."""
+    """How each statistic's interval was computed: a code (the bootstrap's settings are the document's).
 
-    slope: str
-    intercept: str
-    oe_ratio: str
+    Attributes
+    ----------
+    slope, intercept : {"wald_cluster_robust", "cluster_bootstrap"}
+        Wald from the cluster-robust (patient) sandwich standard error, or the patient-cluster bootstrap
+        with the temperatures held fixed.
+    oe_ratio : {"cluster_bootstrap"}
+        The patient-cluster bootstrap with the temperatures held fixed.
+    """
+
+    slope: RecalibrationIntervalMethod
+    intercept: RecalibrationIntervalMethod
+    oe_ratio: Literal["cluster_bootstrap"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,16 +136,24 @@ class Recalibration(Record):
 
     Attributes
     ----------
+    event : {"top_label_correct"}
+        The predicted class is correct; its probability is the top-label confidence.
+    slope_model : {"logit_slope"}
+        logit P(correct) = a + b logit(confidence); the slope is b.
+    intercept_model : {"logit_offset_intercept"}
+        logit P(correct) = alpha + logit(confidence), slope fixed at 1 (offset); the intercept is alpha.
+    oe_definition : {"accuracy_over_mean_confidence"}
+        Observed / expected = accuracy / mean top-label confidence.
     level : float
         Two-sided level of every interval.
     subgroups : Mapping of str to tuple of RecalibrationGroup
         Per reported subgroup attribute, its groups in the order of 'subgroups'.
     """
 
-    event: str
-    slope_model: str
-    intercept_model: str
-    oe_definition: str
+    event: RecalibrationEvent
+    slope_model: SlopeModel
+    intercept_model: InterceptModel
+    oe_definition: OeDefinition
     level: float
     intervals: RecalibrationIntervals
     overall: RecalibrationGroup
@@ -139,12 +175,20 @@ class HeterogeneitySite(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeterogeneityExcluded(Record):
-    """A site left out of the pooling, with the reason."""
+    """A site left out of the pooling, with the reason.
+
+    Attributes
+    ----------
+    reason : str
+        A code (``SiteExclusionReason``): 'site_unknown' (studies whose site was not recorded: not one
+        site), 'site_too_small' (fewer than the heterogeneity's min_group_size), 'log_oe_undefined' (no
+        correct prediction), 'too_few_clusters' (fewer than two patients) or 'zero_variance'.
+    """
 
     group: str
     n: Count
     n_patients: Count
-    reason: str
+    reason: SiteExclusionReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +213,8 @@ class PooledSites(Record):
         exp of the random-effects pooled log(O/E).
     pooled_oe_low, pooled_oe_high : float or None
         exp of the Wald interval's ends.
+    note : str or None
+        'one_site' (no heterogeneity to measure: Q, I² and tau² need two or more), else null.
     """
 
     groups: tuple[HeterogeneitySite, ...]
@@ -185,17 +231,23 @@ class PooledSites(Record):
     pooled_oe: float | None
     pooled_oe_low: float | None
     pooled_oe_high: float | None
-    note: str
+    note: PooledNote | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnpooledSites(Record):
-    """No site large enough to pool: the sites left out and why (``k`` is 0)."""
+    """No site large enough to pool: the sites left out and why (``k`` is 0).
+
+    Attributes
+    ----------
+    note : {"no_site_pooled"}
+        No site large enough to pool.
+    """
 
     groups: tuple[HeterogeneitySite, ...]
     excluded: tuple[HeterogeneityExcluded, ...]
     k: Count
-    note: str
+    note: UnpooledNote
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,23 +258,30 @@ class Heterogeneity(Record):
     ----------
     attribute : str or None
         The attribute whose groups are the sites (null: none).
-    attribute_source : str
-        Why this attribute: the subgroup named 'site', else the calibration attribute.
+    attribute_source : {"site_subgroup", "calibration_attribute", "no_site_attribute"}
+        Why this attribute: the subgroup named 'site', else the calibration attribute (no subgroup named
+        'site'), else none (neither).
+    effect : {"log_oe"}
+        log(O/E), O/E = accuracy / mean top-label confidence.
+    variance : {"cluster_robust_delta_method"}
+        Cluster-robust (patient) delta-method variance of log(O/E).
+    method : {"dersimonian_laird"}
+        DerSimonian-Laird random effects; Q tested against chi-squared with k - 1 df.
     min_group_size : int
         Sites with fewer evaluation studies are left out and listed.
-    note : str or None
+    note : {"no_site_attribute"} or None
         Present when there is no site attribute.
     before, after : PooledSites or UnpooledSites or None
         Present when there is a site attribute.
     """
 
     attribute: str | None
-    attribute_source: str
-    effect: str
-    variance: str
-    method: str
+    attribute_source: SiteSource
+    effect: HeterogeneityEffect
+    variance: HeterogeneityVariance
+    method: HeterogeneityMethod
     min_group_size: Count
-    note: OrAbsent[str] = None
+    note: OrAbsent[Literal["no_site_attribute"]] = None
     before: OrAbsent[PooledSites | UnpooledSites] = None
     after: OrAbsent[PooledSites | UnpooledSites] = None
 
@@ -257,6 +316,9 @@ class LeftOutSite(Record):
         Evaluation studies that remain.
     difference : Mapping of str to float or None
         Left-out minus full.
+    note : str or None
+        Null, or why the metrics are null: 'no_evaluation_studies' or 'no_fit_studies' remain, or
+        'refit_failed' (the temperatures could not be refitted on what remains).
     """
 
     left_out: str
@@ -267,7 +329,7 @@ class LeftOutSite(Record):
     global_temperature: float | None
     metrics: Mapping[str, float | None]
     difference: Mapping[str, float | None]
-    note: str
+    note: LeftOutNote | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,19 +340,23 @@ class LeaveOneSiteOut(Record):
     ----------
     attribute : str or None
         The attribute whose groups are the sites (null: none).
-    note : str or None
+    attribute_source : {"site_subgroup", "calibration_attribute", "no_site_attribute"}
+        As in the heterogeneity analysis.
+    refit : {"refit_by_protocol_policy"}
+        The temperatures are refitted by the protocol's policy on the remaining fit part.
+    note : {"no_site_attribute"} or None
         Present when there is no site attribute.
     full, rows : optional
         Present when there is a site attribute.
     """
 
     attribute: str | None
-    attribute_source: str
+    attribute_source: SiteSource
     metrics: tuple[str, ...]
     stage: Literal["after"]
     n_bins: Annotated[int, Constraint(minimum=1)]
-    refit: str
-    note: OrAbsent[str] = None
+    refit: LeaveOneOutRefit
+    note: OrAbsent[Literal["no_site_attribute"]] = None
     full: OrAbsent[RemainingCohort] = None
     rows: OrAbsent[tuple[LeftOutSite, ...]] = None
 

@@ -11,7 +11,18 @@ from scipy.special import ndtr, ndtri
 
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
-__all__ = ["Interval", "compute_interval", "interval_result"]
+__all__ = ["INTERVAL_REASONS", "Interval", "compute_interval", "interval_result"]
+
+# Why an interval is degenerate or undefined: the codes of ``BootstrapResult.reason``, which the documents
+# store (``sitecal.results.IntervalNote`` lists the same codes; ``note`` says it in words for a caller).
+NOT_FINITE = "replicates_not_finite"
+EQUAL_ONE_CLUSTER = "replicates_equal_one_cluster"
+EQUAL_NO_VARIATION = "replicates_equal_no_variation"
+BCA_BELOW = "bca_estimate_below_replicates"
+BCA_ABOVE = "bca_estimate_above_replicates"
+BCA_ACCELERATION = "bca_acceleration_too_large"
+#: Every code of ``BootstrapResult.reason`` (besides ``""``: a regular interval).
+INTERVAL_REASONS = (NOT_FINITE, EQUAL_ONE_CLUSTER, EQUAL_NO_VARIATION, BCA_BELOW, BCA_ABOVE, BCA_ACCELERATION)
 
 
 @dataclass(frozen=True)
@@ -21,6 +32,7 @@ class Interval:
     standard_error: float
     bias: float
     note: str
+    reason: str = ""  # "" or one of INTERVAL_REASONS
 
 
 def compute_interval(
@@ -50,6 +62,7 @@ def compute_interval(
             math.nan,
             f"{int(b - finite.sum())} of {b} bootstrap replicates are not finite (the statistic is "
             "undefined on some resamples); no interval.",
+            NOT_FINITE,
         )
     se = float(np.std(replicates, ddof=1))
     bias = float(np.mean(replicates) - estimate)
@@ -64,6 +77,7 @@ def compute_interval(
             bias,
             f"All {b} bootstrap replicates are equal ({why}): the interval has zero width and does "
             "not measure sampling uncertainty.",
+            EQUAL_ONE_CLUSTER if n_clusters < 2 else EQUAL_NO_VARIATION,
         )
     if method == "percentile":
         low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
@@ -81,6 +95,7 @@ def compute_interval(
             "BCa undefined: the estimate lies "
             + ("below" if share == 0.0 else "above")
             + " every bootstrap replicate (infinite bias correction); use method='percentile'.",
+            BCA_BELOW if share == 0.0 else BCA_ABOVE,
         )
     if jackknife is None:  # pragma: no cover - callers always pass it for BCa
         raise ValueError("BCa needs jackknife values")
@@ -99,6 +114,7 @@ def compute_interval(
                 bias,
                 f"BCa undefined: acceleration {a_hat!r} is too large for level {level}; "
                 "use method='percentile'.",
+                BCA_ACCELERATION,
             )
         levels.append(float(ndtr(z0 + num / shrink)))
     low, high = np.quantile(replicates, levels)
@@ -134,4 +150,5 @@ def interval_result(
         standard_error=interval.standard_error,
         bias=interval.bias,
         note=" ".join(x for x in (interval.note, note) if x),
+        reason=interval.reason,
     )

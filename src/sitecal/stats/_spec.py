@@ -136,7 +136,11 @@ class BootstrapResult:
     bias : float
         Mean of the replicates minus the estimate (binned ECE is biased upward on small groups).
     note : str
-        "" or why the interval is degenerate or undefined.
+        "" or why the interval is degenerate or undefined, in words.
+    reason : str
+        "" or the same as a code, for documents to store (``sitecal.results.IntervalNote``):
+        'replicates_not_finite', 'replicates_equal_one_cluster', 'replicates_equal_no_variation',
+        'bca_estimate_below_replicates', 'bca_estimate_above_replicates' or 'bca_acceleration_too_large'.
     """
 
     estimate: float
@@ -152,6 +156,7 @@ class BootstrapResult:
     standard_error: float
     bias: float
     note: str = ""
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN and infinities become None)."""
@@ -169,4 +174,5 @@ class BootstrapResult:
             "standard_error": _json_float(self.standard_error),
             "bias": _json_float(self.bias),
             "note": self.note,
+            "reason": self.reason,
         }
