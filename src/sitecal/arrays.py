@@ -44,10 +44,16 @@ class ArrayEvaluation:
         and the fit/evaluation split.
     protocol : Protocol
         The protocol the arguments of :func:`evaluate_arrays` make.
+    scores : {"logits", "probabilities"}
+        What the scores were given as (the report says so).
+    patients_given : bool
+        Whether patient ids were given (without them each study is its own patient).
     """
 
     outcome: EvaluationOutcome
     protocol: Protocol
+    scores: str = "logits"  # or "probabilities": what the arrays gave
+    patients_given: bool = False
 
     @property
     def verdict(self) -> str:
@@ -97,9 +103,10 @@ class ArrayEvaluation:
         """
         from sitecal import __version__
         from sitecal._io import write_json_atomic, write_text_atomic
+        from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
         from sitecal.results import write_document
-        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_run
+        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_run, report_context
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -119,7 +126,19 @@ class ArrayEvaluation:
             device=None,
             pseudonym_key="",
         )
-        provenance["predictions_file"] = {"model_run_here": False, "source": "arrays"}
+        n = int(self.outcome.document["cohort_flow"]["analysed"])
+        provenance["predictions_file"] = {
+            "model_run_here": False,
+            "source": "arrays",
+            "rows": n,
+            "usable_rows": n,
+            "scores": self.scores,
+            "key": "row of the arrays",
+            "patients": "column" if self.patients_given else "one per study",
+            "labels": "arrays",
+            "subgroups_from": ["arrays"] if protocol.subgroups else [],
+            "dicom_joined": False,
+        }
         write_document(folder / "evaluation.json", self.outcome.result)
         write_document(
             folder / "calibration.json",
@@ -127,21 +146,11 @@ class ArrayEvaluation:
         )
         write_json_atomic(folder / "provenance.json", provenance)
         write_text_atomic(folder / "protocol.yaml", text)
-        write_json_atomic(
-            folder / REPORT_CONTEXT,
-            {
-                "name": protocol.name,
-                "title": title or protocol.report.title,
-                "intended_use": protocol.intended_use,
-                "sha256": sha,
-                "sign_off": list(protocol.report.sign_off),
-                "source_path": "protocol.yaml",
-                "governance": protocol.report.governance.model_dump(),
-                "image_selection": "Scores given as arrays; no image was read.",
-                "eligibility": {"key": "row", "key_column": "row", "labels_file": None},
-                "page_size": protocol.report.page_size,
-            },
-        )
+        loaded = LoadedProtocol(protocol=protocol, path=folder / "protocol.yaml", text=text, sha256=sha)
+        context = report_context(loaded)
+        if title is not None:
+            context["title"] = title
+        write_json_atomic(folder / REPORT_CONTEXT, context)
         return render_run(folder)
 
 
@@ -241,6 +250,11 @@ def evaluate_arrays(
     )
     if patient_ids.shape != (n,):
         raise DataError(f"patients has shape {patient_ids.shape}; give one id per label ({n}).")
+    if calibrate_by is not None and calibrate_by not in columns:
+        raise DataError(
+            f"calibrate_by={calibrate_by!r} is not one of groups ({', '.join(columns) or 'none given'}): "
+            "give it as a column of groups=, or leave calibrate_by out for one global temperature."
+        )
     protocol = _protocol(
         class_names=class_names,
         groups=list(columns),
@@ -280,7 +294,12 @@ def evaluate_arrays(
     }
     protocol_sha = hashlib.sha256(_protocol_yaml(protocol).encode()).hexdigest()
     outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=protocol_sha, progress=progress)
-    return ArrayEvaluation(outcome=outcome, protocol=protocol)
+    return ArrayEvaluation(
+        outcome=outcome,
+        protocol=protocol,
+        scores="logits" if logits is not None else "probabilities",
+        patients_given=patients is not None,
+    )
 
 
 def _scores(logits: ArrayLike | None, probabilities: ArrayLike | None) -> np.ndarray:
@@ -336,8 +355,9 @@ def _protocol(
         return Protocol.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise DataError(f"evaluate_arrays: {where}: {first['msg']}") from None
+        where = ".".join(str(part) for part in first["loc"]) or "arguments"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise DataError(f"evaluate_arrays: {where}: {message}") from None
 
 
 def _protocol_yaml(protocol: Protocol) -> str:

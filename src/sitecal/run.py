@@ -19,9 +19,8 @@ from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.cohort import Cohort, Exclusion, write_predictions
-from sitecal.cohort.series import describe_selection
 from sitecal.evaluation import EvaluationOutcome
-from sitecal.protocol import LoadedProtocol, protocol_summary
+from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
 from sitecal.results import CalibrationDocument, Predictions, write_document
 from sitecal.stages import (
@@ -36,8 +35,8 @@ from sitecal.stages import (
     predict,
     predictions_from_file,
     render_run,
+    report_context,
     scan,
-    series_rules,
 )
 
 __all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol"]
@@ -138,7 +137,7 @@ def run_protocol(
         write_json_atomic(folder / "provenance.json", provenance)
         write_text_atomic(folder / "protocol.yaml", loaded.text)
         write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
-        write_json_atomic(folder / REPORT_CONTEXT, _report_context(loaded))
+        write_json_atomic(folder / REPORT_CONTEXT, report_context(loaded))
         render_run(folder)
         logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
         return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
@@ -323,22 +322,6 @@ def _predictions_file_record(loaded: LoadedProtocol, cohort: Cohort) -> dict[str
             if summary.score_kind == "prob"
             else {}
         ),
-    }
-
-
-def _report_context(loaded: LoadedProtocol) -> dict[str, Any]:
-    """The protocol facts the report prints, stored in the run folder so that it can be rendered again."""
-    protocol = loaded.protocol
-    summary = {k: v for k, v in protocol_summary(loaded).items() if k != "yaml_text"}
-    return {
-        **summary,
-        "image_selection": describe_selection(series_rules(loaded)),
-        "eligibility": {
-            "key": protocol.data.key,
-            "key_column": protocol.data.key_column or protocol.data.key,
-            "labels_file": loaded.labels_path.name if loaded.labels_path is not None else None,
-        },
-        "page_size": protocol.report.page_size,
     }
 
 

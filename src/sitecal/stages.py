@@ -42,10 +42,11 @@ from sitecal.cohort import (
 )
 from sitecal.cohort._records import exclusion_counts
 from sitecal.cohort.attributes import suppress_rare_values
+from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.errors import DataError
 from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
-from sitecal.protocol import LoadedProtocol, Protocol, SeriesRules
+from sitecal.protocol import LoadedProtocol, Protocol, SeriesRules, protocol_summary
 from sitecal.results import CalibrationDocument, Evaluation, Predictions, read_document
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "predict",
     "predictions_from_file",
     "render_run",
+    "report_context",
     "scan",
     "series_rules",
 ]
@@ -320,6 +322,30 @@ def calibration_document(
         },
         source="calibration.json",
     )
+
+
+def report_context(loaded: LoadedProtocol) -> dict[str, Any]:
+    """The protocol facts the report prints, stored in the run folder (:data:`REPORT_CONTEXT`).
+
+    They are what :func:`render_run` needs besides the results and ``protocol.yaml``, so that a run can be
+    rendered again without the protocol's files.
+    """
+    protocol = loaded.protocol
+    summary = {k: v for k, v in protocol_summary(loaded).items() if k != "yaml_text"}
+    return {
+        **summary,
+        "image_selection": (
+            describe_selection(series_rules(loaded))
+            if loaded.dicom_dir is not None
+            else "The model's scores were given per study; no image was read here."
+        ),
+        "eligibility": {
+            "key": protocol.data.key,
+            "key_column": protocol.data.key_column or protocol.data.key,
+            "labels_file": loaded.labels_path.name if loaded.labels_path is not None else None,
+        },
+        "page_size": protocol.report.page_size,
+    }
 
 
 def render_run(folder: Path) -> Path:

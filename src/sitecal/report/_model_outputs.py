@@ -77,6 +77,11 @@ def _scores(record: Mapping[str, Any]) -> str:
 
 def read_from_file_text(record: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
     """The plain statement that the model was not run here, as Paragraph markup."""
+    if record.get("source") == "arrays":
+        return (
+            "The model was not run by sitecal: its scores were given as arrays (sitecal.evaluate_arrays), "
+            f"as {_scores(record)}, one row per study."
+        )
     sha = short_sha(get(provenance, "sha256", "predictions_file"))
     return (
         "The model was not run by sitecal: its outputs were read from a predictions file "
@@ -123,6 +128,8 @@ def labels_text(record: Mapping[str, Any]) -> str:
         return "Ground-truth labels come from the labels file (its sha256 is among the run's fingerprints)."
     if labels == "predictions file":
         return "Ground-truth labels come from the label column of the predictions file itself."
+    if labels == "arrays":
+        return "Ground-truth labels were given as an array beside the scores."
     return f"Where the labels came from: {para_text(labels)}."
 
 
