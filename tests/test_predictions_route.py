@@ -325,3 +325,27 @@ def test_predict_refuses_an_output_outside_the_allowed_folders(
     assert main(["predict", str(cohort["protocol"]), "--output", str(outside)]) == 2
     assert "--output:" in capsys.readouterr().err
     assert not outside.exists()
+
+
+def test_a_new_pseudonym_key_changes_no_number(cohort: dict, tmp_path: Path) -> None:
+    """A fresh install (a new site key) draws the same split and resamples: the same evaluation.json.
+
+    Only the pseudonyms of the listed studies differ (they are the key's by design).
+    """
+    protocol = yaml.safe_load(cohort["protocol"].read_text(encoding="utf-8"))
+    protocol["privacy"] = {"key_file": str(tmp_path / "fresh" / "key")}  # sitecal creates a new key there
+    protocol["report"]["output_dir"] = str(tmp_path / "reports")
+    for part in ("dicom_dir", "labels"):
+        protocol["data"][part] = str((cohort["protocol"].parent / protocol["data"][part]).resolve())
+    path = tmp_path / "fresh.yaml"
+    path.write_text(yaml.safe_dump(protocol, sort_keys=False), encoding="utf-8")  # subgroups keep their order
+    fresh = _run(["run", str(path), "--no-progress"], tmp_path / "reports")
+    assert (tmp_path / "fresh" / "key").read_text() != (
+        cohort["protocol"].parent / "test-pseudonym-key"
+    ).read_text()
+    a, b = _json(cohort["run"] / "evaluation.json"), _json(fresh / "evaluation.json")
+    keys_a = [e.pop("study_key") for e in a["highest_confidence_errors"]["studies"]]
+    keys_b = [e.pop("study_key") for e in b["highest_confidence_errors"]["studies"]]
+    assert keys_a != keys_b  # the pseudonyms are the key's ...
+    assert a.pop("protocol")["sha256"] != b.pop("protocol")["sha256"]  # ... the protocol names another key file
+    assert a == b  # ... and nothing else is

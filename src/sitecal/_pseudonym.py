@@ -162,8 +162,9 @@ class Pseudonymizer:
     def fingerprint(self) -> str:
         """A short, non-reversible name of the key, recorded in provenance.
 
-        The patient split is seeded over pseudonymised keys, so two runs give the same split exactly when they
-        share the seed and the key; this says which key a run used without revealing it.
+        Pseudonyms in the run's tables match another run's exactly when both used the same key; this says
+        which key a run used without revealing it. (No number depends on the key: see
+        :mod:`sitecal._split_key`.)
         """
         return hmac.new(self.key, b"sitecal key fingerprint", hashlib.sha256).hexdigest()[:16]
 

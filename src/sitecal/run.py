@@ -194,8 +194,14 @@ def predict_protocol(
     pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
     cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
     predictions, _ = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
+    split_keys = {s.study_key: (s.split_key, s.study_order) for s in cohort.studies}
     write_predictions(
-        output, predictions.class_names, predictions.study_keys, predictions.patient_keys, predictions.logits
+        output,
+        predictions.class_names,
+        predictions.study_keys,
+        predictions.patient_keys,
+        [split_keys[key] for key in predictions.study_keys],
+        predictions.logits,
     )
     analysed = analysed_studies(cohort, predictions, min_count_shown=loaded.protocol.privacy.min_count_shown)
     exclusions_csv = output.with_name(f"{output.stem}-exclusions.csv")
@@ -222,6 +228,7 @@ def _write_tables(
         class_names,
         [s.study_key for s in analysed.studies],
         [s.patient_key for s in analysed.studies],
+        [(s.split_key, s.study_order) for s in analysed.studies],
         analysed.logits,
     )
 

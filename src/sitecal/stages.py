@@ -255,7 +255,9 @@ def analysed_studies(cohort: Cohort, predictions: Predictions, *, min_count_show
     """
     row = predictions.row_of()
     reasons = dict(predictions.failures)
-    studies = [s for s in cohort.studies if s.study_key in row]
+    # in an order of the data alone (split key, then the study's own key-independent order), not of
+    # the pseudonyms: the split and the evaluation's sums must not change with the site key
+    studies = sorted((s for s in cohort.studies if s.study_key in row), key=lambda s: (s.split_key, s.study_order))
     shown = suppress_rare_values([s.attributes for s in studies], min_count_shown, keep=(UNKNOWN, UNMAPPED))
     studies = [replace(s, attributes=a) for s, a in zip(studies, shown, strict=True)]
     exclusions = list(cohort.exclusions) + [
@@ -281,7 +283,8 @@ def evaluate_cohort(
     data = EvaluationData(
         logits=analysed.logits,
         labels=np.array([s.label for s in studies], dtype=np.int64),
-        patient_keys=np.array([s.patient_key for s in studies]),
+        # split keys, not pseudonyms: the split and the resampling must not change with the site key
+        patient_keys=np.array([s.split_key for s in studies]),
         study_keys=np.array([s.study_key for s in studies]),
         attributes={name: np.array([s.attributes[name] for s in studies]) for name in protocol.subgroups},
         class_names=protocol.model.class_names,

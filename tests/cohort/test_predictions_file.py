@@ -136,9 +136,32 @@ def test_what_sitecal_writes_reads_back_bit_for_bit(logits: np.ndarray) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "predictions.csv"
         keys = [f"S-{i:016x}" for i in range(4)]
-        write_predictions(path, CLASSES, keys, [f"P-{i:016x}" for i in range(4)], logits)
+        # (patient, study) split keys, in memory; written as ranks among the studies
+        split_keys = [("hash-c", "hash-1"), ("hash-a", "hash-9"), ("hash-c", "hash-0"), ("hash-b", "hash-5")]
+        write_predictions(path, CLASSES, keys, [f"P-{i:016x}" for i in range(4)], split_keys, logits)
         # the clear key column named by the protocol is absent: the file is read as sitecal's own
         table = read_predictions(path, class_names=CLASSES, key_column="StudyInstanceUID")
+        text = path.read_text(encoding="utf-8")
     assert table.pseudonymised and table.has_patient
     assert np.array_equal(np.stack([table.rows[k].logits for k in keys]), logits)
     assert [table.rows[k].patient for k in keys] == [f"P-{i:016x}" for i in range(4)]
+    assert [table.rows[k].split_rank for k in keys] == [3, 0, 2, 1]
+    assert "hash" not in text
+
+
+def test_a_sitecal_file_without_split_ranks_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "old.csv"
+    path.write_text("study_key,patient_key,logit:a,logit:b\nS-1,P-1,0.1,0.2\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"split_rank.*earlier sitecal.*sitecal predict"):
+        read_predictions(path, class_names=["a", "b"], key_column="StudyInstanceUID")
+
+
+def test_a_bad_split_rank_makes_its_row_an_exclusion(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(
+        "study_key,patient_key,split_rank,logit:a,logit:b\nS-1,P-1,0,0.1,0.2\nS-2,P-2,-3,0.1,0.2\n",
+        encoding="utf-8",
+    )
+    table = read_predictions(path, class_names=["a", "b"], key_column="StudyInstanceUID")
+    assert list(table.rows) == ["S-1"]
+    assert table.bad_rows == ((3, "split_rank is not a whole number >= 0"),)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
+from sitecal._split_key import split_key
 from sitecal.cohort._header import declared_values
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
@@ -259,6 +260,8 @@ def _study(
     patient_key = (
         pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
     )
+    study_uid = str(instances[0].study_instance_uid)
+    order = split_key("patient", patient_id) if patient_id else split_key("study", study_uid)
     attributes = _tag_values(values, subgroups, mappings) | (
         column_values(row.columns, subgroups, mappings) if row is not None else {}
     )
@@ -275,6 +278,8 @@ def _study(
         series_number=values.get("SeriesNumber", ""),
         declared_values=sum(declared_values(i.values) for i in instances),
         logits=None if row is None else row.logits,
+        split_key=order,
+        study_order=split_key("study", study_uid),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sitecal._pseudonym import Pseudonymizer
+from sitecal._split_key import rank_key, split_key
 from sitecal.cohort._build import _shown, column_values, prediction_row_exclusions
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.labels import LabelTable, label_table
@@ -67,6 +68,11 @@ def cohort_from_predictions(
     studies: list[Study] = []
     exclusions: list[Exclusion] = []
     used: set[str] = set()
+    # a file sitecal wrote ranks studies by (patient, study) split keys: a patient's first rank orders it
+    first_rank: dict[str, int] = {}
+    for row in table.rows.values():
+        if row.split_rank is not None and row.patient is not None:
+            first_rank[row.patient] = min(row.split_rank, first_rank.get(row.patient, row.split_rank))
     for row_key, row in sorted(table.rows.items(), key=lambda item: item[1].position):
         study_key = study_pseudonym(table, row_key, key, pseudonymize)
         used.add(row_key)
@@ -80,6 +86,17 @@ def cohort_from_predictions(
             patient_key = pseudonymize("patient", "study:" + study_key)
         else:
             patient_key = row.patient if table.pseudonymised else pseudonymize("patient", row.patient)
+        study_order = (
+            rank_key(row.split_rank)  # a file sitecal wrote
+            if row.split_rank is not None
+            else split_key("study" if key == "StudyInstanceUID" else key, row_key)
+        )
+        if row.split_rank is not None and row.patient is not None:
+            order = rank_key(first_rank[row.patient])
+        elif row.patient is not None:
+            order = split_key("patient", row.patient)
+        else:
+            order = study_order
         studies.append(
             Study(
                 study_key=study_key,
@@ -90,6 +107,8 @@ def cohort_from_predictions(
                 attributes=column_values(row.columns, subgroups, mappings),
                 label=label,
                 logits=row.logits,
+                split_key=order,
+                study_order=study_order,
             )
         )
     exclusions += prediction_row_exclusions(table, used)

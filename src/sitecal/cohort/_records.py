@@ -45,6 +45,8 @@ class Study:
     SOPInstanceUIDs, same order) stay in memory for caching and provenance hashing and are never written
     in clear. ``relative_path`` is the pseudonymised file, or the folder holding the series' files.
     ``logits`` are the model's outputs read from a predictions file (``None`` when the model runs here).
+    ``split_key`` (the patient's) and ``study_order`` (the study's) order the rows for the fit/evaluation
+    split and the resampling (:mod:`sitecal._split_key`): in memory only, never written or shown.
     """
 
     study_key: str
@@ -59,6 +61,8 @@ class Study:
     series_number: str = ""  # its SeriesNumber as written ("" when absent)
     declared_values: int = 0  # pixel values its files declare (Rows x Columns x frames x samples, summed)
     logits: np.ndarray | None = field(default=None, compare=False, repr=False)
+    split_key: str = field(default="", repr=False)
+    study_order: str = field(default="", repr=False)
 
     @property
     def path(self) -> Path:

@@ -6,7 +6,9 @@ file is a CSV (or a Parquet file ending in ``.parquet``) with one row per study:
 - a key column, ``data.key_column`` (default: ``data.key``, i.e. ``StudyInstanceUID`` or
   ``AccessionNumber``), in clear: it is pseudonymised on read like a DICOM key, and no key reaches an
   output. A file written by ``sitecal predict`` (and a run folder's ``predictions.csv``) has a
-  ``study_key`` column of sitecal's own pseudonyms instead, and a ``patient_key`` column;
+  ``study_key`` column of sitecal's own pseudonyms instead, a ``patient_key`` column and a
+  ``split_rank`` column (the study's place in the order the fit/evaluation split follows, see
+  :mod:`sitecal._split_key`; the pseudonyms cannot order it, since they change with the site key);
 - optionally a patient column, ``data.patient_column``; without one each study is its own patient;
 - score columns, one per class of ``model.class_names``, either all logits (``logit:<class>``) or all
   probabilities (``prob:<class>``); a two-class model may give the probability of one class only (the
@@ -34,6 +36,7 @@ from typing import Literal
 import numpy as np
 
 from sitecal._io import write_csv_atomic
+from sitecal._split_key import split_ranks
 from sitecal.cohort._labels_csv import check_column_list, check_size, csv_table
 from sitecal.cohort._records import PredictionsFileSummary
 from sitecal.errors import DataError
@@ -44,6 +47,7 @@ __all__ = [
     "PROBABILITY_FLOOR",
     "SITECAL_KEY_COLUMN",
     "SITECAL_PATIENT_COLUMN",
+    "SITECAL_SPLIT_COLUMN",
     "SUM_TOLERANCE",
     "PredictionRow",
     "PredictionTable",
@@ -60,6 +64,8 @@ SUM_TOLERANCE = 1e-3
 #: The key and patient columns of a file sitecal wrote: its own keyed pseudonyms.
 SITECAL_KEY_COLUMN = "study_key"
 SITECAL_PATIENT_COLUMN = "patient_key"
+#: The column of a file sitecal wrote that orders its patients for the split (:mod:`sitecal._split_key`).
+SITECAL_SPLIT_COLUMN = "split_rank"
 
 ScoreKind = Literal["logit", "prob"]
 
@@ -74,6 +80,7 @@ class PredictionRow:
     patient: str | None = None
     label: str | None = None
     columns: dict[str, str] = field(default_factory=dict)
+    split_rank: int | None = None  # a file sitecal wrote: the study's rank in split-key order
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,13 @@ def read_predictions(
     named += [(c, "subgroups.<name>.column") for c in columns]
     check_column_list(path, header, named)
     kind, score_columns = _score_columns(path, header, class_names)
+    if pseudonymised and SITECAL_SPLIT_COLUMN not in header:
+        raise DataError(
+            f"{path}: a predictions file with sitecal's own keys ({SITECAL_KEY_COLUMN}) but without its "
+            f"{SITECAL_SPLIT_COLUMN} column, which orders the patients for the fit/evaluation split. It "
+            "was written by an earlier sitecal: run 'sitecal predict' again to write it anew."
+        )
+    split_at = header.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None
     at = {name: header.index(name) for name, _ in named}
     score_at = [header.index(c) if c is not None else None for c in score_columns]
     table: dict[str, PredictionRow] = {}
@@ -175,6 +189,10 @@ def read_predictions(
         if isinstance(scores, str):
             bad.append((position, scores))
             continue
+        rank = None if split_at is None else _rank(_cell(cells, split_at))
+        if split_at is not None and rank is None:
+            bad.append((position, f"{SITECAL_SPLIT_COLUMN} is not a whole number >= 0"))
+            continue
         row = PredictionRow(
             position=position,
             key=key,
@@ -182,6 +200,7 @@ def read_predictions(
             patient=_cell(cells, at[patient_column]) or None if patient_column else None,
             label=_cell(cells, at[label_column]) if label_column else None,
             columns={c: _cell(cells, at[c]) for c in columns},
+            split_rank=rank,
         )
         known = table.get(key)
         if known is not None and not _same(known, row):
@@ -228,23 +247,36 @@ def write_predictions(
     class_names: Sequence[str],
     study_keys: Sequence[str],
     patient_keys: Sequence[str],
+    split_keys: Sequence[tuple[str, str]],
     logits: np.ndarray,
 ) -> None:
     """Write logits per study in the form :func:`read_predictions` reads (sitecal's pseudonymised keys).
 
     Each logit is written as the shortest text that reads back as the same float64, so a file written
-    here and read back gives the same numbers bit for bit.
+    here and read back gives the same numbers bit for bit. ``split_keys``, each study's (patient, study)
+    split keys (in memory, see :mod:`sitecal._split_key`), are written as ranks among the file's studies,
+    never as they are.
     """
     write_csv_atomic(
         path,
-        [SITECAL_KEY_COLUMN, SITECAL_PATIENT_COLUMN, *[f"logit:{name}" for name in class_names]],
+        [
+            SITECAL_KEY_COLUMN,
+            SITECAL_PATIENT_COLUMN,
+            SITECAL_SPLIT_COLUMN,
+            *[f"logit:{name}" for name in class_names],
+        ],
         (
-            [study, patient, *[repr(float(v)) for v in row]]
-            for study, patient, row in zip(
-                study_keys, patient_keys, np.asarray(logits, np.float64), strict=True
+            [study, patient, str(rank), *[repr(float(v)) for v in row]]
+            for study, patient, rank, row in zip(
+                study_keys, patient_keys, split_ranks(split_keys), np.asarray(logits, np.float64), strict=True
             )
         ),
     )
+
+
+def _rank(text: str) -> int | None:
+    """A split rank as written (a whole number >= 0), or None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 def _check_file(path: Path, max_bytes: int) -> None:

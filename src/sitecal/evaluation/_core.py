@@ -60,7 +60,9 @@ class EvaluationData:
 
     logits: np.ndarray  # (N, C) float
     labels: np.ndarray  # (N,) int
-    patient_keys: np.ndarray  # (N,) str
+    # (N,) str: each row's patient, as an identity the site key does not change (sitecal._split_key;
+    # in memory only): the split and the resampling follow its sorted order
+    patient_keys: np.ndarray
     attributes: Mapping[str, np.ndarray]  # subgroup name -> (N,) str
     class_names: Sequence[str]
     study_keys: np.ndarray | None = None  # (N,) str, pseudonymised: names the listed errors
