@@ -347,5 +347,6 @@ def test_a_new_pseudonym_key_changes_no_number(cohort: dict, tmp_path: Path) -> 
     keys_a = [e.pop("study_key") for e in a["highest_confidence_errors"]["studies"]]
     keys_b = [e.pop("study_key") for e in b["highest_confidence_errors"]["studies"]]
     assert keys_a != keys_b  # the pseudonyms are the key's ...
-    assert a.pop("protocol")["sha256"] != b.pop("protocol")["sha256"]  # ... the protocol names another key file
+    # ... the protocol names another key file
+    assert a.pop("protocol")["sha256"] != b.pop("protocol")["sha256"]
     assert a == b  # ... and nothing else is

@@ -257,7 +257,9 @@ def analysed_studies(cohort: Cohort, predictions: Predictions, *, min_count_show
     reasons = dict(predictions.failures)
     # in an order of the data alone (split key, then the study's own key-independent order), not of
     # the pseudonyms: the split and the evaluation's sums must not change with the site key
-    studies = sorted((s for s in cohort.studies if s.study_key in row), key=lambda s: (s.split_key, s.study_order))
+    studies = sorted(
+        (s for s in cohort.studies if s.study_key in row), key=lambda s: (s.split_key, s.study_order)
+    )
     shown = suppress_rare_values([s.attributes for s in studies], min_count_shown, keep=(UNKNOWN, UNMAPPED))
     studies = [replace(s, attributes=a) for s, a in zip(studies, shown, strict=True)]
     exclusions = list(cohort.exclusions) + [
