@@ -23,6 +23,7 @@ LAYER = {
     "errors": 1,
     "_validation": 1,
     "_types": 1,
+    "_split_key": 1,
     "results": 1,
     "provenance": 1,
     "_pseudonym": 1,
