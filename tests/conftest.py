@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,16 @@ REPO = Path(__file__).resolve().parents[1]
 #: The demo protocols as packaged (sitecal.demo.demo_protocol_path); tests read or copy them, never run them.
 DEMO_PROTOCOL = REPO / "src" / "sitecal" / "demo" / "protocols" / "demo.yaml"
 CT_DEMO_PROTOCOL = DEMO_PROTOCOL.with_name("demo-ct.yaml")
+# The exit code each verdict must give (README): too little data is no evidence either way, like a straddle.
+VERDICT_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "insufficient data": 3}
+
+
+def assert_exit_is_the_verdicts(code: int, folder: Path) -> None:
+    """A run reached its verdict, and its exit code is that verdict's (not an error's)."""
+    verdict = json.loads((folder / "evaluation.json").read_text(encoding="utf-8"))["verdict"]
+    assert code == VERDICT_EXIT[verdict], (code, verdict)
+
+
 #: The site secret of the tests' demo runs (a real site's key is random and secret).
 TEST_PSEUDONYM_KEY = "0123456789abcdef" * 4  # 64 hex digits, the form of a key sitecal creates
 

@@ -23,7 +23,7 @@ def _protocol_with_inputs(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 1), ("inconclusive", 3)]
+    ("verdict", "code"), [("pass", 0), ("fail", 1), ("insufficient data", 3), ("inconclusive", 3)]
 )
 def test_run_exit_code_follows_verdict(
     tmp_path: Path,

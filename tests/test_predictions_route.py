@@ -15,7 +15,7 @@ import numpy as np
 import pydicom
 import pytest
 import yaml
-from tests.conftest import TEST_PSEUDONYM_KEY, write_demo_protocol
+from tests.conftest import TEST_PSEUDONYM_KEY, VERDICT_EXIT, write_demo_protocol
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cli import main
@@ -66,9 +66,6 @@ def cohort(tmp_path_factory: pytest.TempPathFactory) -> dict:
     }
 
 
-_EXIT = {"pass": 0, "fail": 1, "insufficient data": 1}
-
-
 def _run(args: list[str], reports: Path) -> Path:
     """Run the CLI; the exit code must be the verdict's. Returns the newest run folder."""
     code = main(args)
@@ -76,7 +73,7 @@ def _run(args: list[str], reports: Path) -> Path:
         (p for p in reports.iterdir() if p.is_dir() and not p.name.startswith(".")),
         key=lambda p: p.stat().st_mtime_ns,
     )
-    assert code == _EXIT[_json(folder / "evaluation.json")["verdict"]]
+    assert code == VERDICT_EXIT[_json(folder / "evaluation.json")["verdict"]]
     return folder
 
 

@@ -57,7 +57,7 @@ class ArrayEvaluation:
 
     @property
     def verdict(self) -> str:
-        """``pass``, ``fail`` or ``insufficient data`` (``pass`` when no criterion is given)."""
+        """``pass``, ``fail``, ``inconclusive`` or ``insufficient data`` (``pass`` with no criterion)."""
         return self.outcome.verdict
 
     @property

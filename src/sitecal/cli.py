@@ -1,9 +1,10 @@
 """The ``sitecal`` command line: a thin layer over :mod:`sitecal.run` and the stages.
 
-Exit codes, one meaning each: 0 every acceptance criterion passes; 1 a criterion fails or has
-insufficient data; 2 bad input or usage (a message naming the file, field or tag; no traceback);
-3 inconclusive (kept for verdicts whose intervals straddle a margin); 4 internal error (one line on the
-console, the traceback in run.log); 130 interrupted. A crash is never reported as a FAIL.
+Exit codes, one meaning each: 0 every acceptance criterion passes; 1 a criterion fails (an interval
+lies wholly beyond its margin); 2 bad input or usage (a message naming the file, field or tag; no
+traceback); 3 inconclusive (no criterion fails, but an interval straddles its margin or a group is too
+small to judge: more studies are needed to decide); 4 internal error (one line on the console, the
+traceback in run.log); 130 interrupted. A crash is never reported as a FAIL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from sitecal.errors import SitecalError
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+# A verdict's exit code: 'insufficient data' is no evidence either way, like an interval on the margin.
+_VERDICT_EXIT = {
+    "pass": EXIT_PASS,
+    "fail": EXIT_FAIL,
+    "inconclusive": EXIT_INCONCLUSIVE,
+    "insufficient data": EXIT_INCONCLUSIVE,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -302,11 +310,7 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
     _print_exclusions(result.evaluation)
     print(f"Verdict: {result.verdict.upper()}")
     print(f"Report:  {result.report_pdf}")
-    if result.verdict == "pass":
-        return EXIT_PASS
-    if result.verdict == "inconclusive":
-        return EXIT_INCONCLUSIVE
-    return EXIT_FAIL
+    return _VERDICT_EXIT[result.verdict]
 
 
 _UNITS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.conftest import REPO, write_demo_protocol
+from tests.conftest import REPO, assert_exit_is_the_verdicts, write_demo_protocol
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cli import main
@@ -120,8 +120,10 @@ def _protocol(root: Path, cohort, **inputs: object) -> Path:
 
 
 def _run(path: Path) -> Path:
-    assert main(["run", str(path), "--no-progress", "--workers", "1"]) in (0, 1)
-    return max((path.parent / "reports").glob("demo-*"))
+    code = main(["run", str(path), "--no-progress", "--workers", "1"])
+    folder = max((path.parent / "reports").glob("demo-*"))
+    assert_exit_is_the_verdicts(code, folder)
+    return folder
 
 
 @pytest.mark.slow

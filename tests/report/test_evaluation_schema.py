@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from tests.conftest import write_demo_protocol
+from tests.conftest import assert_exit_is_the_verdicts, write_demo_protocol
 from tests.results.sentences import sentences
 
+from sitecal._split_key import rank_key
 from sitecal.cli import main
 from sitecal.demo import generate_demo
 from sitecal.evaluation import EvaluationData, evaluate
@@ -36,7 +37,9 @@ _ALL_METRICS = ["ece", "nll", "brier", "accuracy"]
 
 
 def _no_scanner_criterion(p: dict[str, Any]) -> None:
+    """One global temperature, judged overall only, on a margin no model of this cohort meets (a fail)."""
     p["acceptance"] = [c for c in p["acceptance"] if c["scope"] != "scanner"]
+    p["acceptance"].append({"id": "accuracy-unreachable", "metric": "accuracy", "above": 0.999})
 
 
 def _no_subgroups(p: dict[str, Any]) -> None:
@@ -91,15 +94,26 @@ def _protocol(root: Path, manifest: object, name: str) -> Path:
 
 
 def _analysed(folder: Path, class_names: list[str], subgroups: list[str]) -> EvaluationData:
-    """The analysed studies of a run folder, as the run handed them to evaluate()."""
+    """The analysed studies of a run folder, as the run handed them to evaluate().
+
+    The run orders studies and patients by key-independent split keys, which no output holds; a
+    predictions file sitecal wrote keeps each study's rank in that order (``split_rank``), and a patient's
+    first rank stands in for its split key, as the predictions route reads such a file back.
+    """
     with open(folder / "cohort.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     with open(folder / "predictions.csv", newline="", encoding="utf-8") as f:
-        logits = {r["study_key"]: [float(r[f"logit:{c}"]) for c in class_names] for r in csv.DictReader(f)}
+        predicted = {r["study_key"]: r for r in csv.DictReader(f)}
+    logits = {k: [float(r[f"logit:{c}"]) for c in class_names] for k, r in predicted.items()}
+    rank = {k: int(r["split_rank"]) for k, r in predicted.items()}
+    rows = sorted((r for r in rows if r["study_key"] in rank), key=lambda r: rank[r["study_key"]])
+    first: dict[str, int] = {}
+    for r in rows:
+        first.setdefault(r["patient_key"], rank[r["study_key"]])
     return EvaluationData(
         logits=np.array([logits[r["study_key"]] for r in rows]),
         labels=np.array([class_names.index(r["label"]) for r in rows]),
-        patient_keys=np.array([r["patient_key"] for r in rows]),
+        patient_keys=np.array([rank_key(first[r["patient_key"]]) for r in rows]),
         attributes={name: np.array([r[name] for r in rows]) for name in subgroups},
         class_names=class_names,
         study_keys=np.array([r["study_key"] for r in rows]),
@@ -112,8 +126,9 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
     manifest = generate_demo(root / "data", n_studies=300, seed=1)
     first = next(iter(VARIANTS))
     path = _protocol(root, manifest, first)
-    assert main(["run", str(path), "--no-progress"]) in (0, 1)
+    code = main(["run", str(path), "--no-progress"])
     (folder,) = (root / first / "reports").glob("demo-*")
+    assert_exit_is_the_verdicts(code, folder)
     written = read_document(folder / "evaluation.json", Evaluation).to_dict()
     assert written == json.loads((folder / "evaluation.json").read_text(encoding="utf-8"))
     data = _analysed(folder, written["class_names"], list(load_protocol(path).protocol.subgroups))
@@ -173,7 +188,7 @@ def test_the_variants_reach_every_optional_shape(documents: dict[str, Document])
     assert any(s.get("note") == "too_few_groups" for s in stages) and any("range" in s for s in stages)
     assert {s["metric"] for s in stages if "metric" in s} == set(_ALL_METRICS)
     verdicts = {d["verdict"] for d in documents.values()}
-    assert verdicts == {"pass", "fail", "insufficient data"}
+    assert verdicts == {"pass", "fail", "inconclusive", "insufficient data"}
     assert {a["scope"] for d in documents.values() for a in d["acceptance"] if not a["results"]} == {"site"}
     assert documents["no-subgroups-no-criteria"]["subgroups"] == {}
     assert documents["no-subgroups-no-criteria"]["acceptance"] == []

@@ -93,12 +93,21 @@ def test_forest_figure_has_a_row_per_group_and_the_thresholds(raw: dict[str, Any
     n_groups = 1 + sum(len(g) for g in ev["subgroups"].values())
     assert len(labels) == n_groups + 1 + len(ev["subgroups"])  # plus one heading row per block
     assert "Fujifilm FDR Go PLUS  (n = 28) *" in labels  # small group marked
-    thresholds = sorted(
-        line.get_xdata()[0]
-        for line in ax.lines
-        if len(set(line.get_xdata())) == 1 and line.get_color() == "#a61c1c"
-    )
-    assert thresholds == [0.08, 0.12]  # the two ECE criteria; the NLL criterion draws no line
+    # each ECE criterion's margin is drawn across the rows of its own scope only; the NLL one draws none
+    ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    margins = {}
+    for collection in ax.collections:
+        for segment in collection.get_segments():
+            (x0, y0), (x1, y1) = segment
+            assert x0 == x1
+            margins[x0] = (min(y0, y1), max(y0, y1))
+    assert sorted(margins) == [0.08, 0.12]
+    overall_y = ticks[next(t for t in ticks if t.startswith("All studies"))]
+    scanner_ys = [ticks[t] for t in ticks if t.startswith("Fujifilm") or t.startswith("GE Definium")]
+    low, high = margins[0.08]
+    assert low < overall_y < high and not any(low < y < high for y in scanner_ys)
+    low, high = margins[0.12]
+    assert all(low < y < high for y in scanner_ys) and not low < overall_y < high
 
 
 def test_report_layer_imports_only_what_the_layer_rule_allows() -> None:

@@ -104,11 +104,21 @@ def test_a_scanner_groups_numbers_are_printed_as_stored(raw: dict[str, Any], tex
 
 def test_verdicts_are_shown(raw: dict[str, Any], report: ReportArtifacts, text: str) -> None:
     first_page = pypdf.PdfReader(report.pdf).pages[0].extract_text()
-    assert raw["evaluation"]["verdict"] == "fail"
-    assert "Overall verdict" in first_page and "FAIL" in first_page
-    assert "Overall verdict: FAIL" in text
-    assert re.search(r"ece-after-per-scanner\s+FAIL", text) and re.search(r"ece-after-overall\s+PASS", text)
+    assert raw["evaluation"]["verdict"] == "inconclusive"  # one scanner's interval straddles its margin
+    assert "Overall verdict" in first_page and "INCONCLUSIVE" in first_page
+    assert "Report status" in first_page and "DRAFT" in first_page  # as prominent as the verdict
+    assert "Overall verdict: INCONCLUSIVE" in text
+    assert re.search(r"ece-after-per-scanner\s+INCONCLUSIVE", text)
+    assert re.search(r"ece-after-overall\s+PASS", text)
     assert "Insufficient data" in text  # the small scanner is not judged
+    # Methods says which bound is one-sided at what level, and what judging five scanners costs
+    flat = " ".join(text.split())
+    assert "Each end of a two-sided 95% interval is a one-sided 97.5% bound" in flat
+    assert (
+        "with 5 groups all exactly on the margin, the chance that at least one fails is up to 1 − 0.975"
+        in (flat)
+    )
+    assert "= 12%" in flat
     assert "n < 30: interpret with caution" in text  # and flagged, not hidden
 
 
@@ -269,9 +279,9 @@ def test_missing_optional_fields_print_not_recorded(
         ),
         (lambda p: p["protocol"].pop("name"), r"protocol: the required field 'name' is missing"),
         (
-            lambda p: p["evaluation"].update(schema_version=1),
-            r"^evaluation\.json: \$\.schema_version: schema_version 1 is not supported by this sitecal \(it "
-            r"reads schema_version 2 of Evaluation\)\. Render this run with the sitecal version that made it",
+            lambda p: p["evaluation"].update(schema_version=2),
+            r"^evaluation\.json: \$\.schema_version: schema_version 2 is not supported by this sitecal \(it "
+            r"reads schema_version 3 of Evaluation\)\. Render this run with the sitecal version that made it",
         ),
     ],
 )

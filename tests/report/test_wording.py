@@ -123,16 +123,22 @@ def test_no_code_and_an_unknown_code() -> None:
     ("fields", "text"),
     [
         (
-            {"metric": "ece", "stage": "after", "statistic": "high", "operator": "<", "threshold": 0.2},
-            "Upper CI of ECE after calibration below 0.2 in every scanner group",
+            {"metric": "ece", "stage": "after", "rule": "below", "upper_margin": 0.2},
+            "ECE after calibration below 0.2 in every scanner group",
         ),
         (
-            {"metric": "accuracy", "stage": "after", "statistic": "low", "operator": ">", "threshold": 0.7},
-            "Lower CI of ACCURACY after calibration above 0.7 in every scanner group",
+            {"metric": "accuracy", "stage": "after", "rule": "above", "lower_margin": 0.7},
+            "ACCURACY after calibration above 0.7 in every scanner group",
         ),
         (
-            {"metric": "nll", "stage": "before", "statistic": "estimate", "operator": "<", "threshold": 2.0},
-            "NLL before calibration below 2 in every scanner group",
+            {
+                "metric": "slope",
+                "stage": "before",
+                "rule": "within",
+                "lower_margin": 0.8,
+                "upper_margin": 1.25,
+            },
+            "SLOPE before calibration within [0.8, 1.25] in every scanner group",
         ),
     ],
 )
@@ -146,7 +152,12 @@ def test_the_title_page_words_warnings_and_criteria(tmp_path: Path, raw: dict[st
     evaluation = copy.deepcopy(raw["evaluation"])
     evaluation["acceptance"][1]["description"] = None  # the protocol gave none
     text = " ".join(render_section(tmp_path, title_page, evaluation, protocol=raw["protocol"]).split())
-    assert "Upper CI of ECE after calibration below 0.12 in every scanner group" in text
+    assert "ECE after calibration below 0.12 in every scanner group" in text
+    # page 1 names the group that does not pass with its figure, and the margin
+    result = next(r for r in evaluation["acceptance"][1]["results"] if r["verdict"] == "inconclusive")
+    figure = f"{result['estimate']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
+    assert f"{result['group']}: {figure} (inconclusive)" in text
+    assert "margin: below 0.12" in text
     assert (
         "Scanner 'Fujifilm FDR Go PLUS' has 28 studies (< 30) in the evaluation split: its intervals are "
         "wide and it is not judged." in text

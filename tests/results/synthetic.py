@@ -3,7 +3,7 @@
 ``python -m tests.results.synthetic OUT.json`` writes the golden document of the default variant: it was
 written once by the code that built ``evaluation.json`` from dict literals (before the typed results), so
 that the typed path is checked to give the same bytes, and written again for schema_version 2 (sentences
-became codes; every number the same).
+became codes; every number the same) and for schema_version 3 (criteria judged on whole intervals).
 """
 
 from __future__ import annotations

@@ -127,12 +127,13 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], str, bool]] = {
     ),
     "verdict outside enum": (
         _set(("verdict",), "passed"),
-        '$.verdict: expected one of "pass", "fail", "insufficient data", got "passed"',
+        '$.verdict: expected one of "pass", "fail", "inconclusive", "insufficient data", got "passed"',
         True,
     ),
     "criterion row verdict": (
         _set(("acceptance", 0, "results", 2, "verdict"), "ok"),
-        '$.acceptance[0].results[2].verdict: expected one of "pass", "fail", "insufficient data", got "ok"',
+        '$.acceptance[0].results[2].verdict: expected one of "pass", "fail", "inconclusive", '
+        '"insufficient data", got "ok"',
         True,
     ),
     "stage outside enum": (
@@ -227,18 +228,18 @@ def test_broken_documents_are_refused_naming_the_path(documents: dict[str, Docum
         assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [2, 4])
 def test_another_schema_version_says_which_sitecal_renders_it(
     documents: dict[str, Document], version: int
 ) -> None:
-    # schema_version 1 held sentences where version 2 holds codes: its run is rendered by the sitecal that
-    # made it, or run again
+    # schema_version 2 judged a criterion on one statistic where version 3 judges the whole interval: its
+    # run is rendered by the sitecal that made it, or run again
     doc = copy.deepcopy(documents["per-scanner-refit"]) | {"schema_version": version}
     with pytest.raises(DataError) as info:
         Evaluation.from_dict(doc, source="run-7/evaluation.json")
     assert str(info.value) == (
         f"run-7/evaluation.json: $.schema_version: schema_version {version} is not supported by this sitecal "
-        "(it reads schema_version 2 of Evaluation). Render this run with the sitecal version that made it "
+        "(it reads schema_version 3 of Evaluation). Render this run with the sitecal version that made it "
         "(provenance.json names it), or run the protocol again with this sitecal (`sitecal run PROTOCOL`)."
     )
     assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))

@@ -99,7 +99,7 @@ def test_to_dict_is_json_safe() -> None:
         {"before": before, "after": after}, labels, clusters=clusters, spec=BootstrapSpec(n_resamples=50)
     )
     d = json.loads(json.dumps(res.to_dict(), allow_nan=False))
-    assert set(d["intervals"]) == {"ece", "nll", "brier", "accuracy"}
+    assert set(d["intervals"]) == {"ece", "ece_debiased", "nll", "brier", "accuracy"}
     assert set(d["differences"]["ece"]) == {"after - before"}
     assert d["spec"]["seed"] == 0 and d["n_clusters"] == 120
 

@@ -177,7 +177,7 @@ def test_result_object_and_bca() -> None:
     )
     assert math.isfinite(diff.low) and diff.low <= diff.high
     out = res.to_dict()  # type: ignore[attr-defined]
-    assert set(out["intervals"]) == {"ece", "nll", "brier", "accuracy"}
+    assert set(out["intervals"]) == {"ece", "ece_debiased", "nll", "brier", "accuracy"}
     assert out["splits"]["eval"] == {"n": 800, "n_clusters": 400, "n_strata": 1}
     same_t = bootstrap_temperature(
         d["zf"], d["yf"], clusters=d["cf"], spec=BootstrapSpec(n_resamples=200, seed=0, method="bca")

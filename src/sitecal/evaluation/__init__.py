@@ -5,7 +5,7 @@
 writes (``EvaluationOutcome.document``, ``result.to_dict()``).
 """
 
-from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS
+from sitecal.evaluation._acceptance import FAIL, INCONCLUSIVE, INSUFFICIENT, PASS
 from sitecal.evaluation._core import (
     SCHEMA_VERSION,
     EvaluationData,
@@ -17,6 +17,7 @@ from sitecal.evaluation._groups import OVERALL
 
 __all__ = [
     "FAIL",
+    "INCONCLUSIVE",
     "INSUFFICIENT",
     "OVERALL",
     "PASS",

@@ -1,54 +1,99 @@
-"""Acceptance: each protocol criterion judged on the stored group results (pass, fail, insufficient data)."""
+"""Acceptance: each protocol criterion judged on the stored group intervals.
+
+A group **passes** when its whole interval clears the criterion's margin, **fails** when its whole interval
+lies beyond it, and is **inconclusive** when the interval straddles the margin (the data are not enough to
+tell). A small group, or one with no finite interval, is **insufficient data**. Each end of a two-sided
+interval at level L is a one-sided bound at (1 + L) / 2: ``below: 0.05`` judged on a 95 % interval
+passes a group whose one-sided 97.5 % upper bound is below 0.05.
+
+>>> from sitecal.protocol import AcceptanceCriterion
+>>> c = AcceptanceCriterion(id="slope", metric="ece", within=(0.8, 1.25))
+>>> [group_verdict(c, 1.0, lo, hi) for lo, hi in [(0.9, 1.1), (0.6, 0.7), (0.7, 1.1)]]
+['pass', 'fail', 'inconclusive']
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Final, Literal, cast
-
-import numpy as np
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 from sitecal.evaluation._groups import OVERALL
 from sitecal.protocol import AcceptanceCriterion
 from sitecal.results import Criterion, CriterionResult, GroupResult, Verdict
 
-__all__ = ["FAIL", "INSUFFICIENT", "PASS", "judge"]
+__all__ = ["FAIL", "INCONCLUSIVE", "INSUFFICIENT", "PASS", "combine", "group_verdict", "judge"]
 
 PASS: Final = "pass"
 FAIL: Final = "fail"
+INCONCLUSIVE: Final = "inconclusive"
 INSUFFICIENT: Final = "insufficient data"
+
+
+def group_verdict(criterion: AcceptanceCriterion, estimate: float, low: float, high: float) -> Verdict:
+    """One group's verdict from its estimate and interval ``[low, high]`` against the criterion's margin.
+
+    >>> from sitecal.protocol import AcceptanceCriterion
+    >>> below = AcceptanceCriterion(id="ece", metric="ece", below=0.05)
+    >>> [group_verdict(below, 0.03, lo, hi) for lo, hi in [(0.01, 0.04), (0.06, 0.09), (0.02, 0.07)]]
+    ['pass', 'fail', 'inconclusive']
+    >>> group_verdict(below, 0.03, float("nan"), 0.04)
+    'insufficient data'
+    """
+    if not all(math.isfinite(v) for v in (estimate, low, high)):
+        return INSUFFICIENT
+    lower, upper = criterion.margin
+    # pass: the whole interval lies strictly inside the open side(s) of the margin
+    clears = (lower is None or low > lower) and (upper is None or high < upper)
+    if clears:
+        return PASS
+    # fail: the whole interval lies at or beyond one end of the margin
+    beyond = (lower is not None and high <= lower) or (upper is not None and low >= upper)
+    return FAIL if beyond else INCONCLUSIVE
+
+
+def combine(verdicts: Iterable[Verdict]) -> Verdict:
+    """The verdict of several: fail, else inconclusive, else insufficient data, else pass.
+
+    Nothing judged is insufficient data.
+
+    >>> combine(["pass", "inconclusive", "pass"]), combine(["inconclusive", "fail"]), combine([])
+    ('inconclusive', 'fail', 'insufficient data')
+    """
+    seen = list(verdicts)
+    for verdict in (FAIL, INCONCLUSIVE, INSUFFICIENT):
+        if verdict in seen:
+            return verdict
+    return PASS if seen else INSUFFICIENT
 
 
 def judge(
     criterion: AcceptanceCriterion,
     overall: GroupResult,
     results: Mapping[str, Sequence[GroupResult]],
-    min_group_size: int,
+    level: float,
 ) -> Criterion:
+    """The criterion judged on every group of its scope (the overall row for scope 'overall')."""
     groups = [overall] if criterion.scope == OVERALL else list(results.get(criterion.scope, ()))
     rows = []
     for g in groups:
-        value = getattr(getattr(g.metrics[criterion.metric], criterion.stage), criterion.statistic)
-        if g.small:
-            verdict: Verdict = INSUFFICIENT
-        elif not np.isfinite(value):
-            verdict = INSUFFICIENT
-        else:
-            ok = value < criterion.threshold if criterion.operator == "<" else value > criterion.threshold
-            verdict = PASS if ok else FAIL
-        rows.append(CriterionResult(group=g.group, n=g.n, value=value, verdict=verdict))
-    verdicts = [r.verdict for r in rows]
-    overall_verdict: Verdict = (
-        FAIL if FAIL in verdicts else INSUFFICIENT if (INSUFFICIENT in verdicts or not rows) else PASS
-    )
+        summary = getattr(g.metrics[criterion.metric], criterion.stage)
+        estimate, low, high = summary.estimate, summary.low, summary.high
+        verdict = INSUFFICIENT if g.small else group_verdict(criterion, estimate, low, high)
+        rows.append(
+            CriterionResult(group=g.group, n=g.n, estimate=estimate, low=low, high=high, verdict=verdict)
+        )
+    lower, upper = criterion.margin
     return Criterion(
         id=criterion.id,
         description=criterion.description or None,  # the protocol's words; else the report words it
         metric=criterion.metric,
         stage=criterion.stage,
-        statistic=criterion.statistic,
-        operator=cast(Literal["<", ">"], criterion.operator),
-        threshold=criterion.threshold,
+        rule=criterion.rule,
+        lower_margin=lower,
+        upper_margin=upper,
+        level=level,
         scope=criterion.scope,
         results=tuple(rows),
-        verdict=overall_verdict,
+        verdict=combine(r.verdict for r in rows) if rows else INSUFFICIENT,
     )

@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
-from sitecal.evaluation._acceptance import FAIL, INSUFFICIENT, PASS, judge
+from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._disparities import attribute_disparities
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
@@ -82,7 +82,7 @@ class EvaluationOutcome:
 
     @property
     def verdict(self) -> str:
-        """``pass``, ``fail`` or ``insufficient data``."""
+        """``pass``, ``fail``, ``inconclusive`` or ``insufficient data``."""
         return str(self.document["verdict"])
 
 
@@ -214,9 +214,8 @@ def evaluate(
         )
         for name in attributes
     }
-    acceptance = [judge(c, overall, results, ev.min_group_size) for c in protocol.acceptance]
-    verdicts = [a.verdict for a in acceptance]
-    verdict: Verdict = FAIL if FAIL in verdicts else INSUFFICIENT if INSUFFICIENT in verdicts else PASS
+    acceptance = [judge(c, overall, results, ev.bootstrap.level) for c in protocol.acceptance]
+    verdict: Verdict = combine(a.verdict for a in acceptance) if acceptance else PASS
     warnings = [
         GroupWarning(
             code="small_group", attribute=g.attribute, group=g.group, n=g.n, min_group_size=ev.min_group_size

@@ -31,7 +31,9 @@ from scipy.special import expit
 from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics._calibration_error import top_label
-from sitecal.metrics._clinical import LOGIT_CLIP, _newton
+from sitecal.metrics._clinical import _newton
+from sitecal.metrics._logistic import full_sample_start, weighted_logistic_fit
+from sitecal.metrics._logistic import logit as _logit
 
 __all__ = [
     "RECALIBRATION_STATISTICS",
@@ -59,9 +61,6 @@ NOT_CONVERGED = "fit_not_converged"
 NO_LOG = "log_oe_undefined"
 #: Fewer than two clusters: no variance of log(O/E).
 ONE_CLUSTER = "too_few_clusters"
-
-_TOLERANCE = 1e-10
-_MAX_ITER = 100
 
 
 @dataclass(frozen=True)
@@ -273,80 +272,6 @@ class _Prepared:
     start: tuple[float, float]  # full-sample (a, b) or (alpha, 1): where every resample's fit starts
 
 
-def _logit(confidence: NDArray[np.float64]) -> NDArray[np.float64]:
-    clipped = np.clip(confidence, LOGIT_CLIP, 1 - LOGIT_CLIP)
-    out: NDArray[np.float64] = np.log(clipped) - np.log1p(-clipped)
-    return out
-
-
-def _rowsum(a: NDArray[np.float64]) -> NDArray[np.float64]:
-    # a reduction per row (no BLAS), so each resample's value does not depend on the chunk it is in
-    out: NDArray[np.float64] = a.sum(axis=1)
-    return out
-
-
-def _batched_newton(
-    w: NDArray[np.float64],
-    y: NDArray[np.float64],
-    z: NDArray[np.float64],
-    *,
-    slope: bool,
-    defined: NDArray[np.bool_],
-    start: tuple[float, float],
-) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    """Weighted logistic MLE for every row of ``w`` at once; returns (coefficient, converged).
-
-    ``slope=True`` fits ``a + b z`` and returns ``b``; ``slope=False`` fits ``alpha + z`` and returns
-    ``alpha``; both start from ``start`` (the full-sample estimate, near every resample's). Only rows
-    flagged ``defined`` are fitted. Newton steps, each capped at 1 in its largest coefficient change (a
-    trust region that stands in for step halving without a likelihood evaluation per step: the
-    log-likelihood is concave, and a capped Newton step from a nearby start converges); a resample
-    stops moving once its largest step is below 1e-10 relative to 1 + |coefficient|, so its value does
-    not depend on the other resamples of the chunk. Resamples still moving after 100 steps are
-    reported as not converged.
-    """
-    b_count = w.shape[0]
-    a = np.full(b_count, start[0])
-    b = np.full(b_count, start[1] if slope else 1.0)
-    active = defined.copy()
-    done = np.zeros(b_count, dtype=bool)
-    wy = w * y[None, :]
-    g0_fixed, g1_fixed, z2 = _rowsum(wy), np.einsum("bn,n->b", wy, z), z * z
-    eta = np.empty_like(w)
-    for _ in range(_MAX_ITER):  # a loop over Newton iterations, vectorised over resamples
-        if not active.any():
-            break
-        np.multiply(b[:, None], z[None, :], out=eta)
-        eta += a[:, None]
-        mu = expit(eta, out=eta)
-        wmu = w * mu
-        h = np.subtract(1.0, mu, out=mu)
-        h *= wmu  # w mu (1 - mu)
-        # row-wise sums without BLAS (einsum's own loops), so a resample's value is chunk-independent
-        g0, i00 = g0_fixed - _rowsum(wmu), _rowsum(h)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if slope:
-                g1 = g1_fixed - np.einsum("bn,n->b", wmu, z)
-                i01, i11 = np.einsum("bn,n->b", h, z), np.einsum("bn,n->b", h, z2)
-                det = i00 * i11 - i01 * i01
-                da = (i11 * g0 - i01 * g1) / det
-                db = (i00 * g1 - i01 * g0) / det
-            else:
-                da = g0 / i00
-                db = np.zeros(b_count)
-            largest = np.maximum(np.abs(da), np.abs(db))
-            scale = np.where(largest > 1.0, 1.0 / largest, 1.0)
-        active &= np.isfinite(da) & np.isfinite(db)
-        da = np.where(active, da * scale, 0.0)
-        db = np.where(active, db * scale, 0.0)
-        a, b = a + da, b + db
-        rel = np.maximum(np.abs(da) / (1.0 + np.abs(a)), np.abs(db) / (1.0 + np.abs(b)))
-        finished = active & (rel < _TOLERANCE)
-        done |= finished
-        active &= ~finished
-    return (b if slope else a), done
-
-
 @dataclass(frozen=True)
 class RecalibrationStatistic:
     """Top-label calibration slope or intercept under bootstrap weights (a prepared statistic).
@@ -382,37 +307,15 @@ class RecalibrationStatistic:
         y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
         confidence, correct = top_label(p, y)
         z = _logit(confidence)
-        start = (0.0, 1.0)
-        n = z.shape[0]
-        if self.name == "slope" and 0 < correct.sum() < n:  # else every resample is undefined too
-            coef, ok = _newton(np.stack([np.ones(n), z], axis=1), correct, np.zeros(n), np.array([0.0, 1.0]))
-            start = (float(coef[0]), float(coef[1])) if ok else start
-        elif self.name == "intercept" and 0 < correct.sum() < n:
-            coef, ok = _newton(np.ones((n, 1)), correct, z, np.zeros(1))
-            start = (float(coef[0]), 1.0) if ok else start
+        start = full_sample_start(z, correct, slope=self.name == "slope")
         return _Prepared(z, correct, confidence, start)
 
     def evaluate(self, prepared: _Prepared, weights: NDArray[np.float64]) -> NDArray[np.float64]:
         """Statistic under row weights of shape (B, N); returns (B,) with NaN where undefined."""
         w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-        y = prepared.y
-        observed = _rowsum(w * y[None, :])
-        total = _rowsum(w)
-        defined = (observed > 0) & (observed < total)
-        if self.name == "slope":
-            drawn = w > 0
-            events, others = drawn & (y[None, :] == 1.0), drawn & (y[None, :] == 0.0)
-            z = prepared.z[None, :]
-            min1 = np.where(events, z, np.inf).min(axis=1)
-            max1 = np.where(events, z, -np.inf).max(axis=1)
-            min0 = np.where(others, z, np.inf).min(axis=1)
-            max0 = np.where(others, z, -np.inf).max(axis=1)
-            defined &= ~((min1 >= max0) | (max1 <= min0))
-        value, converged = _batched_newton(
-            w, y, prepared.z, slope=self.name == "slope", defined=defined, start=prepared.start
+        return weighted_logistic_fit(
+            w, prepared.y, prepared.z, slope=self.name == "slope", start=prepared.start
         )
-        result: NDArray[np.float64] = np.where(defined & converged, value, np.nan)
-        return result
 
     def __call__(
         self, probs: ArrayLike, labels: ArrayLike, *, weights: NDArray[np.float64]

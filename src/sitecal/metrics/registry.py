@@ -255,9 +255,15 @@ ECE_DEBIASED = Metric(
     label="Debiased ECE",
     function=_ece_debiased,
     direction="lower",
-    description="debiased top-label l2 calibration error (Kumar et al., 2019), equal-width bins",
+    description=(
+        "debiased top-label calibration error (Kumar et al., 2019), equal-width bins: the square root of an "
+        "unbiased estimate of the squared (l2) error, clamped at 0; on the scale of ECE, and at least as "
+        "large as the l1 ECE it bounds"
+    ),
     bounds=_UNIT,
     weighted=debiased_ece_sums,
+    reported=True,
+    criterion=True,
 )
 ECE_DEBIASED_MASS = Metric(
     name="ece_debiased_mass",
@@ -369,7 +375,7 @@ def names(
     """Names of the metrics with the given properties (None: either), in registry order.
 
     >>> names(criterion=True)
-    ('ece', 'nll', 'brier', 'accuracy')
+    ('ece', 'ece_debiased', 'nll', 'brier', 'accuracy')
     """
     wanted = {
         "reported": reported,

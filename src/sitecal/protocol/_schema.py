@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -137,34 +138,62 @@ class EvaluationSettings(_Strict):
 
 
 class AcceptanceCriterion(_Strict):
-    """One go-live criterion, e.g. the upper CI of ECE after calibration below 0.05 in every scanner group."""
+    """One go-live criterion, judged on each group's whole interval, e.g. ECE after calibration below 0.05.
+
+    Exactly one of ``below``, ``above`` or ``within: [low, high]`` (an equivalence margin, e.g. a
+    calibration slope within [0.8, 1.25]). A group passes when its whole interval clears the margin,
+    fails when it lies wholly beyond it, and is inconclusive when it straddles it.
+    """
 
     id: str = Field(pattern=_NAME_PATTERN)
     description: str | None = None
     metric: CriterionMetricName
     stage: Literal["before", "after"] = "after"
-    statistic: Literal["estimate", "low", "high"] = "high"
     below: float | None = Field(default=None, allow_inf_nan=False)
     above: float | None = Field(default=None, allow_inf_nan=False)
+    within: tuple[float, float] | None = None
     scope: str = "overall"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_statistic(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "statistic" in data:
+            raise ValueError(
+                "'statistic' is no longer a criterion field: a criterion is now judged on the whole "
+                "interval (pass when it clears the margin, fail when it lies beyond, inconclusive when it "
+                f"straddles it). Remove 'statistic: {data['statistic']}' and keep 'below', 'above' or "
+                "'within: [low, high]'"
+            )
+        return data
+
     @model_validator(mode="after")
-    def _one_bound(self) -> AcceptanceCriterion:
-        if (self.below is None) == (self.above is None):
-            raise ValueError("give exactly one of 'below' or 'above'")
+    def _one_margin(self) -> AcceptanceCriterion:
+        given = [k for k in ("below", "above", "within") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'below', 'above' or 'within: [low, high]'"
+                + (f" (got {' and '.join(given)})" if given else "")
+            )
+        if self.within is not None:
+            low, high = self.within
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ValueError(
+                    "'within' must be two finite numbers [low, high] with low < high; "
+                    f"got {list(self.within)}"
+                )
         return self
 
     @property
-    def operator(self) -> str:
-        """``"<"`` for ``below``, ``">"`` for ``above``."""
-        return "<" if self.below is not None else ">"
+    def rule(self) -> Literal["below", "above", "within"]:
+        """Which margin the criterion sets."""
+        return "below" if self.below is not None else "above" if self.above is not None else "within"
 
     @property
-    def threshold(self) -> float:
-        """The bound, whichever side it is on."""
-        value = self.below if self.below is not None else self.above
-        assert value is not None
-        return value
+    def margin(self) -> tuple[float | None, float | None]:
+        """``(lower, upper)``: the margin's ends, None for the side the rule leaves open."""
+        if self.within is not None:
+            return self.within
+        return (None, self.below) if self.below is not None else (self.above, None)
 
 
 class GovernanceSettings(_Strict):

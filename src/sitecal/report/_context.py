@@ -25,6 +25,7 @@ _HIGHER_IS_BETTER = frozenset(m.name for m in METRICS if m.direction == "higher"
 _VERDICTS: dict[str, tuple[str, colors.Color, colors.Color]] = {
     "pass": ("Pass", Palette.passed, Palette.passed_bg),
     "fail": ("Fail", Palette.failed, Palette.failed_bg),
+    "inconclusive": ("Inconclusive", Palette.inconclusive, Palette.inconclusive_bg),
     "insufficient data": ("Insufficient data", Palette.unjudged, Palette.unjudged_bg),
 }
 

@@ -21,7 +21,7 @@ from ._inputs import get
 from ._model_outputs import ONE_PER_STUDY, flow_without_dicom, predictions_record, read_from_file_text
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text, words
-from ._wording import word
+from ._wording import margin_text, word
 
 __all__ = ["DEIDENTIFIED_TAGS", "limitations"]
 
@@ -114,7 +114,7 @@ def _widest(ctx: Context) -> list[Flowable]:
                 ]
             )
     if len(rows) == 1:
-        return [_bullet(ctx, f"<b>Interval widths.</b> The intervals are {_ABSENT}."), *_bound_failures(ctx)]
+        return [_bullet(ctx, f"<b>Interval widths.</b> The intervals are {_ABSENT}."), *_inconclusive(ctx)]
     story: list[Flowable] = [
         _bullet(
             ctx,
@@ -123,7 +123,7 @@ def _widest(ctx: Context) -> list[Flowable]:
             "wider a group's interval, the less its studies pin the metric down. Gaps between groups are "
             "judged from their own disparity intervals, not from these widths.",
         ),
-        *_bound_failures(ctx),
+        *_inconclusive(ctx),
     ]
     w = ctx.width
     return [
@@ -135,36 +135,28 @@ def _widest(ctx: Context) -> list[Flowable]:
     ]
 
 
-def _bound_failures(ctx: Context) -> list[Flowable]:
-    """Groups failing a criterion on an interval bound while their estimate meets the threshold."""
-    ev = ctx.evaluation
+def _inconclusive(ctx: Context) -> list[Flowable]:
+    """Groups whose interval straddles a criterion's margin: the data cannot decide either way."""
     out = []
-    for criterion in ev.get("acceptance") or []:
-        statistic, op = criterion.get("statistic"), criterion.get("operator")
-        threshold = _number(criterion.get("threshold"))
-        if statistic not in ("low", "high") or op not in ("<", ">") or threshold is None:
-            continue
-        scope = criterion.get("scope") or "overall"
-        candidates = [ev.get("overall")] if scope == "overall" else get(ev, "subgroups", scope) or []
-        by_name = {get(g, "group"): g for g in candidates if isinstance(g, Mapping)}
+    for criterion in ctx.evaluation.get("acceptance") or []:
+        scope = str(criterion.get("scope") or "overall")
         for result in criterion.get("results") or []:
-            group = by_name.get(result.get("group"))
-            stage = get(group, "metrics", criterion.get("metric"), criterion.get("stage")) or {}
-            estimate, bound = _number(stage.get("estimate")), _number(stage.get(statistic))
-            if result.get("verdict") != "fail" or estimate is None or bound is None or group is None:
+            if result.get("verdict") != "inconclusive":
                 continue
-            if (estimate < threshold) if op == "<" else (estimate > threshold):
-                side = "upper" if statistic == "high" else "lower"
-                out.append(
-                    _bullet(
-                        ctx,
-                        f"<b>Fails on its interval.</b> {_group_name(ctx, str(scope), group)} fails "
-                        f"{para_text(criterion.get('id'))}: its estimate {format_value(estimate)} meets the "
-                        f"threshold {format_value(threshold)}, but its {side} "
-                        f"bound {format_value(bound)} does not (n = {format_count(group.get('n'))}); more "
-                        "studies would narrow the interval.",
-                    )
+            group = {"group": result.get("group"), "n": result.get("n")}
+            out.append(
+                _bullet(
+                    ctx,
+                    f"<b>Inconclusive.</b> {_group_name(ctx, scope, group)}: "
+                    f"{para_text(criterion.get('id'))} needs "
+                    f"{para_text(ctx.metric_name(str(criterion.get('metric'))))} "
+                    f"{para_text(margin_text(criterion))}; its estimate and interval "
+                    f"{format_interval(result.get('estimate'), result.get('low'), result.get('high'))} "
+                    f"straddle the margin (n = {format_count(result.get('n'))}), so the data show neither "
+                    "that it meets the criterion nor that it misses it. More studies would narrow the "
+                    "interval.",
                 )
+            )
     return out
 
 

@@ -234,16 +234,42 @@ def methods(ctx: Context) -> list[Flowable]:
         ("Other metrics", ctx.p(metrics + ".", ctx.styles.cell)),
         ("Confidence intervals", ctx.p(_bootstrap_text(ctx), ctx.styles.cell)),
         ("Small groups", ctx.p(small, ctx.styles.cell)),
-        (
-            "Acceptance",
-            ctx.p(
-                "The criteria were fixed in the protocol before the run and are judged by the "
-                "evaluation stage; this report prints the recorded verdicts.",
-                ctx.styles.cell,
-            ),
-        ),
+        ("Acceptance", ctx.p(_acceptance_text(ctx), ctx.styles.cell)),
     ]
     return [ctx.h1("Methods"), key_values(ctx, rows, label_width=0.22)]
+
+
+def _acceptance_text(ctx: Context) -> str:
+    """How a criterion is judged, which bound is one-sided at what level, and what "every group" costs."""
+    text = (
+        "The criteria were fixed in the protocol before the run and are judged by the evaluation stage; "
+        "this report prints the recorded verdicts. Each group is judged on its whole interval: <i>pass</i> "
+        "when it clears the margin, <i>fail</i> when it lies wholly beyond it, <i>inconclusive</i> when it "
+        "straddles the margin (the data show neither)."
+    )
+    level = get(ctx.evaluation, "bootstrap", "level")
+    if not (isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1):
+        return text
+    one_sided = (1 + level) / 2
+    text += (
+        f" Each end of a two-sided {level * 100:g}% interval is a one-sided {one_sided * 100:g}% bound: "
+        f"where the interval covers as stated, a group whose true value lies exactly on the margin fails "
+        f"with chance {(1 - one_sided) * 100:.3g}%, and passes with the same chance."
+    )
+    counts = [
+        len(c.get("results") or [])
+        for c in ctx.evaluation.get("acceptance") or []
+        if c.get("scope") not in (None, "overall")
+    ]
+    k = max(counts, default=0)
+    if k > 1:
+        text += (
+            f" A criterion on every group of a subgroup judges each group separately, with no adjustment: "
+            f"with {k} groups all exactly on the margin, the chance that at least one fails is up to "
+            f"1 − {one_sided:g}<super>{k}</super> = {(1 - one_sided**k) * 100:.0f}% (it grows with the "
+            "number of groups; groups well inside the margin fail far less often)."
+        )
+    return text
 
 
 _GLOBAL = "\0global"  # key of the global temperature's interval (not a possible group name)

@@ -16,7 +16,7 @@ from ._context import Context, verdict_text
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
-from ._wording import criterion_text
+from ._wording import criterion_text, margin_text
 
 __all__ = ["acceptance", "results"]
 
@@ -189,33 +189,28 @@ def results(ctx: Context) -> list[Flowable]:
     return [*story, *lead]
 
 
-_OPERATORS = {"<": "&lt;", "<=": "≤", ">": "&gt;", ">=": "≥", "==": "=", "!=": "≠"}
-
-
 def _rule_text(ctx: Context, criterion: Mapping[str, Any]) -> tuple[str, str]:
     """Describe in words what a criterion measures and its rule: ``(measured, rule)``."""
-    metric = ctx.metric_name(criterion.get("metric") or NOT_RECORDED)
-    statistic = criterion.get("statistic")
-    stat = {
-        "high": f"upper {ctx.level_text()} bound",
-        "low": f"lower {ctx.level_text()} bound",
-        "estimate": "estimate",
-    }.get(str(statistic), para_text(statistic))
+    metric = para_text(ctx.metric_name(criterion.get("metric") or NOT_RECORDED))
     stage = criterion.get("stage")
-    if stage == "difference":
-        measured = f"{stat} of the change in {para_text(metric)} (after − before)"
-    elif stage in ("before", "after"):
-        measured = f"{stat} of {para_text(metric)} {stage} calibration"
-    else:
-        measured = f"{stat} of {para_text(metric)}"
-    op = criterion.get("operator")
-    threshold = criterion.get("threshold")
-    rule = (
-        f"{_OPERATORS.get(str(op), para_text(op))} {format_value(threshold)}"
-        if op is not None and threshold is not None
-        else NOT_RECORDED
-    )
-    return measured, rule
+    measured = f"{metric} {stage} calibration" if stage in ("before", "after") else metric
+    level = criterion.get("level")
+    if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
+        one_sided = f"{(1 + level) / 2 * 100:g}%"
+        measured += (
+            f", judged on its whole two-sided {level * 100:g}% interval (each end a one-sided "
+            f"{one_sided} bound): pass when the interval clears the margin, fail when it lies beyond it, "
+            "inconclusive when it straddles it"
+        )
+    return measured, para_text(margin_text(criterion))
+
+
+def _estimate_interval(result: Mapping[str, Any]) -> str:
+    """'0.031 [0.018, 0.047]', or 'not estimable' where the estimate is missing."""
+    estimate = result.get("estimate")
+    if not isinstance(estimate, int | float) or estimate != estimate:
+        return "not estimable"
+    return format_interval(estimate, result.get("low"), result.get("high"))
 
 
 def acceptance(ctx: Context) -> list[Flowable]:
@@ -257,15 +252,14 @@ def acceptance(ctx: Context) -> list[Flowable]:
             [
                 ctx.head("Group"),
                 ctx.head("n", right=True),
-                ctx.head("Measured value", right=True),
-                ctx.head("Rule", right=True),
+                ctx.head("Estimate [interval]", right=True),
+                ctx.head("Margin", right=True),
                 ctx.head("Verdict"),
             ]
         ]
         extra: list[tuple[Any, ...]] = []
         for j, result in enumerate(criterion["results"], start=1):
-            value = result.get("value")
-            shown = "not judged" if value is None else format_value(value)
+            shown = _estimate_interval(result)
             rows.append(
                 [
                     ctx.cell(result["group"]),
@@ -277,7 +271,7 @@ def acceptance(ctx: Context) -> list[Flowable]:
             )
             extra.append(("BACKGROUND", (4, j), (4, j), verdict_text(result["verdict"])[2]))
         w = ctx.width
-        results_table = table(rows, [w * 0.42, w * 0.1, w * 0.16, w * 0.12, w * 0.2], extra=extra)
+        results_table = table(rows, [w * 0.4, w * 0.06, w * 0.24, w * 0.12, w * 0.18], extra=extra)
         story.append(
             KeepTogether(
                 [

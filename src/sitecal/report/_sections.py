@@ -16,11 +16,13 @@ from ._styles import Palette, table
 from ._text import (
     NOT_RECORDED,
     format_count,
+    format_interval,
     format_utc,
+    name_text,
     para_text,
     short_sha,
 )
-from ._wording import criterion_text, word
+from ._wording import criterion_text, margin_text, word
 
 __all__ = ["intended_use", "key_values", "title_page"]
 
@@ -48,11 +50,20 @@ def _verdict_box(ctx: Context) -> Table:
     else:
         summary = "The protocol defines no acceptance criteria."
     fonts = ctx.styles.fonts
-    big = Paragraph(
+    big_style = ctx.styles.body.clone("verdict", leading=28, spaceAfter=0)
+    big: Flowable = Paragraph(
         f'<font name="{fonts.regular}" size="10" color="{Palette.muted.hexval()}">Overall verdict</font><br/>'
         f'<font name="{fonts.bold}" size="24" color="{ink.hexval()}">{para_text(word.upper())}</font>',
-        ctx.styles.body.clone("verdict", leading=28, spaceAfter=0),
+        big_style,
     )
+    if draft_fields(ctx.protocol):  # as prominent as the verdict: a draft decides nothing yet
+        draft = Paragraph(
+            f'<font name="{fonts.regular}" size="10" color="{Palette.muted.hexval()}">Report status</font>'
+            f'<br/><font name="{fonts.bold}" size="24" color="{Palette.failed.hexval()}">DRAFT</font>',
+            big_style,
+        )
+        big = Table([[big, draft]], colWidths=[ctx.width * 0.5 - 10, ctx.width * 0.5 - 10])
+        big.setStyle(TableStyle([("LEFTPADDING", (0, 0), (-1, -1), 0), ("VALIGN", (0, 0), (-1, -1), "TOP")]))
     small = ctx.p(
         para_text(summary) + " The Acceptance criteria section gives each criterion group by group.",
         ctx.styles.small,
@@ -153,18 +164,30 @@ def title_page(ctx: Context) -> list[Flowable]:
     ]
     criteria = ev["acceptance"]
     if criteria:
-        rows: list[list[Any]] = [[ctx.head("Acceptance criterion"), ctx.head("Verdict")]]
+        rows: list[list[Any]] = [
+            [ctx.head("Acceptance criterion"), ctx.head("Groups that do not pass"), ctx.head("Verdict")]
+        ]
         for criterion in criteria:
             rows.append(
                 [
-                    ctx.cell(criterion.get("description") or criterion_text(criterion)),
+                    ctx.p(
+                        para_text(criterion.get("description") or criterion_text(criterion))
+                        + f'<br/><font color="{Palette.muted.hexval()}">margin: '
+                        + f"{para_text(margin_text(criterion))}</font>",
+                        ctx.styles.cell,
+                    ),
+                    ctx.p(_not_passing(ctx, criterion), ctx.styles.cell),
                     ctx.verdict_cell(criterion["verdict"]),
                 ]
             )
         story += [
             Spacer(1, 5 * mm),
-            ctx.p("<b>Acceptance criteria at a glance</b>", ctx.styles.small),
-            table(rows, [ctx.width * 0.8, ctx.width * 0.2]),
+            ctx.p(
+                "<b>Acceptance criteria at a glance</b> (estimate [interval] of each group that does not "
+                f"pass; the intervals are two-sided {ctx.level_text()})",
+                ctx.styles.small,
+            ),
+            table(rows, [ctx.width * 0.42, ctx.width * 0.4, ctx.width * 0.18]),
         ]
     warnings = ev.get("warnings") or []
     if warnings:
@@ -174,6 +197,24 @@ def title_page(ctx: Context) -> list[Flowable]:
         ]
     story.append(PageBreak())
     return story
+
+
+def _not_passing(ctx: Context, criterion: Mapping[str, Any]) -> str:
+    """The criterion's failing and inconclusive groups with their figures (reportlab markup)."""
+    parts = []
+    for result in criterion.get("results") or []:
+        verdict = result.get("verdict")
+        if verdict not in ("fail", "inconclusive"):
+            continue
+        figure = format_interval(result.get("estimate"), result.get("low"), result.get("high"))
+        name = (
+            "all studies" if criterion.get("scope") in (None, "overall") else name_text(result.get("group"))
+        )
+        parts.append(f"{name}: {figure} ({para_text(verdict)})")
+    if not parts:
+        unjudged = sum(r.get("verdict") == "insufficient data" for r in criterion.get("results") or [])
+        return f"none ({unjudged} not judged: too few studies)" if unjudged else "none"
+    return "; ".join(parts)
 
 
 def _warning_text(ctx: Context, warning: Mapping[str, Any]) -> str:

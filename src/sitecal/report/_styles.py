@@ -41,6 +41,8 @@ class Palette:
     passed_bg = colors.HexColor("#e6f2e8")
     failed = colors.HexColor("#a61c1c")
     failed_bg = colors.HexColor("#f8e6e6")
+    inconclusive = colors.HexColor("#9a4a00")
+    inconclusive_bg = colors.HexColor("#fbe9d9")
     unjudged = colors.HexColor("#7a5c00")
     unjudged_bg = colors.HexColor("#f7f0dc")
 

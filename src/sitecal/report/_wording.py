@@ -8,9 +8,11 @@ punctuation); ``small_group`` and the characteristics notes are whole sentences.
 
 >>> word("site_too_small", {"min_group_size": 30})
 'fewer than 30 studies (evaluation minimum)'
->>> criterion_text({"metric": "ece", "stage": "after", "statistic": "high", "operator": "<",
-...                 "threshold": 0.2, "scope": "scanner"})
-'Upper CI of ECE after calibration below 0.2 in every scanner group'
+>>> criterion_text({"metric": "ece", "stage": "after", "rule": "below", "upper_margin": 0.2,
+...                 "scope": "scanner"})
+'ECE after calibration below 0.2 in every scanner group'
+>>> margin_text({"rule": "within", "lower_margin": 0.8, "upper_margin": 1.25})
+'within [0.8, 1.25]'
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from sitecal.report._text import NOT_RECORDED
 
-__all__ = ["WORDS", "criterion_text", "word"]
+__all__ = ["WORDS", "criterion_text", "margin_text", "word"]
 
 Fields = Mapping[str, Any]
 
@@ -172,16 +174,26 @@ def word(code: object, fields: Fields | None = None, *, missing: str = NOT_RECOR
     return str(code) if words is None else words(fields or {})
 
 
+def margin_text(criterion: Fields) -> str:
+    """A criterion's margin in words: 'below 0.05', 'above 0.8' or 'within [0.8, 1.25]'."""
+
+    def number(key: str) -> str:
+        value = criterion.get(key)
+        return f"{value:g}" if isinstance(value, int | float) else NOT_RECORDED
+
+    rule = criterion.get("rule")
+    if rule == "below":
+        return f"below {number('upper_margin')}"
+    if rule == "above":
+        return f"above {number('lower_margin')}"
+    if rule == "within":
+        return f"within [{number('lower_margin')}, {number('upper_margin')}]"
+    return NOT_RECORDED
+
+
 def criterion_text(criterion: Fields) -> str:
     """A criterion in words, from its fields: for criteria whose protocol gives no description."""
-    statistic = {"estimate": "", "low": "lower CI of ", "high": "upper CI of "}.get(
-        str(criterion.get("statistic")), ""
-    )
     scope = criterion.get("scope")
     where = "overall" if scope in (None, "overall") else f"in every {scope} group"
-    side = "below" if criterion.get("operator") == "<" else "above"
-    threshold = criterion.get("threshold")
-    bound = f"{threshold:g}" if isinstance(threshold, int | float) else NOT_RECORDED
-    text = f"{statistic}{str(criterion.get('metric')).upper()} {criterion.get('stage')} calibration {side} "
-    text += f"{bound} {where}"
-    return text[:1].upper() + text[1:]
+    text = f"{str(criterion.get('metric')).upper()} {criterion.get('stage')} calibration "
+    return text + f"{margin_text(criterion)} {where}"

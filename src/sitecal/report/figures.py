@@ -183,15 +183,18 @@ def reliability_figure(
     return fig
 
 
-def _criterion_thresholds(evaluation: Mapping[str, Any], metric: str) -> list[tuple[float, str]]:
-    found: dict[float, list[str]] = {}
+def _criterion_margins(evaluation: Mapping[str, Any], metric: str) -> list[tuple[float, str, str]]:
+    """``(margin, criterion ids, scope)`` for every margin end of the criteria on ``metric``."""
+    found: dict[tuple[float, str], list[str]] = {}
     for criterion in get(evaluation, "acceptance") or []:
-        threshold = get(criterion, "threshold")
         if get(criterion, "metric") != metric or get(criterion, "stage") not in ("before", "after"):
             continue
-        if isinstance(threshold, int | float) and not isinstance(threshold, bool):
-            found.setdefault(float(threshold), []).append(str(get(criterion, "id") or "criterion"))
-    return sorted((t, ", ".join(ids)) for t, ids in found.items())
+        scope = str(get(criterion, "scope") or "overall")
+        for key in ("lower_margin", "upper_margin"):
+            value = get(criterion, key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found.setdefault((float(value), scope), []).append(str(get(criterion, "id") or "criterion"))
+    return sorted((value, ", ".join(ids), scope) for (value, scope), ids in found.items())
 
 
 @figure_fonts
@@ -199,7 +202,8 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
     """Draw a forest plot of one metric for every group, before and after calibration, with intervals.
 
     Rows are "All studies" and then each subgroup attribute in the order of ``evaluation.subgroups``.
-    Each acceptance criterion on this metric (stage before or after) adds a vertical threshold line.
+    Each acceptance criterion on this metric (stage before or after) adds a vertical line at each end of
+    its margin, drawn only across the rows of the groups it judges.
     Groups flagged ``small`` are marked with an asterisk.
 
     Parameters
@@ -216,14 +220,20 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
     matplotlib.figure.Figure
     """
     labels_of = get(evaluation, "attribute_labels") or {}
-    blocks: list[tuple[str, list[Mapping[str, Any]]]] = [("Overall", [evaluation["overall"]])]
+    blocks: list[tuple[str, str, list[Mapping[str, Any]]]] = [("overall", "Overall", [evaluation["overall"]])]
     for attribute, groups in evaluation["subgroups"].items():
         blocks.append(
-            (str(labels_of.get(attribute) or attribute.replace("_", " ").capitalize()), list(groups))
+            (
+                attribute,
+                str(labels_of.get(attribute) or attribute.replace("_", " ").capitalize()),
+                list(groups),
+            )
         )
     rows: list[tuple[str, Mapping[str, Any] | None]] = []
-    for heading, groups in blocks:
+    block_rows: dict[str, tuple[int, int]] = {}  # scope -> (first, last) row index of its groups
+    for scope, heading, groups in blocks:
         rows.append((heading, None))
+        block_rows[scope] = (len(rows), len(rows) + len(groups) - 1)
         for g in groups:
             mark = " *" if get(g, "small") else ""
             rows.append((f"{plot_text(g['group'], max_chars=34)}  (n = {g['n']}){mark}", g))
@@ -264,9 +274,13 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
             [], [], color=AFTER, marker="s", mfc=AFTER, mec=AFTER, ms=3.6, lw=1.0, label="after calibration"
         ),
     ]
-    for i, (threshold, ids) in enumerate(_criterion_thresholds(evaluation, metric)):
+    for i, (threshold, ids, scope) in enumerate(_criterion_margins(evaluation, metric)):
+        if scope not in block_rows or block_rows[scope][1] < block_rows[scope][0]:
+            continue  # a scope with no rows: the criterion judges nothing drawn here
         style = ("--", ":", "-.")[i % 3]
-        ax.axvline(threshold, color=THRESHOLD, lw=0.9, ls=style, zorder=1)
+        first, last = block_rows[scope]
+        # only across the rows the criterion judges
+        ax.vlines(threshold, y[last] - 0.45, y[first] + 0.45, color=THRESHOLD, lw=0.9, ls=style, zorder=1)
         handles.append(
             Line2D(
                 [],
@@ -274,7 +288,7 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
                 color=THRESHOLD,
                 lw=0.9,
                 ls=style,
-                label=f"threshold {format_value(threshold)} ({plot_text(ids, max_chars=40)})",
+                label=f"margin {format_value(threshold)} ({plot_text(ids, max_chars=40)})",
             )
         )
         x_max = max(x_max, threshold)

@@ -16,9 +16,10 @@ from sitecal.results._kinds import (
     DisparityNote,
     IntervalMethod,
     Name,
+    Rule,
     Sha256,
+    Share,
     Stage,
-    Statistic,
     Verdict,
     WarningCode,
 )
@@ -193,51 +194,59 @@ class DisparityStages(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CriterionResult(Record):
-    """One group judged by a criterion.
+    """One group judged by a criterion: its estimate and interval, and the verdict they give.
 
     Attributes
     ----------
-    value : float
-        The compared statistic.
+    estimate, low, high : float
+        The group's estimate of the criterion's metric at its stage and the ends of its interval (the
+        evaluation's bootstrap interval, at its level); NaN where not estimable.
     verdict : str
-        'insufficient data' for a small group.
+        'pass' when the whole interval clears the margin, 'fail' when it lies wholly beyond it,
+        'inconclusive' when it straddles it, 'insufficient data' for a small group or no interval.
     """
 
     group: str
     n: Count
-    value: float
+    estimate: float
+    low: float
+    high: float
     verdict: Verdict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Criterion(Record):
-    """One acceptance criterion: the statistic of the metric at the stage against the threshold.
+    """One acceptance criterion: the metric at the stage, its interval judged against a margin.
 
     Attributes
     ----------
     description : str or None
         The protocol's own description of the criterion; null where the protocol gives none (the report
         then words the criterion from its fields).
-    statistic : {"estimate", "low", "high"}
-        Which part of the interval is compared: the estimate or an interval end.
-    operator : {"<", ">"}
-        '<': must be below the threshold; '>': above.
+    rule : {"below", "above", "within"}
+        'below': the value must lie below ``upper_margin``; 'above': above ``lower_margin``; 'within':
+        between the two (an equivalence margin).
+    lower_margin, upper_margin : float or None
+        The margin's ends; null for the side a rule does not bound.
+    level : float
+        The two-sided level of the intervals judged; each end is a one-sided bound at (1 + level) / 2.
     scope : str
         'overall' or a subgroup attribute.
     results : tuple of CriterionResult
         One row per group of the scope; empty when the scope is not a reported subgroup.
     verdict : str
-        'fail' if any group fails; else 'insufficient data' if any is insufficient or there is no group;
-        else 'pass'.
+        'fail' if any group fails; else 'inconclusive' if any is inconclusive; else 'insufficient data'
+        if any could not be judged or there is no group; else 'pass'.
     """
 
     id: Name
     description: str | None
     metric: str
     stage: Stage
-    statistic: Statistic
-    operator: Literal["<", ">"]
-    threshold: float
+    rule: Rule
+    lower_margin: float | None
+    upper_margin: float | None
+    level: Share
     scope: str
     results: tuple[CriterionResult, ...]
     verdict: Verdict
@@ -305,15 +314,15 @@ class Evaluation(Record):
     acceptance : tuple of Criterion
         The protocol's go-live criteria, in protocol order.
     verdict : str
-        'fail' if any criterion fails; else 'insufficient data' if any could not be judged; else 'pass'
-        (also with no criteria).
+        'fail' if any criterion fails; else 'inconclusive' if any is inconclusive; else 'insufficient
+        data' if any could not be judged; else 'pass' (also with no criteria).
     warnings : tuple of GroupWarning
         Points to note, one per small subgroup row (code 'small_group').
     sensitivity, characteristics, highest_confidence_errors : optional
         Absent in documents written before sitecal recorded them.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     FILE_NAME: ClassVar[str] = "evaluation.json"
     HINT: ClassVar[str] = (
         "evaluation.json is written by `sitecal run PROTOCOL`: write it again, or restore the unedited file"

@@ -36,13 +36,13 @@ __all__ = [
     "RecalibrationEvent",
     "RecalibrationIntervalMethod",
     "RecalibrationNote",
+    "Rule",
     "Sha256",
     "Share",
     "SiteExclusionReason",
     "SiteSource",
     "SlopeModel",
     "Stage",
-    "Statistic",
     "SubgroupName",
     "TemperatureNote",
     "TemperatureSource",
@@ -64,12 +64,13 @@ Name: TypeAlias = Annotated[str, Constraint(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]
 #: A subgroup attribute as the protocol names it.
 SubgroupName: TypeAlias = Annotated[str, Constraint(pattern=r"^[a-z][a-z0-9_]*$")]
 
-#: A verdict of a criterion, of a group or of the run.
-Verdict: TypeAlias = Literal["pass", "fail", "insufficient data"]
+#: A verdict of a criterion, of a group or of the run: the interval clears the margin (pass), lies beyond
+#: it (fail), straddles it (inconclusive), or there is no interval to judge (insufficient data).
+Verdict: TypeAlias = Literal["pass", "fail", "inconclusive", "insufficient data"]
 #: Before calibration (the model's own probabilities) or after (with the group's temperature).
 Stage: TypeAlias = Literal["before", "after"]
-#: Which part of an interval a criterion compares.
-Statistic: TypeAlias = Literal["estimate", "low", "high"]
+#: How a criterion's margin reads: the value must lie below it, above it, or within [low, high].
+Rule: TypeAlias = Literal["below", "above", "within"]
 #: How a bootstrap interval is read from the replicates.
 IntervalMethod: TypeAlias = Literal["percentile", "bca"]
 #: Where a group's temperature came from: its own fit, the global one (too few fit studies), shrunk

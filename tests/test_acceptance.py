@@ -1,0 +1,121 @@
+"""The acceptance rules, pinned on hand-built intervals: pass, fail, inconclusive and insufficient data.
+
+A group passes when its whole interval clears the margin, fails when it lies wholly beyond it, and is
+inconclusive when it straddles it; a small group or a missing interval is insufficient data. The
+criterion takes the worst of its groups (fail > inconclusive > insufficient data > pass).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from sitecal.evaluation import FAIL, INCONCLUSIVE, INSUFFICIENT, PASS
+from sitecal.evaluation._acceptance import combine, group_verdict, judge
+from sitecal.protocol import AcceptanceCriterion
+
+NAN = math.nan
+BELOW = AcceptanceCriterion(id="ece-below", metric="ece", below=0.05)
+ABOVE = AcceptanceCriterion(id="acc-above", metric="accuracy", above=0.7)
+WITHIN = AcceptanceCriterion(id="slope-within", metric="ece", within=(0.8, 1.25))
+
+
+@pytest.mark.parametrize(
+    ("criterion", "estimate", "low", "high", "verdict"),
+    [
+        # below 0.05: the upper end decides a pass, the lower end a fail
+        (BELOW, 0.02, 0.01, 0.049, PASS),
+        (BELOW, 0.03, 0.01, 0.05, INCONCLUSIVE),  # the upper end on the margin does not clear it
+        (BELOW, 0.04, 0.02, 0.08, INCONCLUSIVE),
+        (BELOW, 0.07, 0.05, 0.09, FAIL),  # the lower end on the margin: wholly at or beyond it
+        (BELOW, 0.09, 0.06, 0.12, FAIL),
+        # above 0.7
+        (ABOVE, 0.8, 0.71, 0.85, PASS),
+        (ABOVE, 0.72, 0.65, 0.78, INCONCLUSIVE),
+        (ABOVE, 0.6, 0.55, 0.7, FAIL),
+        # within [0.8, 1.25]: both ends must lie inside to pass; wholly outside on either side fails
+        (WITHIN, 1.0, 0.85, 1.2, PASS),
+        (WITHIN, 0.9, 0.75, 1.1, INCONCLUSIVE),
+        (WITHIN, 1.2, 1.1, 1.4, INCONCLUSIVE),
+        (WITHIN, 1.0, 0.7, 1.4, INCONCLUSIVE),  # wider than the margin: straddles both ends
+        (WITHIN, 0.6, 0.5, 0.79, FAIL),
+        (WITHIN, 1.5, 1.25, 1.7, FAIL),
+        # no interval to judge
+        (BELOW, 0.02, NAN, 0.04, INSUFFICIENT),
+        (WITHIN, NAN, NAN, NAN, INSUFFICIENT),
+        (ABOVE, 0.8, 0.75, math.inf, INSUFFICIENT),
+    ],
+)
+def test_each_rule_on_hand_built_intervals(
+    criterion: AcceptanceCriterion, estimate: float, low: float, high: float, verdict: str
+) -> None:
+    assert group_verdict(criterion, estimate, low, high) == verdict
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "expected"),
+    [
+        ([PASS, PASS], PASS),
+        ([PASS, INSUFFICIENT], INSUFFICIENT),
+        ([PASS, INCONCLUSIVE, INSUFFICIENT], INCONCLUSIVE),
+        ([INCONCLUSIVE, FAIL, PASS], FAIL),
+        ([], INSUFFICIENT),
+    ],
+)
+def test_a_criterion_takes_the_worst_of_its_groups(verdicts: list[Any], expected: str) -> None:
+    assert combine(verdicts) == expected
+
+
+def _group(name: str, n: int, low: float, estimate: float, high: float, *, small: bool = False) -> Any:
+    interval = SimpleNamespace(estimate=estimate, low=low, high=high)
+    return SimpleNamespace(group=name, n=n, small=small, metrics={"ece": SimpleNamespace(after=interval)})
+
+
+def test_judge_records_each_groups_interval_margin_and_level() -> None:
+    overall = _group("All studies", 900, 0.02, 0.03, 0.04)
+    groups = {
+        "scanner": [
+            _group("A", 400, 0.01, 0.02, 0.04),  # clears 0.05
+            _group("B", 300, 0.03, 0.045, 0.07),  # straddles
+            _group("C", 20, 0.0, 0.01, 0.02, small=True),  # clears, but too small to be judged
+        ]
+    }
+    criterion = AcceptanceCriterion(id="c", metric="ece", below=0.05, scope="scanner")
+    judged = judge(criterion, overall, groups, 0.9)
+    assert [(r.group, r.verdict) for r in judged.results] == [
+        ("A", PASS),
+        ("B", INCONCLUSIVE),
+        ("C", INSUFFICIENT),
+    ]
+    assert (judged.results[1].estimate, judged.results[1].low, judged.results[1].high) == (0.045, 0.03, 0.07)
+    assert judged.verdict == INCONCLUSIVE
+    assert (judged.rule, judged.lower_margin, judged.upper_margin, judged.level) == ("below", None, 0.05, 0.9)
+    within = judge(AcceptanceCriterion(id="w", metric="ece", within=(0.0, 0.05)), overall, groups, 0.95)
+    assert (within.rule, within.lower_margin, within.upper_margin) == ("within", 0.0, 0.05)
+    assert within.verdict == PASS and [r.group for r in within.results] == ["All studies"]
+    nowhere = judge(
+        AcceptanceCriterion(id="n", metric="ece", below=0.05, scope="site"), overall, groups, 0.95
+    )
+    assert nowhere.results == () and nowhere.verdict == INSUFFICIENT
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"below": 0.1, "above": 0.0},
+            "give exactly one of 'below', 'above' or 'within: [low, high]' (got below and above)",
+        ),
+        ({}, "give exactly one of 'below', 'above' or 'within: [low, high]'"),
+        ({"within": [1.25, 0.8]}, "'within' must be two finite numbers [low, high] with low < high"),
+        ({"below": 0.1, "statistic": "high"}, "'statistic' is no longer a criterion field"),
+    ],
+)
+def test_a_criterion_gives_one_well_formed_margin(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        AcceptanceCriterion.model_validate({"id": "c", "metric": "ece", **fields})
+    assert message in str(caught.value)
