@@ -91,7 +91,7 @@ def test_yaml_tags_are_not_executed(tmp_path: Path) -> None:
 
 
 def test_acceptance_needs_exactly_one_bound(tmp_path: Path, demo_protocol_text: str) -> None:
-    text = demo_protocol_text.replace("    below: 0.20\n", "")
+    text = demo_protocol_text.replace("    below: 0.10\n", "")
     path = _write(tmp_path, text)
     with pytest.raises(
         ProtocolError, match=r"acceptance.0: give exactly one of 'below', 'above' or 'within: \[low, high\]'"

@@ -20,7 +20,9 @@ import statsmodels.api as sm
 import yaml
 from reportlab.lib.pagesizes import A4
 from reportlab.platypus import SimpleDocTemplate
+from scipy.optimize import minimize_scalar
 from scipy.stats import chi2
+from scipy.stats import t as student_t
 from statsmodels.stats.meta_analysis import combine_effects
 from tests.conftest import DEMO_PROTOCOL
 from tests.report.sections import render_section
@@ -197,14 +199,35 @@ def test_heterogeneity_matches_combine_effects_and_a_written_out_variance(
     assert meta["q"] == pytest.approx(ref.q, rel=1e-10)
     assert meta["p_value"] == pytest.approx(float(chi2.sf(ref.q, 2)), rel=1e-10)
     assert meta["i2"] == pytest.approx(max(0.0, ref.i2), rel=1e-10, abs=1e-12)
-    assert meta["tau2"] == pytest.approx(max(0.0, ref.tau2), rel=1e-10, abs=1e-14)
-    # truncated at 0, the random-effects summary is the common-effect one
-    pooled, which = (ref.mean_effect_re, 1) if ref.tau2 > 0 else (ref.mean_effect_fe, 0)
-    low, high = intervals[which]
-    assert meta["pooled_oe"] == pytest.approx(math.exp(pooled), rel=1e-10)
-    assert (meta["pooled_oe_low"], meta["pooled_oe_high"]) == pytest.approx(
-        (math.exp(low), math.exp(high)), rel=1e-10
+    del intervals  # the Wald interval of statsmodels is no longer the one reported
+    # tau² by REML, written out: maximise the restricted log-likelihood over tau² >= 0
+    theta, v = np.array(effects), np.array(variances)
+
+    def restricted(t2: float) -> float:
+        w = 1.0 / (v + t2)
+        mu = float(np.sum(w * theta) / w.sum())
+        return -0.5 * float(np.sum(np.log(v + t2)) + np.log(w.sum()) + np.sum(w * (theta - mu) ** 2))
+
+    best = minimize_scalar(
+        lambda t: -restricted(t), bounds=(0.0, 10.0), method="bounded", options={"xatol": 1e-12}
     )
+    tau2 = max(0.0, float(best.x)) if restricted(0.0) < restricted(float(best.x)) else 0.0
+    assert meta["tau2"] == pytest.approx(tau2, abs=1e-7)
+    w = 1.0 / (v + meta["tau2"])
+    pooled = float(np.sum(w * theta) / w.sum())
+    # Hartung-Knapp: the weighted residual variance, t with k - 1 = 2 df
+    se_hk = math.sqrt(float(np.sum(w * (theta - pooled) ** 2)) / (2 * float(w.sum())))
+    t = float(student_t.ppf(0.975, 2))
+    assert meta["pooled_oe"] == pytest.approx(math.exp(pooled), rel=1e-9)
+    assert (meta["pooled_oe_low"], meta["pooled_oe_high"]) == pytest.approx(
+        (math.exp(pooled - t * se_hk), math.exp(pooled + t * se_hk)), rel=1e-9
+    )
+    # a new site: t with k - 2 = 1 df, tau² plus the pooled estimate's variance
+    half = float(student_t.ppf(0.975, 1)) * math.sqrt(meta["tau2"] + se_hk**2)
+    assert (meta["prediction_oe_low"], meta["prediction_oe_high"]) == pytest.approx(
+        (math.exp(pooled - half), math.exp(pooled + half)), rel=1e-9
+    )
+    assert het["method"] == "reml_hartung_knapp"
 
 
 def test_leave_one_site_out_refits_on_the_remaining_fit_part(

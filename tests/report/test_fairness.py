@@ -18,7 +18,12 @@ def _entry(estimate: float, low: float, high: float, n: int = 0) -> dict[str, An
     return {"estimate": estimate, "low": low, "high": high, "n": n}
 
 
-def _stage(per_group: dict[str, tuple[float, int]], gaps: dict[str, tuple[float, float, float]]) -> dict:
+def _stage(
+    per_group: dict[str, tuple[float, int]],
+    gaps: dict[str, tuple[float, float, float]],
+    flagged: tuple[str, ...] = (),
+) -> dict:
+    """One stage; the size-matched reference is 0.03 above each gap except a flagged group's."""
     values = {g: v for g, (v, _) in per_group.items()}
     highest, lowest = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
     return {
@@ -29,6 +34,10 @@ def _stage(per_group: dict[str, tuple[float, int]], gaps: dict[str, tuple[float,
         "lowest": lowest,
         "too_small": {"tiny": 7},
         "versus_rest": {g: _entry(*gap) for g, gap in gaps.items()},
+        "expected_gap": {g: round(gap[0] + 0.03, 3) for g, gap in gaps.items()},
+        "adjusted_p": {g: 0.01 if g in flagged else 0.4 for g in gaps},
+        "flagged": {g: g in flagged for g in gaps},
+        "n_permutations": 1000,
     }
 
 
@@ -38,10 +47,12 @@ DISPARITIES = {
             "after": _stage(
                 {"A": (0.05, 300), HOSTILE: (0.12, 120)},
                 {"A": (-0.04, -0.07, -0.01), HOSTILE: (0.061, 0.012, 0.1)},
+                flagged=(HOSTILE,),  # A's interval excludes 0 too, but its gap is that of its size
             ),
             "before": _stage(
                 {"A": (0.09, 300), HOSTILE: (0.2, 120)},
                 {"A": (-0.08, -0.1, -0.02), HOSTILE: (0.1, 0.05, 0.2)},
+                flagged=("A", HOSTILE),
             ),
         }
     },
@@ -94,10 +105,12 @@ def test_section_prints_the_ranking_spreads_and_small_groups(tmp_path: Path, eva
     text = " ".join(_render(tmp_path, evaluation).split())
     assert text.startswith("1 Fairness")
     rows = [
-        f"1 Scanner: {HOSTILE} 120 0.120 [0.110, 0.140] +0.061 [+0.012, +0.100] * +0.100 [+0.050, +0.200] *",
-        "2 Sex: F 200 0.070 [0.060, 0.090] +0.009 [-0.020, +0.030] not compared",
-        "3 Sex: M 220 0.060 [0.050, 0.080] -0.009 [-0.030, +0.020] not compared",
-        "4 Scanner: A 300 0.050 [0.040, 0.070] -0.040 [-0.070, -0.010] * -0.080 [-0.100, -0.020] *",
+        # the star follows the flag (the size-matched, max-T test), not the interval excluding 0
+        f"1 Scanner: {HOSTILE} 120 0.120 [0.110, 0.140] +0.061 [+0.012, +0.100] * +0.091 +0.100 [+0.050, "
+        "+0.200] *",
+        "2 Sex: F 200 0.070 [0.060, 0.090] +0.009 [-0.020, +0.030] +0.039 not compared",
+        "3 Sex: M 220 0.060 [0.050, 0.080] -0.009 [-0.030, +0.020] +0.021 not compared",
+        "4 Scanner: A 300 0.050 [0.040, 0.070] -0.040 [-0.070, -0.010] -0.010 -0.080 [-0.100, -0.020] *",
     ]
     positions = [text.find(row) for row in rows]
     assert -1 not in positions, (positions, text)

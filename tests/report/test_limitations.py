@@ -23,6 +23,7 @@ from tests.conftest import DEMO_PROTOCOL
 
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.metrics import softmax
+from sitecal.metrics.registry import metric as registry_metric
 from sitecal.protocol import Protocol
 from sitecal.report import ReportInputs
 from sitecal.report._cohort import cohort_characteristics
@@ -248,8 +249,9 @@ def test_an_inconclusive_group_is_named_with_its_interval_and_margin(
         r["verdict"] = "inconclusive" if r["group"] == result["group"] else "pass"
     text = _render(doc, tmp_path / "straddle.pdf", poppler_text)
     interval = f"{result['estimate']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
+    label = registry_metric(criterion["metric"]).label
     assert (
-        f"Scanner ‘{result['group']}’: {criterion['id']} needs ECE below {margin:g}; its estimate and "
+        f"Scanner ‘{result['group']}’: {criterion['id']} needs {label} below {margin:g}; its estimate and "
         f"interval {interval} straddle the margin (n = {result['n']})"
     ) in " ".join(text.split())
 

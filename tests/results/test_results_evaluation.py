@@ -26,7 +26,9 @@ def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[
     # purpose for schema_version 2, where the sentences became codes (notes, reasons, warnings, method
     # descriptions): a diff of the two files changes no number; and for schema_version 3, where a criterion
     # is judged on the whole interval: only 'acceptance', 'verdict' and 'schema_version' changed, and the
-    # leave-one-site-out rows gained the debiased ECE (a reported metric since): no other number moved
+    # leave-one-site-out rows gained the debiased ECE (a reported metric since); then the demo protocol's
+    # criterion moved to the debiased ECE (which it now reports), the disparities gained their
+    # size-matched flags and the site heterogeneity moved to REML with Hartung-Knapp
     outcome = outcomes["per-scanner-refit"]
     assert synthetic.file_text(outcome.document) == GOLDEN.read_text(encoding="utf-8")
     assert synthetic.file_text(outcome.result.to_dict()) == GOLDEN.read_text(encoding="utf-8")

@@ -275,7 +275,7 @@ def test_a_negative_seed_is_refused_before_the_run(tmp_path: Path, setting: str,
 @pytest.mark.parametrize("value", [".nan", ".inf"])
 def test_a_non_finite_acceptance_bound_is_refused(tmp_path: Path, value: str) -> None:
     # a NaN threshold compares false with every estimate: the criterion would never pass, silently
-    text = DEMO_PROTOCOL.read_text().replace("below: 0.20", f"below: {value}")
+    text = DEMO_PROTOCOL.read_text().replace("below: 0.10", f"below: {value}")
     path = _write(tmp_path, text)
     line = _line_of(text, f"below: {value}")
     assert _refusal(path) == f"{path}:{line}: acceptance.0.below: Input should be a finite number\n{FIX}"

@@ -10,7 +10,14 @@ import numpy as np
 from sitecal.evaluation._groups import patient_strata
 from sitecal.protocol import Protocol
 from sitecal.results import BootstrapSummary, Disparity, DisparityStages, IntervalNote, NotCompared
-from sitecal.stats import BootstrapResult, BootstrapSpec, DisparityResult, disparity_intervals
+from sitecal.stats import (
+    BootstrapResult,
+    BootstrapSpec,
+    DisparityResult,
+    GroupFlags,
+    disparity_intervals,
+    size_matched_flags,
+)
 
 __all__ = ["attribute_disparities"]
 
@@ -51,7 +58,20 @@ def attribute_disparities(
                     n_bins=ev.n_bins,
                     min_group_size=ev.min_group_size,
                     spec=spec,
-                )
+                ),
+                # flags: against random patient sets of each group's size, max-T across the groups
+                size_matched_flags(
+                    probs,
+                    labels,
+                    values,
+                    clusters=patients,
+                    metric=metric,
+                    n_bins=ev.n_bins,
+                    min_group_size=ev.min_group_size,
+                    n_permutations=spec.n_resamples,
+                    level=spec.level,
+                    seed=spec.seed,
+                ),
             )
             for stage, probs in prob_sets.items()
         }
@@ -59,7 +79,7 @@ def attribute_disparities(
     return out
 
 
-def _disparity(result: DisparityResult) -> Disparity:
+def _disparity(result: DisparityResult, flags: GroupFlags) -> Disparity:
     return Disparity(
         metric=result.metric,
         groups=tuple(result.groups),
@@ -69,6 +89,10 @@ def _disparity(result: DisparityResult) -> Disparity:
         highest=result.highest,
         lowest=result.lowest,
         versus_rest={g: _summary(r) for g, r in result.versus_rest.items()},
+        expected_gap=dict(flags.expected_gap),
+        adjusted_p=dict(flags.adjusted_p),
+        flagged=dict(flags.flagged),
+        n_permutations=flags.n_permutations,
     )
 
 

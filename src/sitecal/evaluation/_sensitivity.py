@@ -271,6 +271,8 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
         pooled_oe=_finite(math.exp(meta.estimate)),
         pooled_oe_low=_finite(math.exp(meta.low)),
         pooled_oe_high=_finite(math.exp(meta.high)),
+        prediction_oe_low=_finite(math.exp(meta.prediction_low)),
+        prediction_oe_high=_finite(math.exp(meta.prediction_high)),
         note="one_site" if meta.k < 2 else None,  # Q, I² and tau² need two or more
     )
 
@@ -281,7 +283,7 @@ def _heterogeneity(setup: _Setup, attribute: str | None, source: SiteSource) -> 
         "attribute_source": source,
         "effect": "log_oe",
         "variance": "cluster_robust_delta_method",
-        "method": "dersimonian_laird",
+        "method": "reml_hartung_knapp",
         "min_group_size": setup.protocol.evaluation.min_group_size,
     }
     if attribute is None:

@@ -8,7 +8,7 @@ a metric is one entry in :data:`METRICS`.
 
 >>> from sitecal.metrics.registry import metric, names
 >>> names(reported=True)
-('ece', 'nll', 'brier', 'accuracy')
+('ece', 'ece_debiased', 'nll', 'brier', 'accuracy')
 >>> m = metric("brier")
 >>> m.label, m.direction, m.bootstrappable
 ('Brier score', 'lower', True)

@@ -10,7 +10,7 @@ from reportlab.platypus import Flowable, Paragraph
 from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
-from ._text import NOT_RECORDED, format_count, format_interval, name_text, para_text
+from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
 from ._wording import word
 
 __all__ = ["fairness", "ranked_gaps"]
@@ -25,11 +25,15 @@ def _interval(entry: object, *, signed: bool = False) -> str:
     return format_interval(entry.get("estimate"), entry.get("low"), entry.get("high"), signed=signed)
 
 
-def _gap(entry: object) -> str:
-    """A group − rest difference with its interval, starred when the interval excludes 0."""
+def _gap(entry: object, flagged: object) -> str:
+    """A group − rest difference with its interval, starred when the group is flagged."""
     if entry is None:
         return NOT_COMPARED
-    return _interval(entry, signed=True) + (" *" if _beyond_noise(entry) else "")
+    return _interval(entry, signed=True) + (" *" if flagged is True else "")
+
+
+def _expected(value: object) -> str:
+    return format_value(value, signed=True) if isinstance(value, int | float) else NOT_RECORDED
 
 
 def _spread(stage: object) -> str:
@@ -38,19 +42,13 @@ def _spread(stage: object) -> str:
     return _interval(stage["range"])
 
 
-def _beyond_noise(entry: object) -> bool:
-    """Whether an interval of a difference excludes 0."""
-    if not isinstance(entry, Mapping):
-        return False
-    low, high = entry.get("low"), entry.get("high")
-    return isinstance(low, int | float) and isinstance(high, int | float) and (low > 0 or high < 0)
-
-
 def ranked_gaps(disparities: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
     """Every judged (attribute, group) with its gap to the rest after calibration, largest gap first.
 
     Rows carry ``attribute``, ``group``, ``n``, ``value`` (the group's metric after), ``after`` and
-    ``before`` (the group − rest entries). Ties and missing estimates sort by attribute, then group.
+    ``before`` (the group − rest entries), ``expected_after`` (the gap of a random patient set of the
+    group's size) and ``flagged_after`` / ``flagged_before``. Ties and missing estimates sort by
+    attribute, then group.
     """
     rows = []
     for attribute, by_metric in disparities.items():
@@ -65,6 +63,9 @@ def ranked_gaps(disparities: Mapping[str, Any], metric: str) -> list[dict[str, A
                     "value": get(after, "per_group", group),
                     "after": gap,
                     "before": get(before, "versus_rest", group),
+                    "expected_after": get(after, "expected_gap", group),
+                    "flagged_after": get(after, "flagged", group),
+                    "flagged_before": get(before, "flagged", group),
                 }
             )
     return sorted(rows, key=_rank_key)
@@ -88,15 +89,21 @@ def fairness(ctx: Context) -> list[Flowable]:
     metrics = sorted({m for by_metric in disparities.values() for m in (by_metric or {})})
     story.append(
         ctx.p(
-            "Each group's metric is compared with the rest of the cohort (group − rest), and the spread "
-            "across the groups of an attribute (highest − lowest) is measured, each with its own "
-            f"{ctx.level_text()} paired bootstrap interval on the same patient resamples (two overlapping "
-            "intervals of the groups are not the test). A gap whose interval excludes 0 is beyond "
-            "resampling noise. Intersections of attributes are compared like any attribute. Groups below "
-            f"the minimum size ({para_text(ctx.min_group_size())} studies) are not compared; they are "
-            "listed at the end of this section. Binned ECE is biased upward in small groups, so part of a "
-            "small group's positive gap in ECE is that bias: a gap of a group of a few dozen studies asks "
-            "for more studies before it is read as a difference in calibration."
+            "Each group's metric is compared with the rest of the cohort (group − rest), with its own "
+            f"{ctx.level_text()} paired bootstrap interval on the same patient resamples. That interval "
+            "alone is not the test: binned ECE is biased upward in small groups, so a small, well "
+            "calibrated group shows a positive gap from its size alone, and an attribute with many groups "
+            "shows some large gaps by chance. A group is <b>flagged</b> (*) only when its gap differs from "
+            "what random sets of the cohort's patients of the same size show (whole patients permuted "
+            "between the groups, which carries the size bias into the reference), after a max-T "
+            "adjustment over all the attribute's groups: in a cohort with no disparity, the chance that "
+            f"any group of an attribute is flagged is at most {_alpha(ctx)}, whatever the group sizes. The "
+            "column <i>expected for its size</i> gives the gap such a random set shows. A flag says the "
+            "group differs from the rest, not why: a different case mix is enough. The spread (highest − "
+            "lowest) is shown with its interval but is not a test: it is positive even with no disparity. "
+            "Intersections of attributes are compared like any attribute. Groups below the minimum size "
+            f"({para_text(ctx.min_group_size())} studies) are not compared; they are listed at the end of "
+            "this section."
         )
     )
     for metric in metrics:
@@ -122,6 +129,7 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
             ctx.head("n", right=True),
             ctx.head(f"{name} after", right=True),
             ctx.head("Group − rest, after", right=True),
+            ctx.head("Expected for its size", right=True),
             ctx.head("Group − rest, before", right=True),
         ]
     ]
@@ -133,21 +141,28 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
                 ctx.cell(f"{ctx.attribute_label(row['attribute'])}: {row['group']}"),
                 ctx.cell(format_count(row["n"]), style=num),
                 ctx.cell(_interval(row["value"]), style=num),
-                ctx.cell(_gap(row["after"]), style=num),
-                ctx.cell(_gap(row["before"]), style=num),
+                ctx.cell(_gap(row["after"], row["flagged_after"]), style=num),
+                ctx.cell(_expected(row["expected_after"]), style=num),
+                ctx.cell(_gap(row["before"], row["flagged_before"]), style=num),
             ]
         )
-        if _beyond_noise(row["after"]):
+        if row["flagged_after"] is True:
             extra.append(("BACKGROUND", (0, len(rows) - 1), (-1, len(rows) - 1), Palette.small_bg))
     w = ctx.width
     title = (
         f"{para_text(name)} of each group against the rest of the cohort, ranked by the gap after "
-        f"calibration (a positive gap: the group is {direction} than the rest). * and shading: the interval "
-        "excludes 0."
+        f"calibration (a positive gap: the group is {direction} than the rest). * and shading: flagged, "
+        "the gap differs from that of random patient sets of the group's size after the max-T adjustment."
     )
-    return ctx.table_block(
-        title, table(rows, [w * 0.05, w * 0.23, w * 0.06, w * 0.2, w * 0.23, w * 0.23], extra=extra)
-    )
+    widths = [w * 0.05, w * 0.21, w * 0.06, w * 0.18, w * 0.19, w * 0.12, w * 0.19]
+    return ctx.table_block(title, table(rows, widths, extra=extra))
+
+
+def _alpha(ctx: Context) -> str:
+    level = get(ctx.evaluation, "bootstrap", "level")
+    if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
+        return f"{(1 - level) * 100:.3g}%"
+    return "one minus the interval level"
 
 
 def _spread_table(ctx: Context, disparities: Mapping[str, Any], metric: str, name: str) -> list[Flowable]:

@@ -149,11 +149,39 @@ def _meta_sentence(stage_name: str, meta: Mapping[str, Any], level: str) -> str:
         f"I² = {format_percent(meta.get('i2'))}, τ² = "
         f"{format_value(meta.get('tau2'))}; pooled O:E (random effects) "
         f"{format_interval(meta.get('pooled_oe'), meta.get('pooled_oe_low'), meta.get('pooled_oe_high'))} "
-        f"({level} interval)."
+        f"({level} interval)"
     )
+    if meta.get("prediction_oe_low") is not None and meta.get("prediction_oe_high") is not None:
+        text += (
+            f"; a new site's O:E is expected within [{format_value(meta['prediction_oe_low'])}, "
+            f"{format_value(meta['prediction_oe_high'])}] ({level} prediction interval)"
+        )
+    text += "."
     if meta.get("note"):
         text += f" {para_text(word(meta['note']))}."
     return text
+
+
+def _method_text(method: object) -> str:
+    if method == "dersimonian_laird":
+        return (
+            "Random-effects meta-analysis (DerSimonian–Laird, Wald interval) of log(O:E) per site on the "
+            "evaluation split."
+        )
+    return (
+        "Random-effects meta-analysis of log(O:E) per site on the evaluation split: τ² by restricted "
+        "maximum likelihood (REML) and the pooled interval by Hartung–Knapp (t with k − 1 degrees of "
+        "freedom), which keeps its level with few sites where the Wald interval is too narrow; the "
+        "prediction interval (t with k − 2 degrees of freedom, τ² plus the pooled estimate's variance) "
+        "is where a new site's O:E is expected, and needs three sites or more."
+    )
+
+
+def _prediction(meta: Mapping[str, Any]) -> str:
+    low, high = meta.get("prediction_oe_low"), meta.get("prediction_oe_high")
+    if low is None or high is None:
+        return "not estimable (fewer than 3 sites)" if meta.get("k") else NOT_RECORDED
+    return f"[{format_value(low)}, {format_value(high)}]"
 
 
 def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
@@ -167,10 +195,10 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
     level = ctx.level_text()
     intro = (
         f"Sites are the groups of {para_text(label)} ({para_text(word(het.get('attribute_source')))}). "
-        "Random-effects meta-analysis (DerSimonian–Laird) of log(O:E) per site on the evaluation split, "
-        "each site's log(O:E) with its cluster-robust (patient) delta-method variance; Cochran’s Q is "
-        "tested against χ² with k − 1 degrees of freedom, I² is the share of the spread beyond chance and "
-        "τ² the between-site variance of log(O:E). Sites with fewer than "
+        + _method_text(het.get("method"))
+        + " Each site's log(O:E) comes with its cluster-robust (patient) delta-method variance; Cochran’s Q "
+        "is tested against χ² with k − 1 degrees of freedom, I² is the share of the spread beyond chance "
+        "and τ² the between-site variance of log(O:E). Sites with fewer than "
         f"{format_count(het.get('min_group_size'))} evaluation studies, and studies whose site is unknown, "
         "are left out. With few sites Q has "
         "little power: a large p-value is not evidence that the sites agree."
@@ -208,6 +236,7 @@ def _heterogeneity(ctx: Context, het: Mapping[str, Any]) -> list[Flowable]:
         ("p-value of Q", *(format_p_value(stages[s].get("p_value")) for s, _ in _STAGES)),
         ("I²", *(format_percent(stages[s].get("i2")) for s, _ in _STAGES)),
         ("τ² (log O:E)", *(format_value(stages[s].get("tau2")) for s, _ in _STAGES)),
+        ("Prediction interval, new site", *(_prediction(stages[s]) for s, _ in _STAGES)),
     ]
     first_summary = len(rows)
     for name, before_text, after_text in summary:

@@ -142,6 +142,10 @@ WORDS: dict[str, Callable[[Fields], str]] = {
     "cluster_bootstrap": _cluster_bootstrap,
     "log_oe": lambda f: "log(O/E), O/E = accuracy / mean top-label confidence",
     "cluster_robust_delta_method": lambda f: "cluster-robust (patient) delta-method variance of log(O/E)",
+    "reml_hartung_knapp": lambda f: (
+        "random effects, tau² by REML, Hartung-Knapp interval (t, k - 1 df), prediction interval for a "
+        "new site (t, k - 2 df); Q tested against chi-squared with k - 1 df"
+    ),
     "dersimonian_laird": lambda f: (
         "DerSimonian-Laird random effects; Q tested against chi-squared with k - 1 df"
     ),

@@ -152,7 +152,19 @@ class Disparity(Record):
     lowest : str
         Group with the lowest point estimate.
     versus_rest : Mapping of str to BootstrapSummary
-        Each compared group minus all other studies (small groups included in the rest).
+        Each compared group minus all other studies (small groups included in the rest): its own
+        interval, with no multiplicity control and the metric's size bias left in.
+    expected_gap : Mapping of str to float
+        The gap a random set of the cohort's patients of the group's size shows (mean over the
+        permutations): not 0 for a metric biased by group size, as the plug-in ECE.
+    adjusted_p : Mapping of str to float
+        Max-T adjusted p-value of the group's gap against that size-matched reference, over all the
+        attribute's compared groups (sitecal.stats.size_matched_flags).
+    flagged : Mapping of str to bool
+        The group's gap to the rest differs from the size-matched reference after the multiplicity
+        control: ``adjusted_p <= 1 - level``.
+    n_permutations : int
+        Permutations of whole patients between the groups.
     """
 
     metric: str
@@ -163,6 +175,10 @@ class Disparity(Record):
     highest: str
     lowest: str
     versus_rest: Mapping[str, BootstrapSummary]
+    expected_gap: Mapping[str, float]
+    adjusted_p: Mapping[str, Share]
+    flagged: Mapping[str, bool]
+    n_permutations: Annotated[int, Constraint(minimum=1)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,8 +151,10 @@ RecalibrationIntervalMethod: TypeAlias = Literal["wald_cluster_robust", "cluster
 HeterogeneityEffect: TypeAlias = Literal["log_oe"]
 #: Its variance: cluster-robust (patient) delta-method variance.
 HeterogeneityVariance: TypeAlias = Literal["cluster_robust_delta_method"]
-#: The pooling: DerSimonian-Laird random effects, Q against chi-squared with k - 1 df.
-HeterogeneityMethod: TypeAlias = Literal["dersimonian_laird"]
+#: The pooling: random effects with tau² by REML and the Hartung-Knapp(-Sidik-Jonkman) interval (t with
+#: k - 1 df), Q against chi-squared with k - 1 df ('dersimonian_laird': moment tau², Wald interval; older
+#: documents).
+HeterogeneityMethod: TypeAlias = Literal["reml_hartung_knapp", "dersimonian_laird"]
 #: Leave one site out: the temperatures are refitted by the protocol's policy on the remaining fit part.
 LeaveOneOutRefit: TypeAlias = Literal["refit_by_protocol_policy"]
 

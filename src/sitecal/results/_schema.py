@@ -14,7 +14,7 @@ only; the description of the object says so.
 >>> from sitecal.results import Evaluation, json_schema
 >>> schema = json_schema(Evaluation)
 >>> schema["properties"]["schema_version"]
-{'const': 2}
+{'const': 3}
 >>> schema["$defs"]["Interval"]["required"]
 ['estimate', 'low', 'high']
 """

@@ -208,11 +208,15 @@ class PooledSites(Record):
     i2 : float or None
         I² in [0, 1] (null with one site).
     tau2 : float or None
-        DerSimonian-Laird between-site variance of log(O/E).
+        Between-site variance of log(O/E) (REML; DerSimonian-Laird in older documents).
     pooled_oe : float or None
         exp of the random-effects pooled log(O/E).
     pooled_oe_low, pooled_oe_high : float or None
-        exp of the Wald interval's ends.
+        exp of the pooled interval's ends (Hartung-Knapp, t with k - 1 df; Wald in older documents);
+        null with one site.
+    prediction_oe_low, prediction_oe_high : float or None
+        exp of the prediction interval's ends for a new site's O/E (t with k - 2 df, tau² plus the
+        pooled estimate's variance); null with fewer than three sites.
     note : str or None
         'one_site' (no heterogeneity to measure: Q, I² and tau² need two or more), else null.
     """
@@ -231,6 +235,8 @@ class PooledSites(Record):
     pooled_oe: float | None
     pooled_oe_low: float | None
     pooled_oe_high: float | None
+    prediction_oe_low: float | None = None
+    prediction_oe_high: float | None = None
     note: PooledNote | None
 
 

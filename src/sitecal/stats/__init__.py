@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
+from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
@@ -19,6 +20,7 @@ __all__ = [
     "BootstrapResult",
     "BootstrapSpec",
     "DisparityResult",
+    "GroupFlags",
     "MetricIntervals",
     "PreparedStatistic",
     "RandomEffectsResult",
@@ -32,4 +34,5 @@ __all__ = [
     "fit_stream_seed",
     "random_effects_meta_analysis",
     "refit_bootstrap",
+    "size_matched_flags",
 ]
