@@ -58,7 +58,7 @@ def _one(args: tuple[int, bool, int, int]) -> dict[str, dict[str, bool]]:
     seed, planted, n_permutations, n_resamples = args
     probs, labels, groups, patients = _cohort(seed, planted)
     out = {}
-    for metric in ("ece", "ece_debiased"):
+    for metric in ("ece", "ece_debiased", "nll", "brier"):
         flags = size_matched_flags(
             probs, labels, groups, clusters=patients, metric=metric, n_permutations=n_permutations, seed=seed
         )

@@ -29,7 +29,15 @@ def test_the_adjusted_p_values_are_those_of_a_brute_force_max_t() -> None:
     probs, labels, groups = _calibrated((30, 50, 70), seed=3)
     patients = np.arange(groups.shape[0]) // 2
     res = size_matched_flags(
-        probs, labels, groups, clusters=patients, metric="ece", n_bins=10, n_permutations=60, seed=11
+        probs,
+        labels,
+        groups,
+        clusters=patients,
+        metric="ece",
+        n_bins=10,
+        n_permutations=60,
+        seed=11,
+        alternative="two-sided",
     )
     names = sorted(set(groups.tolist()))
 
@@ -81,9 +89,23 @@ def test_a_miscalibrated_group_is_flagged_and_the_others_are_not() -> None:
     assert res.flagged["g300"] and res.adjusted_p["g300"] <= 0.05
     assert res.gap["g300"] - res.expected_gap["g300"] > 0.03  # worse than random sets of 300
     assert not res.flagged["g80"]
-    # the comparison is two-sided and against the rest: the large group is better than a rest that holds
-    # the miscalibrated group, so a flag there reads "better than the rest"
-    assert res.gap["g600"] - res.expected_gap["g600"] < 0
+    # against the rest: the large group is better than a rest that holds the miscalibrated group; only
+    # the worse side is flagged by default, both sides when asked
+    assert res.gap["g600"] - res.expected_gap["g600"] < 0 and not res.flagged["g600"]
+    both = size_matched_flags(
+        probs, labels, groups, clusters=None, n_permutations=400, seed=0, alternative="two-sided"
+    )
+    assert both.flagged["g300"] and both.adjusted_p["g300"] >= res.adjusted_p["g300"]
+
+
+def test_accuracy_is_worse_when_lower() -> None:
+    probs, labels, groups = _calibrated((150, 200, 300), seed=8)
+    labels = labels.copy()
+    worse = np.flatnonzero(groups == "g150")[:60]  # 60 of its 150 studies get a wrong label
+    labels[worse] = (probs[worse].argmax(axis=1) + 1) % 3
+    res = size_matched_flags(probs, labels, groups, clusters=None, metric="accuracy", n_permutations=200)
+    assert res.gap["g150"] < 0 and res.flagged["g150"]
+    assert not res.flagged["g200"] and not res.flagged["g300"]
 
 
 def test_the_result_does_not_depend_on_the_row_order() -> None:

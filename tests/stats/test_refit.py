@@ -197,3 +197,37 @@ def test_errors() -> None:
         refit_bootstrap(
             d["zf"], d["yf"], d["ze"], d["ye"], fit_clusters=None, eval_clusters=None, metrics=("eec",)
         )
+
+
+def test_bca_influence_values_carry_each_splits_own_one_over_n() -> None:
+    # Efron & Tibshirani 14.3 for two samples, as scipy.stats.bootstrap computes it: each sample's influence
+    # values U = (K - 1)(mean - theta_(k)) enter the acceleration divided by that sample's own K. Rebuilt
+    # here from leave-one-cluster-out values computed directly, with unequal cluster counts in the splits.
+    zf, yf = _overconfident(60, 3, 2.0, seed=1)
+    ze, ye = _overconfident(90, 3, 2.0, seed=2)
+    res = refit_bootstrap(
+        zf,
+        yf,
+        ze,
+        ye,
+        fit_clusters=None,
+        eval_clusters=None,
+        metrics=("nll",),
+        spec=BootstrapSpec(n_resamples=50, seed=0, method="bca"),
+    )
+    jack = res.jackknife
+    assert jack is not None and jack.shape == (1, 2, 90 + 60)
+    before = softmax(ze)
+    loo = np.array([negative_log_likelihood(np.delete(before, k, 0), np.delete(ye, k)) for k in range(90)])
+    # centred as the interval code centres them (mean - value) after the scaling
+    u_eval = 89 * (loo - loo.mean()) / 90
+    np.testing.assert_allclose(jack[0, 0, :90], u_eval, rtol=1e-9, atol=1e-12)
+    assert np.all(jack[0, 0, 90:] == 0.0)  # the model's own probabilities do not depend on the fit split
+    s_loo = np.array(
+        [math.log(fit_temperature(np.delete(zf, k, 0), np.delete(yf, k)).temperature) for k in range(60)]
+    )
+    ds = 59 * (s_loo - s_loo.mean()) / 60
+    ratio = jack[0, 1, 90:] / ds  # the fit part: d(metric)/d(log T) times the scaled change of log T
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-6)
+    a_hat = float(np.sum((-jack[0, 1]) ** 3) / (6.0 * np.sum(jack[0, 1] ** 2) ** 1.5))
+    assert math.isfinite(a_hat) and abs(a_hat) < 1.0

@@ -59,7 +59,9 @@ TRIPOD_AI: tuple[tuple[str, str, str], ...] = (
     ("9a", "Choice of initial predictors", "dev"),
     ("9b", "Definition and measurement of predictors", "§Methods"),
     ("9c", "Qualifications of predictor assessors", "na:the predictors are the images; no reader"),
-    ("10", "Study size and its justification", "§Methods"),
+    # the report gives every group's n, not why the study has that size: a sample-size calculation made
+    # before the data were collected is for the site to supply
+    ("10", "Study size and its justification", "by:the sample-size calculation behind the study size"),
     ("11", "Handling of missing data", "§Data/Flow|Data|Cohort flow"),
     ("12a", "How the data were used and partitioned", "§Methods"),
     ("12b", "Handling of predictors in the analysis", "dev"),
@@ -108,7 +110,7 @@ CLAIM_2024: tuple[tuple[str, str, str], ...] = (
     ("2", "Structured summary", "§Title page"),
     ("3", "Background, intended use and role of the AI", "§Intended use"),
     ("4", "Aims, objectives and hypotheses", "§Intended use"),
-    ("5", "Prospective or retrospective study", "§Data|Cohort flow"),
+    ("5", "Prospective or retrospective study", "by:whether the data were collected prospectively"),
     ("6", "Study goal", "§Intended use"),
     ("7", "Data sources", "§Data/Sources|Data|Cohort flow"),
     ("8", "Inclusion and exclusion criteria", "§Data/Eligibility|Data|Cohort flow"),
@@ -116,7 +118,8 @@ CLAIM_2024: tuple[tuple[str, str, str], ...] = (
     ("10", "Selection of data subsets", "§Data/Eligibility|Data|Cohort flow"),
     ("11", "De-identification", "§Provenance"),
     ("12", "Missing data", "§Data/Flow|Data|Cohort flow"),
-    ("13", "Image acquisition protocol", "§Cohort characteristics"),
+    # the cohort characteristics give scanners and sites, not exposure or reconstruction settings
+    ("13", "Image acquisition protocol", "by:the image acquisition protocol (exposure, reconstruction)"),
     ("14", "Method used to obtain the reference standard", "site:reference_standard"),
     ("15", "Rationale for the reference standard", "site:reference_standard"),
     ("16", "Source of reference-standard annotations, annotators", "site:reference_standard"),

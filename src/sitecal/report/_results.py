@@ -9,7 +9,7 @@ from typing import Any
 from reportlab.lib.units import inch
 from reportlab.platypus import Flowable, Image, KeepTogether
 
-from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import ECE, ECE_DEBIASED
 
 from . import figures
 from ._context import Context, verdict_text
@@ -119,6 +119,20 @@ def results(ctx: Context) -> list[Flowable]:
         "The change after − before has its own paired interval: an interval that excludes 0 is a change "
         "beyond resampling noise. Shaded groups are below the minimum size."
     )
+    metrics = ev.get("metrics") or []
+    if ECE.name in metrics:
+        guide += (
+            " ECE is the plug-in estimate: biased upward in small groups (a perfectly calibrated group of "
+            "200 studies shows about 0.07 from sampling noise alone), and its percentile interval, built "
+            "around that biased estimate, does not cover a well calibrated group's true ECE."
+        )
+        guide += (
+            f" {para_text(ctx.metric_name(ECE_DEBIASED.name))} beside it removes the noise term (Kumar et "
+            "al. 2019; an l2 error, at least as large as the l1 ECE): the difference between the two is the "
+            "plug-in estimate's bias."
+            if ECE_DEBIASED.name in metrics
+            else " Add ece_debiased to evaluation.metrics to see the estimate without that bias."
+        )
     story: list[Flowable] = [ctx.h1("Results"), ctx.p(guide), ctx.h2("Overall")]
     story += ctx.table_block(_title(ctx, "All studies"), _metric_table(ctx, [ev["overall"]], "Cohort"))
     for attribute, groups in ev["subgroups"].items():

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_float, check_int, check_labels, check_probs
+from sitecal._validation import check_float, check_int, check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import SumMetricStatistic, metric_statistic
 from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import metric as registry_metric
 from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._resample import make_plan
 
@@ -54,7 +55,9 @@ class GroupFlags:
         Its mean over the permutations: the gap a random set of patients of the same size shows (not 0
         for a metric biased by size, as the plug-in ECE).
     adjusted_p : Mapping[str, float]
-        Max-T adjusted p-value, ``(1 + #{perm: max_h |z*_h| >= |z_g|}) / (1 + n_permutations)``.
+        Max-T adjusted p-value, ``(1 + #{perm: max_h z*_h >= z_g}) / (1 + n_permutations)``.
+    alternative : str
+        "worse" (only a gap on the metric's worse side is flagged) or "two-sided".
     flagged : Mapping[str, bool]
         ``adjusted_p <= 1 - level``.
     n_permutations : int
@@ -71,6 +74,7 @@ class GroupFlags:
     n_permutations: int
     level: float
     seed: int
+    alternative: str = "worse"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
@@ -84,6 +88,7 @@ class GroupFlags:
             "n_permutations": self.n_permutations,
             "level": self.level,
             "seed": self.seed,
+            "alternative": self.alternative,
         }
 
 
@@ -99,6 +104,7 @@ def size_matched_flags(
     n_permutations: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    alternative: Literal["worse", "two-sided"] = "worse",
 ) -> GroupFlags:
     """Flag the groups whose gap to the rest exceeds what random patient sets of their size show.
 
@@ -119,6 +125,10 @@ def size_matched_flags(
     level : float, default 0.95
         A group is flagged when its adjusted p-value is at most ``1 - level``.
     seed : int, default 0
+    alternative : {"worse", "two-sided"}, default "worse"
+        "worse": flag only groups whose gap lies on the metric's worse side of the reference (higher for
+        an error, lower for accuracy): the question "for whom are the probabilities not honest";
+        "two-sided": a group better than the rest is flagged too.
 
     Returns
     -------
@@ -130,8 +140,9 @@ def size_matched_flags(
     rows out in it; the original sequence of group labels (in patient order) is then assigned to the new
     sequence of rows. Every group keeps its number of rows exactly, and a patient's studies stay together
     (only a patient at the boundary between two groups' runs is split). With ``d_g`` the gap and ``d*_g``
-    its permutation values, ``z_g = (d_g - mean d*_g) / sd d*_g``; the adjusted p-value of group ``g`` is
-    the share of permutations with ``max_h |z*_h| >= |z_g|`` (counting the observed assignment once).
+    its permutation values, ``z_g = s (d_g - mean d*_g) / sd d*_g`` with ``s`` = 1 for an error and -1 for
+    accuracy (two-sided: ``|z_g|``); the adjusted p-value of group ``g`` is the share of permutations with
+    ``max_h z*_h >= z_g`` (counting the observed assignment once).
 
     References
     ----------
@@ -162,6 +173,7 @@ def size_matched_flags(
     n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
     lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
     rng_seed = check_int(seed, name="seed", func=func, minimum=0)
+    check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
     statistic = metric_statistic(metric, n_bins=n_bins)
     if not isinstance(statistic, SumMetricStatistic):
         allowed = ", ".join(repr(name) for name in metric_names(summable=True))
@@ -211,11 +223,15 @@ def size_matched_flags(
     cols = judged
     expected = permuted[:, cols].mean(axis=0)
     spread = permuted[:, cols].std(axis=0, ddof=1)
+    # standardised so that larger is worse (or farther, two-sided)
+    sign = -1.0 if registry_metric(metric).direction == "higher" else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        z = np.abs(observed[cols] - expected) / spread
-        z_perm = np.abs(permuted[:, cols] - expected) / spread
-    z = np.where(np.isfinite(z), z, 0.0)  # no spread: the gap cannot differ from the reference
-    largest = np.nan_to_num(z_perm, nan=0.0, posinf=0.0).max(axis=1)
+        z = sign * (observed[cols] - expected) / spread
+        z_perm = sign * (permuted[:, cols] - expected) / spread
+    if alternative == "two-sided":
+        z, z_perm = np.abs(z), np.abs(z_perm)
+    z = np.where(np.isfinite(z), z, -np.inf)  # no spread: the gap cannot differ from the reference
+    largest = np.nan_to_num(z_perm, nan=-np.inf, posinf=-np.inf).max(axis=1)
     adjusted = (1.0 + (largest[:, None] >= z[None, :] - 1e-12).sum(axis=0)) / (1.0 + n_perm)
     judged_names = tuple(str(names[i]) for i in cols)
     return GroupFlags(
@@ -228,4 +244,5 @@ def size_matched_flags(
         n_permutations=n_perm,
         level=lvl,
         seed=rng_seed,
+        alternative=alternative,
     )

@@ -152,8 +152,10 @@ def refit_bootstrap(
 
     BCa: the acceleration of ``T`` uses the exact leave-one-fit-cluster-out fits. For a metric
     after calibration, which depends on both splits, it uses the two-sample form
-    :math:`a = \sum U^3 / (6 (\sum U^2)^{3/2})` over the influence values of both splits (Efron &
-    Tibshirani 1993, 14.3): :math:`U = (K - 1)(\bar\theta_{(\cdot)} - \theta_{(k)})` from the
+    :math:`a = \sum_j \sum_k (U_{jk}/K_j)^3 / (6 (\sum_j \sum_k (U_{jk}/K_j)^2)^{3/2})` over the influence
+    values of both splits, each divided by its own cluster count :math:`K_j` (Efron & Tibshirani 1993,
+    14.3, as ``scipy.stats.bootstrap`` computes it for several samples):
+    :math:`U = (K - 1)(\bar\theta_{(\cdot)} - \theta_{(k)})` from the
     leave-one-evaluation-cluster-out values at the full-data T, and for the fit split the change of
     ``s`` times a central difference of the metric in ``s`` (step: the bootstrap SE of ``s``).
 
@@ -264,14 +266,16 @@ def _bca_influence(
     after_probs = softmax(ze, temperature=math.exp(s0))
     m = len(stats)
     eval_part = np.empty((m, 2, eval_plan.n_clusters))
+    k_eval, k_fit_clusters = eval_plan.n_clusters, solver.n_clusters
     for i, stat in enumerate(stats):  # a loop over metrics
         for j, probs in enumerate((before_probs, after_probs)):
             jk = make_evaluator(stat, (probs, ye), eval_plan).jackknife(1)
-            eval_part[i, j] = (eval_plan.n_clusters - 1) * (jk - jk.mean())
+            # each sample's influence values carry its own 1/n (Efron & Tibshirani 1993, 14.3; scipy)
+            eval_part[i, j] = (k_eval - 1) * (jk - jk.mean()) / k_eval
     h = max(float(np.std(s_rep, ddof=1)), 1e-6)
     ends = _after_metrics(stats, ze, ye, np.array([s0 - h, s0 + h]), np.ones((2, eval_plan.n)))
     slope = (ends[:, 1] - ends[:, 0]) / (2.0 * h)  # (M,)
-    ds = (solver.n_clusters - 1) * (s_jack - s_jack.mean())
+    ds = (k_fit_clusters - 1) * (s_jack - s_jack.mean()) / k_fit_clusters
     fit_part = np.zeros((m, 2, ds.shape[0]))
     fit_part[:, 1] = slope[:, None] * ds[None, :]
     return s_jack, _readonly(np.concatenate([eval_part, fit_part], axis=2))
