@@ -41,6 +41,7 @@ LAYER = {
     "report": 4,
     "run": 5,
     "stages": 5,
+    "planning": 5,
     "arrays": 5,
     "demo": 5,
     "preflight": 5,
@@ -122,7 +123,9 @@ ALLOWED = {
     },
     "preflight": {"protocol", "cohort", "inference"},  # labels, mappings and the model, before the scan
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
-    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo"},
+    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo", "planning"},
+    # simulates criteria with the evaluation's own rule and the statistics engine
+    "planning": {"protocol", "evaluation", "metrics", "stats"},
 }
 
 

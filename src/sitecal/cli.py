@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{run,check,predict,evaluate,report,demo}"
+        dest="command", required=True, metavar="{run,check,predict,evaluate,report,plan,demo}"
     )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
@@ -78,6 +78,36 @@ def _parser() -> argparse.ArgumentParser:
         help="render a finished run folder's report again from its stored results (no recomputation)",
     )
     report.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+
+    plan = sub.add_parser(
+        "plan",
+        help="how many evaluation studies a group needs for an 80%% chance to pass each criterion",
+        description=(
+            "Simulate, with sitecal's own bootstrap and acceptance rule, the chance that each acceptance "
+            "criterion passes in a group of 50 to 1,600 evaluation studies if the model is calibrated: "
+            "before data collection from an assumed prevalence and accuracy, after a run from its "
+            "calibrated evaluation studies (--from-run). Prints one table per criterion."
+        ),
+    )
+    plan.add_argument("protocol", type=Path, help="protocol YAML file (its criteria, bins and level)")
+    plan.add_argument(
+        "--prevalence",
+        default=None,
+        metavar="SHARES",
+        help="share of each class in the protocol's class order, e.g. 0.6,0.25,0.15 (before data)",
+    )
+    plan.add_argument("--accuracy", type=float, default=None, help="expected accuracy, e.g. 0.75")
+    plan.add_argument(
+        "--from-run",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="plan from a finished run folder",
+    )
+    plan.add_argument(
+        "--simulations", type=int, default=200, help="simulated groups per size (default: %(default)s)"
+    )
+    plan.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     # The demo's texts are written out here: importing sitecal.demo for them would load torch on every
     # command. tests/demo/test_demo_command.py keeps the numbers equal to sitecal.demo's.
@@ -148,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _predict(args.protocol, args)
         if args.command == "report":
             return _report(args.run_dir)
+        if args.command == "plan":
+            return _plan(args)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -281,6 +313,68 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
     _print_exclusion_rows(exclusion_counts(result.exclusions), listed_in=result.exclusions_csv.name)
     print(f"Predicted: {result.n_predicted} studies")
     print(f"Predictions: {result.path}")
+    return EXIT_PASS
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from sitecal.planning import TARGET_POWER, assumed_model, fitted_model, plan_criteria
+    from sitecal.protocol import load_protocol
+
+    protocol = load_protocol(args.protocol).protocol
+    if args.simulations < 20:
+        raise _InputError(f"--simulations {args.simulations}: give at least 20 (200 for a plan to rely on).")
+    if args.from_run is not None:
+        if args.prevalence is not None or args.accuracy is not None:
+            raise _InputError("give either --from-run or --prevalence with --accuracy, not both")
+        models = fitted_model(args.from_run)
+    else:
+        if args.prevalence is None or args.accuracy is None:
+            raise _InputError(
+                "before data collection give --prevalence (one share per class: "
+                f"{', '.join(protocol.model.class_names)}) and --accuracy; after a run, --from-run RUN_DIR"
+            )
+        try:
+            shares = [float(x) for x in args.prevalence.split(",")]
+        except ValueError:
+            raise _InputError(f"--prevalence {args.prevalence!r}: give numbers separated by commas") from None
+        if len(shares) != len(protocol.model.class_names):
+            raise _InputError(
+                f"--prevalence: {len(shares)} shares for {len(protocol.model.class_names)} classes "
+                f"({', '.join(protocol.model.class_names)})"
+            )
+        model = assumed_model(shares, args.accuracy)
+        models = {"assumed model": model}
+    with tqdm(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        plans = plan_criteria(protocol, models, n_simulations=args.simulations, progress=progress)
+    print(
+        f"Chance to pass each criterion if the model is calibrated ({args.simulations} simulated groups per "
+        f"size; {protocol.evaluation.bootstrap.level * 100:g}% percentile bootstrap; the temperature's own "
+        "uncertainty not included, so read the sizes as lower bounds):"
+    )
+    for model_name, model in models.items():
+        print(f"  {model_name}: {model.description}")
+    for criterion in protocol.acceptance:
+        rows = [p for p in plans if p.criterion == criterion.id]
+        sizes = rows[0].sizes
+        print(f"\n{criterion.id} ({criterion.metric} {criterion.stage} calibration, {criterion.rule}):")
+        width = max(len(p.group) for p in rows)
+        print(
+            "  "
+            + "group".ljust(width)
+            + "".join(f"{n:>7}" for n in sizes)
+            + f"   needed for {TARGET_POWER:.0%}"
+        )
+        for p in rows:
+            needed = f">{sizes[-1]}" if p.needed is None else str(p.needed)
+            cells = "".join(f"{r * 100:>6.0f}%" for r in p.pass_rate)
+            print("  " + p.group.ljust(width) + cells + f"   {needed}")
     return EXIT_PASS
 
 

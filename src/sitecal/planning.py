@@ -1,0 +1,264 @@
+"""Sample-size planning: how many evaluation studies a group needs for an 80 % chance to pass a criterion.
+
+``sitecal plan PROTOCOL`` answers, for each acceptance criterion, the planner's question of Riley et al.
+(2021): with ``n`` evaluation studies in a group, how likely is the criterion to pass *if the model is as
+calibrated as assumed*? The answer is simulated with the project's own engine: draw ``n`` studies from
+the assumed model, compute the criterion's metric and its bootstrap interval exactly as a run does, and
+judge it with the run's rule; repeat, and read the share of passes against ``n``.
+
+The assumed model is perfectly calibrated by construction (each study's label is drawn from its own
+predicted probabilities), so the plan answers "enough studies to show a good model is good". Two
+sources:
+
+- **before data collection** (:func:`assumed_model`): a prevalence per class and the expected accuracy.
+  Probabilities are ``softmax(offset + sigma * noise)`` with Gaussian noise, ``sigma`` set so that the
+  mean top probability (the accuracy of a calibrated model) equals the assumed accuracy and the class
+  offsets so that the mean probability of each class (its prevalence under calibration) is the assumed
+  one;
+- **after a run** (:func:`fitted_model`): the evaluation studies' calibrated probabilities from the run
+  folder, resampled, each label drawn from its study's probabilities.
+
+The temperature's own uncertainty is not simulated (the plan assumes it known), so a refit run's
+intervals are somewhat wider than planned: treat the plan as a lower bound.
+
+References: R. D. Riley et al. "Minimum sample size for external validation of a clinical prediction
+model with a binary outcome." Stat Med 40, 2021.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sitecal.errors import DataError
+from sitecal.evaluation._acceptance import PASS, group_verdict
+from sitecal.metrics import softmax
+from sitecal.protocol import AcceptanceCriterion, Protocol
+from sitecal.stats import BootstrapSpec, bootstrap_metrics
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "TARGET_POWER",
+    "CriterionPlan",
+    "StudyModel",
+    "assumed_model",
+    "fitted_model",
+    "plan_criteria",
+]
+
+#: The chance of passing a plan aims for.
+TARGET_POWER = 0.8
+#: Group sizes simulated by default.
+DEFAULT_SIZES = (50, 100, 200, 300, 400, 600, 800, 1200, 1600)
+
+
+@dataclass(frozen=True)
+class StudyModel:
+    """A source of calibrated studies: ``draw(n, rng) -> (probs (n, C), labels (n,))``."""
+
+    description: str
+    draw: Callable[[int, np.random.Generator], tuple[NDArray[np.float64], NDArray[np.int64]]] = field(
+        repr=False
+    )
+
+
+@dataclass(frozen=True)
+class CriterionPlan:
+    """The simulated chance that a criterion passes in a group of each size.
+
+    Attributes
+    ----------
+    criterion : str
+        The criterion's id.
+    group : str
+        The group the studies were drawn like (``"assumed model"`` before data collection).
+    sizes : tuple of int
+    pass_rate : tuple of float
+        Share of simulations that passed, per size.
+    needed : int or None
+        The smallest simulated size whose pass rate reaches :data:`TARGET_POWER`; None if none does.
+    n_simulations : int
+    """
+
+    criterion: str
+    group: str
+    sizes: tuple[int, ...]
+    pass_rate: tuple[float, ...]
+    needed: int | None
+    n_simulations: int
+
+
+def _labels_from(probs: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.int64]:
+    """Each label drawn from its own row's probabilities: a perfectly calibrated model."""
+    cumulative = probs.cumsum(axis=1)
+    labels = (rng.random((probs.shape[0], 1)) > cumulative).sum(axis=1).astype(np.int64)
+    out: NDArray[np.int64] = np.minimum(labels, probs.shape[1] - 1)
+    return out
+
+
+def assumed_model(prevalence: Sequence[float], accuracy: float, *, seed: int = 0) -> StudyModel:
+    """A calibrated model of the given class prevalence and accuracy (before any data).
+
+    >>> model = assumed_model([0.6, 0.25, 0.15], 0.75)
+    >>> probs, labels = model.draw(20_000, np.random.default_rng(1))
+    >>> round(float(probs.max(axis=1).mean()), 2), round(float((probs.argmax(1) == labels).mean()), 2)
+    (0.75, 0.75)
+    """
+    prev = np.asarray(prevalence, dtype=np.float64)
+    if prev.ndim != 1 or prev.shape[0] < 2 or not np.all(prev > 0) or not math.isclose(prev.sum(), 1.0):
+        raise DataError(
+            f"--prevalence: give one share per class, each > 0, summing to 1. Got {prev.tolist()}."
+        )
+    floor = float(prev.max())
+    if not floor < accuracy < 1.0:
+        raise DataError(
+            f"--accuracy {accuracy}: must lie between the largest prevalence ({floor:g}, what always "
+            "predicting the commonest class achieves) and 1."
+        )
+    noise = np.random.default_rng(seed).normal(size=(20_000, prev.shape[0]))
+
+    def centred(sigma: float) -> tuple[NDArray[np.float64], float]:
+        """The class offsets whose mean probabilities are the prevalence, and the mean top probability."""
+        base = np.log(prev)
+        for _ in range(30):  # fixed point: mean probability of each class -> its prevalence
+            mean = softmax(base + sigma * noise).mean(axis=0)
+            base = base + np.log(prev / mean)
+        return base, float(softmax(base + sigma * noise).max(axis=1).mean())
+
+    low, high = 0.0, 30.0
+    for _ in range(40):  # bisection: the mean top probability grows with sigma
+        mid = (low + high) / 2
+        low, high = (mid, high) if centred(mid)[1] < accuracy else (low, mid)
+    sigma = (low + high) / 2
+    base, _ = centred(sigma)
+
+    def draw(n: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        probs = softmax(base + sigma * rng.normal(size=(n, prev.shape[0])))
+        return probs, _labels_from(probs, rng)
+
+    shares = ", ".join(f"{p:g}" for p in prev)
+    return StudyModel(f"assumed: prevalence {shares}, accuracy {accuracy:g} (calibrated)", draw)
+
+
+def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
+    """One model per calibration group from a run folder's evaluation studies, calibrated probabilities.
+
+    Returns ``{"all studies": model}`` plus one per group of the run's calibration attribute (read from
+    ``cohort.csv``, ``predictions.csv`` and ``calibration.json``). Labels are drawn afresh from each
+    study's calibrated probabilities, so the model is as calibrated as the run's temperatures make it
+    *by assumption*.
+    """
+    paths = {name: run_folder / name for name in ("cohort.csv", "predictions.csv", "calibration.json")}
+    for path in paths.values():
+        if not path.is_file():
+            raise DataError(f"{path}: not found. --from-run needs a run folder written by `sitecal run`.")
+    try:
+        cal = json.loads(paths["calibration.json"].read_text(encoding="utf-8"))
+        with open(paths["cohort.csv"], newline="", encoding="utf-8") as f:
+            cohort = list(csv.DictReader(f))
+        with open(paths["predictions.csv"], newline="", encoding="utf-8") as f:
+            predicted = {r["study_key"]: r for r in csv.DictReader(f)}
+        per = cal.get("per")
+        global_t = float(cal["global_fit"]["temperature"])
+        temps = {str(g): float(entry["temperature"]) for g, entry in (cal.get("groups") or {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
+        raise DataError(
+            f"{run_folder}: cannot read its cohort.csv, predictions.csv or calibration.json ({exc!r}). "
+            "Point --from-run at an unedited run folder."
+        ) from None
+    columns = [c for c in next(iter(predicted.values()), {}) if c.startswith("logit:")]
+    rows = [r for r in cohort if r.get("split") == "evaluation" and r.get("study_key") in predicted]
+    if len(columns) < 2 or not rows:
+        raise DataError(f"{run_folder}: no evaluation study with logits to plan from.")
+    logits = np.array([[float(predicted[r["study_key"]][c]) for c in columns] for r in rows])
+    groups = np.array([(r.get(per) or "") if per else "" for r in rows])
+    t = np.array([temps.get(g, global_t) for g in groups])
+    probs = softmax(logits, temperature=t)
+
+    def model(rows_of: NDArray[np.int64], name: str) -> StudyModel:
+        pool = probs[rows_of]
+
+        def draw(n: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+            p = pool[rng.integers(0, pool.shape[0], n)]
+            return p, _labels_from(p, rng)
+
+        return StudyModel(f"{name}: the run's {pool.shape[0]} evaluation studies, calibrated", draw)
+
+    out = {"all studies": model(np.arange(probs.shape[0]), "all studies")}
+    if per:
+        for g in sorted(set(groups.tolist())):
+            out[g] = model(np.flatnonzero(groups == g), g)
+    return out
+
+
+def plan_criteria(
+    protocol: Protocol,
+    models: Mapping[str, StudyModel],
+    *,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    n_simulations: int = 200,
+    n_resamples: int = 400,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[CriterionPlan]:
+    """Simulate each criterion's chance to pass at each size, for each model.
+
+    Each simulation draws ``n`` studies (one per patient), computes the criterion's metric with its
+    percentile bootstrap interval at the protocol's level (``n_resamples`` resamples: fewer than a run's,
+    which changes the interval's ends by little), and judges it with the run's rule.
+    """
+    ev = protocol.evaluation
+    criteria = [c for c in protocol.acceptance]
+    if not criteria:
+        raise DataError("the protocol has no acceptance criteria: there is nothing to plan for.")
+    total = len(criteria) * len(models) * len(sizes)
+    done = 0
+    plans = []
+    for criterion in criteria:
+        for name, model in models.items():
+            rates = []
+            for n in sizes:
+                rates.append(
+                    _pass_rate(
+                        criterion, model, n, n_simulations, n_resamples, ev.n_bins, ev.bootstrap.level, seed
+                    )
+                )
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            needed = next((n for n, r in zip(sizes, rates, strict=True) if r >= TARGET_POWER), None)
+            plans.append(CriterionPlan(criterion.id, name, tuple(sizes), tuple(rates), needed, n_simulations))
+    return plans
+
+
+def _pass_rate(
+    criterion: AcceptanceCriterion,
+    model: StudyModel,
+    n: int,
+    n_simulations: int,
+    n_resamples: int,
+    n_bins: int,
+    level: float,
+    seed: int,
+) -> float:
+    rng = np.random.default_rng([seed, n])
+    passes = 0
+    for i in range(n_simulations):  # a loop over simulated groups
+        probs, labels = model.draw(n, rng)
+        res = bootstrap_metrics(
+            {"after": probs},
+            labels,
+            clusters=None,
+            metrics=(criterion.metric,),
+            n_bins=n_bins,
+            spec=BootstrapSpec(n_resamples=n_resamples, level=level, seed=seed + i, workers=1),
+        ).get(criterion.metric, "after")
+        passes += group_verdict(criterion, res.estimate, res.low, res.high) == PASS
+    return passes / n_simulations
