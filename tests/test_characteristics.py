@@ -248,7 +248,9 @@ def _synthetic(seed: int = 3) -> EvaluationData:
 
 def test_evaluate_writes_both_keys_consistently_and_they_validate() -> None:
     data = _synthetic()
-    protocol = _protocol(subgroups=["scanner", "sex"], metrics=["ece", "accuracy"], disparity_metrics=["ece"])
+    protocol = _protocol(
+        subgroups=["scanner", "sex"], metrics=["ece", "ece_debiased", "accuracy"], disparity_metrics=["ece"]
+    )
     out = evaluate(protocol, data, cohort_flow=FLOW, protocol_sha256="0" * 64)
     doc = json.loads(json.dumps(out.document))
     chars, errors = doc["characteristics"], doc["highest_confidence_errors"]

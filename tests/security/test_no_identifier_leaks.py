@@ -22,7 +22,7 @@ import pydicom
 import pytest
 import yaml
 from pydicom import config as pydicom_config
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, VERDICT_EXIT
 
 from sitecal.cli import main
 from sitecal.demo import generate_demo
@@ -134,7 +134,7 @@ def test_planted_identifiers_reach_no_output(tmp_path: Path, capfd: pytest.Captu
     out, err = capfd.readouterr()
     (folder,) = (tmp_path / "reports").glob("demo-*")
     evaluation = json.loads((folder / "evaluation.json").read_text())
-    assert code == {"pass": 0, "fail": 1, "insufficient data": 1}[evaluation["verdict"]]
+    assert code == VERDICT_EXIT[evaluation["verdict"]]
 
     channels = {"stdout": out, "stderr": err, **_texts(folder)}
     leaks = [(needle, where) for needle in needles for where, text in channels.items() if needle in text]
