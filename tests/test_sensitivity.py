@@ -260,6 +260,13 @@ def test_leave_one_site_out_refits_on_the_remaining_fit_part(
         for metric, value in expected.items():
             assert row["metrics"][metric] == pytest.approx(value, rel=1e-12)
             assert row["difference"][metric] == pytest.approx(value - full[metric], rel=1e-9, abs=1e-15)
+        # internal-external: those temperatures on all the left-out site's studies, fit and evaluation
+        own = ~keep
+        p_own = softmax(data.logits[own], temperature=temps.temperatures_for(scanner[own]))
+        assert row["external"]["ece"] == pytest.approx(
+            expected_calibration_error(p_own, data.labels[own], n_bins=15), rel=1e-12
+        )
+        assert row["external"]["accuracy"] == pytest.approx(accuracy(p_own, data.labels[own]), rel=1e-12)
     assert loso["rows"][1]["difference"]["ece"] != 0.0  # removing a large site changes the result
 
 

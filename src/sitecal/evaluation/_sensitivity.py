@@ -298,16 +298,21 @@ def _heterogeneity(setup: _Setup, attribute: str | None, source: SiteSource) -> 
 
 def _after_metrics(
     setup: _Setup, keep: np.ndarray
-) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None]:
-    """Refit on the kept fit rows, evaluate after calibration on the kept evaluation rows."""
+) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None, dict[str, float | None]]:
+    """Refit on the kept fit rows, evaluate after calibration on the kept evaluation rows.
+
+    The last item: the same metrics on every row not kept (the left-out site's fit and evaluation
+    studies, none of which the refitted temperatures saw), its groups unseen at fitting taking the
+    global T: the internal-external validation of that site (empty when nothing is left out).
+    """
     cal, ev, data = setup.protocol.calibration, setup.protocol.evaluation, setup.data
     fit, held = setup.fit & keep, setup.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
     empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
     if n_eval == 0:
-        return empty, None, n_fit, n_eval, "no_evaluation_studies"
+        return empty, None, n_fit, n_eval, "no_evaluation_studies", empty
     if n_fit == 0:
-        return empty, None, n_fit, n_eval, "no_fit_studies"
+        return empty, None, n_fit, n_eval, "no_fit_studies", empty
     try:
         temps = fit_group_temperatures(
             data.logits[fit],
@@ -318,11 +323,17 @@ def _after_metrics(
         )
     except SitecalError as exc:  # the document records the code; the reason goes to the log
         log.warning("leave one site out: the temperatures could not be refitted (%s)", exc)
-        return empty, None, n_fit, n_eval, "refit_failed"
-    probs = softmax(data.logits[held], temperature=temps.temperatures_for(setup.cal_groups[held]))
-    labels = data.labels[held]
-    values = {name: metric(name)(probs, labels, n_bins=ev.n_bins) for name in LOSO_METRICS}
-    return {k: _finite(v) for k, v in values.items()}, temps.global_fit.temperature, n_fit, n_eval, None
+        return empty, None, n_fit, n_eval, "refit_failed", empty
+
+    def measured(rows: np.ndarray) -> dict[str, float | None]:
+        if not rows.any():
+            return dict.fromkeys(LOSO_METRICS)
+        probs = softmax(data.logits[rows], temperature=temps.temperatures_for(setup.cal_groups[rows]))
+        labels = data.labels[rows]
+        return {name: _finite(metric(name)(probs, labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
+
+    external = measured(~keep)
+    return measured(held), temps.global_fit.temperature, n_fit, n_eval, None, external
 
 
 def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource) -> LeaveOneSiteOut:
@@ -337,12 +348,12 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
     if attribute is None:
         return LeaveOneSiteOut(**base, note="no_site_attribute")
     n = len(setup.data.labels)
-    full, full_t, n_fit, n_eval, note = _after_metrics(setup, np.ones(n, dtype=bool))
+    full, full_t, n_fit, n_eval, note, _ = _after_metrics(setup, np.ones(n, dtype=bool))
     remaining = RemainingCohort(n_fit=n_fit, n_evaluation=n_eval, global_temperature=full_t, metrics=full)
     values = setup.data.attributes[attribute]
     rows = []
     for site in ordered_groups(values):  # a loop over sites
-        left, t, n_fit, n_eval, note = _after_metrics(setup, values != site)
+        left, t, n_fit, n_eval, note, external = _after_metrics(setup, values != site)
         difference = {
             m: None if left[m] is None or full[m] is None else cast(float, left[m]) - cast(float, full[m])
             for m in LOSO_METRICS
@@ -358,6 +369,7 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
                 metrics=left,
                 difference=difference,
                 note=note,
+                external=external,
             )
         )
     return LeaveOneSiteOut(**base, full=remaining, rows=tuple(rows))

@@ -101,7 +101,16 @@ def fairness(ctx: Context) -> list[Flowable]:
             "column <i>expected for its size</i> gives the gap such a random set shows. A flag says the "
             "group differs from the rest, not why: a different case mix is enough. The spread (highest − "
             "lowest) is shown with its interval but is not a test: it is positive even with no disparity. "
-            "Intersections of attributes are compared like any attribute. Groups below the minimum size "
+            "A group's own interval here comes from the resamples shared by all the attribute's groups, "
+            "stratified by that attribute, with the temperatures held at their fitted values"
+            + (
+                ", so it can differ from the Results table's, where the temperature is refitted in every "
+                "resample; both are the same estimate. "
+                if get(ctx.evaluation, "bootstrap", "refit") is True
+                else ", so it can differ a little from the Results table's (other resamples); both are the "
+                "same estimate. "
+            )
+            + "Intersections of attributes are compared like any attribute. Groups below the minimum size "
             f"({para_text(ctx.min_group_size())} studies) are not compared; they are listed at the end of "
             "this section."
         )

@@ -285,7 +285,10 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
             f"Each {para_text(label.lower())} in turn is removed from both the fit and the evaluation "
             f"split; {para_text(word(loso.get('refit')))}; the overall metrics after calibration are "
             "measured on the remaining evaluation studies (point estimates; in brackets the change from the "
-            "full cohort, computed the same way). A large change means the overall result leans on one site."
+            "full cohort, computed the same way). A large change means the overall result leans on one site. "
+            "Then, the internal–external validation: the temperatures fitted without the site are applied to "
+            "all the site's own studies (none of them used to fit), as a new site would be calibrated; its "
+            "groups unseen at fitting take the global temperature."
         )
     )
     heads = ["Left out", "Fit studies", "Evaluation studies", *(name for _, name in _LOSO)]
@@ -322,7 +325,33 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
     story = [KeepTogether([*story, *block[:-1]]), block[-1]]  # a long table still splits, header repeated
     if notes:
         story.append(ctx.p("Not estimable: " + " ".join(notes), ctx.styles.caption))
-    return story
+    return story + _external_table(ctx, loso, label)
+
+
+def _external_table(ctx: Context, loso: Mapping[str, Any], label: str) -> list[Flowable]:
+    """Each left-out site's own studies, calibrated with the temperatures fitted without it."""
+    loso_rows = [r for r in map(_mapping, loso.get("rows") or []) if _mapping(r.get("external"))]
+    if not loso_rows:
+        return []
+    num = ctx.styles.cell_num
+    heads = ["Validated on", "Its studies", *(name for _, name in _LOSO)]
+    rows: list[list[Any]] = [[ctx.head(h, right=i >= 1) for i, h in enumerate(heads)]]
+    for row in loso_rows:
+        n = (row.get("n_left_out_fit") or 0) + (row.get("n_left_out_evaluation") or 0)
+        rows.append(
+            [
+                ctx.cell(row.get("left_out")),
+                ctx.cell(format_count(n), style=num),
+                *(ctx.cell(format_value(get(row, "external", m)), style=num) for m, _ in _LOSO),
+            ]
+        )
+    w = ctx.width
+    widths = [w * 0.3, w * 0.12, *([w * (0.58 / len(_LOSO))] * len(_LOSO))]
+    title = (
+        f"Internal–external validation: each {para_text(label.lower())}'s own studies, after calibration "
+        "with the temperatures fitted on the other sites (point estimates)."
+    )
+    return ctx.table_block(title, table(rows, widths))
 
 
 def sensitivity(ctx: Context) -> list[Flowable]:

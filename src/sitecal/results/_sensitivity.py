@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from sitecal.results._codec import Record
@@ -325,6 +325,10 @@ class LeftOutSite(Record):
     note : str or None
         Null, or why the metrics are null: 'no_evaluation_studies' or 'no_fit_studies' remain, or
         'refit_failed' (the temperatures could not be refitted on what remains).
+    external : Mapping of str to float or None
+        Internal-external validation: the metrics after calibration on all the left-out site's studies
+        (its fit and evaluation parts; the temperatures refitted without it, its groups unseen at fitting
+        taking the global T); empty in documents written before sitecal computed it.
     """
 
     left_out: str
@@ -336,6 +340,7 @@ class LeftOutSite(Record):
     metrics: Mapping[str, float | None]
     difference: Mapping[str, float | None]
     note: LeftOutNote | None
+    external: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
