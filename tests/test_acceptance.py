@@ -119,3 +119,40 @@ def test_a_criterion_gives_one_well_formed_margin(fields: dict[str, Any], messag
     with pytest.raises(ValidationError) as caught:
         AcceptanceCriterion.model_validate({"id": "c", "metric": "ece", **fields})
     assert message in str(caught.value)
+
+
+def test_a_slope_criterion_is_judged_on_the_recalibration_analysis() -> None:
+    # slope, intercept and O:E are not in evaluation.metrics: their estimates and intervals per group come
+    # from the recalibration analysis (Sensitivity), and the criterion is judged on exactly those
+    from tests.results import synthetic
+
+    from sitecal.evaluation import evaluate
+    from sitecal.protocol import Protocol
+
+    raw = synthetic.protocol().model_dump(mode="json", exclude_none=True)
+    raw["acceptance"] = [
+        {"id": "slope", "metric": "slope", "within": [0.8, 1.25], "scope": "scanner"},
+        {"id": "oe", "metric": "oe_ratio", "stage": "before", "within": [0.9, 1.1]},
+    ]
+    protocol = Protocol.model_validate(raw)
+    doc = evaluate(protocol, synthetic.data(), cohort_flow=synthetic.FLOW, protocol_sha256="0" * 64).document
+    recal = doc["sensitivity"]["recalibration"]
+    slope, oe = doc["acceptance"]
+    for row, group in zip(slope["results"], recal["subgroups"]["scanner"], strict=True):
+        value = group["after"]["slope"]
+        assert row["group"] == group["group"]
+        assert (row["estimate"], row["low"], row["high"]) == (value["estimate"], value["low"], value["high"])
+        expected = (
+            INSUFFICIENT
+            if group["small"]
+            else group_verdict(WITHIN_SLOPE, *(value[k] for k in ("estimate", "low", "high")))
+        )
+        assert row["verdict"] == expected
+    assert slope["level"] == recal["level"]
+    value = recal["overall"]["before"]["oe_ratio"]
+    assert (oe["results"][0]["estimate"], oe["results"][0]["high"]) == (value["estimate"], value["high"])
+    # the synthetic scanners: two judged, their slope intervals wider than the margin; one too small
+    assert [r["verdict"] for r in slope["results"]] == [INCONCLUSIVE, INCONCLUSIVE, INSUFFICIENT]
+
+
+WITHIN_SLOPE = AcceptanceCriterion(id="s", metric="slope", within=(0.8, 1.25))

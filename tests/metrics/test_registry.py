@@ -214,7 +214,10 @@ def test_names_are_unique_identifiers_and_labels_are_set() -> None:
 def test_filters_and_flags() -> None:
     assert names() == tuple(ALL)
     assert names(reported=True) == ("ece", "ece_debiased", "nll", "brier", "accuracy")
-    assert set(names(criterion=True)) <= set(names(reported=True)) <= set(names(summable=True))
+    # a criterion's metric is evaluated per group: reported, or from the recalibration analysis
+    assert set(names(criterion=True)) == set(names(reported=True)) | set(names(recalibration=True))
+    assert set(names(recalibration=True)) == {"slope", "intercept", "oe_ratio"}
+    assert set(names(reported=True)) <= set(names(summable=True))
     assert set(names(summable=True)) <= set(names(bootstrappable=True)) == set(METRIC_NAMES)
     assert METRIC_NAMES == names(bootstrappable=True)
     assert {m.name for m in METRICS if m.direction == "higher"} == {"accuracy", "auroc"}
@@ -233,7 +236,7 @@ def test_unknown_name_is_refused_with_a_guess() -> None:
 @pytest.mark.parametrize(
     ("changes", "needs"),
     [
-        ({"criterion": True}, "reported=True when criterion=True"),
+        ({"criterion": True}, "reported=True or recalibration=True when criterion=True"),
         ({"reported": True}, "a sum form (weighted=SumForm) when reported"),
         ({"direction": "target"}, "a target exactly when the direction is 'target'"),
         ({"bounds": (1.0, 0.0)}, "bounds (low, high) with low <= high"),

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from sitecal.evaluation._groups import OVERALL
+from sitecal.metrics.registry import metric as registry_metric
 from sitecal.protocol import AcceptanceCriterion
-from sitecal.results import Criterion, CriterionResult, GroupResult, Verdict
+from sitecal.results import Criterion, CriterionResult, GroupResult, Recalibration, Verdict
 
 __all__ = ["FAIL", "INCONCLUSIVE", "INSUFFICIENT", "PASS", "combine", "group_verdict", "judge"]
 
@@ -67,18 +68,49 @@ def combine(verdicts: Iterable[Verdict]) -> Verdict:
     return PASS if seen else INSUFFICIENT
 
 
+def _interval(group: Any, criterion: AcceptanceCriterion) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` of the criterion's metric at its stage in one group; NaN where absent.
+
+    A group result holds ``metrics[name].<stage>``; a recalibration group ``<stage>.<name>``.
+    """
+    if registry_metric(criterion.metric).recalibration:
+        value = getattr(getattr(group, criterion.stage), criterion.metric)
+    else:
+        value = getattr(group.metrics[criterion.metric], criterion.stage)
+    estimate, low, high = (
+        math.nan if v is None else float(v) for v in (value.estimate, value.low, value.high)
+    )
+    return estimate, low, high
+
+
 def judge(
     criterion: AcceptanceCriterion,
     overall: GroupResult,
     results: Mapping[str, Sequence[GroupResult]],
     level: float,
+    recalibration: Recalibration | None = None,
 ) -> Criterion:
-    """The criterion judged on every group of its scope (the overall row for scope 'overall')."""
-    groups = [overall] if criterion.scope == OVERALL else list(results.get(criterion.scope, ()))
+    """The criterion judged on every group of its scope (the overall row for scope 'overall').
+
+    A criterion on slope, intercept or O:E (the registry's ``recalibration`` metrics) is judged on the
+    recalibration analysis's estimates and intervals of each group, at that analysis's level.
+    """
+    if registry_metric(criterion.metric).recalibration:
+        if recalibration is None:
+            raise ValueError(
+                f"criterion {criterion.id!r} on {criterion.metric} needs the recalibration analysis"
+            )
+        level = recalibration.level
+        groups: Sequence[Any] = (
+            [recalibration.overall]
+            if criterion.scope == OVERALL
+            else list(recalibration.subgroups.get(criterion.scope, ()))
+        )
+    else:
+        groups = [overall] if criterion.scope == OVERALL else list(results.get(criterion.scope, ()))
     rows = []
     for g in groups:
-        summary = getattr(g.metrics[criterion.metric], criterion.stage)
-        estimate, low, high = summary.estimate, summary.low, summary.high
+        estimate, low, high = _interval(g, criterion)
         verdict = INSUFFICIENT if g.small else group_verdict(criterion, estimate, low, high)
         rows.append(
             CriterionResult(group=g.group, n=g.n, estimate=estimate, low=low, high=high, verdict=verdict)

@@ -214,7 +214,10 @@ def evaluate(
         )
         for name in attributes
     }
-    acceptance = [judge(c, overall, results, ev.bootstrap.level) for c in protocol.acceptance]
+    sensitivity = sensitivity_analyses(protocol, data, fit, temperatures)
+    acceptance = [
+        judge(c, overall, results, ev.bootstrap.level, sensitivity.recalibration) for c in protocol.acceptance
+    ]
     verdict: Verdict = combine(a.verdict for a in acceptance) if acceptance else PASS
     warnings = [
         GroupWarning(
@@ -261,7 +264,7 @@ def evaluate(
         acceptance=tuple(acceptance),
         verdict=verdict,
         warnings=tuple(warnings),
-        sensitivity=sensitivity_analyses(protocol, data, fit, temperatures),
+        sensitivity=sensitivity,
         characteristics=cohort_characteristics(protocol, data, fit),
         highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
     )

@@ -105,7 +105,12 @@ class Metric:
         calibration, with intervals, disparities and refit intervals (so it needs a sum form, and a
         direction of ``"lower"`` or ``"higher"`` for the report's wording).
     criterion : bool
-        May be named in an acceptance criterion (so it must be ``reported`` too).
+        May be named in an acceptance criterion (so it must be ``reported``, or ``recalibration``).
+    recalibration : bool
+        Estimated for every group before and after calibration by the recalibration analysis (the
+        logistic fit of the correct-prediction event: slope, intercept, O:E), with that analysis's
+        intervals (cluster-robust Wald for slope and intercept, patient-cluster bootstrap for O:E); a
+        criterion on it is judged on those.
     needs_every_class : bool
         Undefined (an error) unless every class occurs among the labels, as the AUROC.
     """
@@ -120,6 +125,7 @@ class Metric:
     weighted: WeightedForm | None = None
     reported: bool = False
     criterion: bool = False
+    recalibration: bool = False
     needs_every_class: bool = False
 
     def __post_init__(self) -> None:
@@ -130,8 +136,11 @@ class Metric:
             problems.append("a sum form (weighted=SumForm) when reported: the refit and disparity intervals")
         if self.reported and self.direction == "target":
             problems.append("direction 'lower' or 'higher' when reported: the report says which is better")
-        if self.criterion and not self.reported:
-            problems.append("reported=True when criterion=True: a criterion's metric must be evaluated")
+        if self.criterion and not (self.reported or self.recalibration):
+            problems.append(
+                "reported=True or recalibration=True when criterion=True: a criterion's metric must be "
+                "evaluated"
+            )
         if not self.bounds[0] <= self.bounds[1]:
             problems.append("bounds (low, high) with low <= high")
         if problems:
@@ -282,6 +291,8 @@ OE_RATIO = Metric(
     description="observed over expected events (the positive class, or the top-label event)",
     bounds=(0.0, math.inf),
     weighted=oe_ratio_sums,
+    criterion=True,
+    recalibration=True,
 )
 SLOPE = Metric(
     name="slope",
@@ -291,6 +302,8 @@ SLOPE = Metric(
     target=1.0,
     description="slope of the logistic recalibration of the event on the logit of its probability",
     bounds=(-math.inf, math.inf),
+    criterion=True,
+    recalibration=True,
 )
 INTERCEPT = Metric(
     name="intercept",
@@ -300,6 +313,8 @@ INTERCEPT = Metric(
     target=0.0,
     description="calibration-in-the-large: the logistic recalibration's intercept with the slope fixed at 1",
     bounds=(-math.inf, math.inf),
+    criterion=True,
+    recalibration=True,
 )
 AUROC = Metric(
     name="auroc",
@@ -369,17 +384,19 @@ def names(
     *,
     reported: bool | None = None,
     criterion: bool | None = None,
+    recalibration: bool | None = None,
     bootstrappable: bool | None = None,
     summable: bool | None = None,
 ) -> tuple[str, ...]:
     """Names of the metrics with the given properties (None: either), in registry order.
 
     >>> names(criterion=True)
-    ('ece', 'ece_debiased', 'nll', 'brier', 'accuracy')
+    ('ece', 'ece_debiased', 'oe_ratio', 'slope', 'intercept', 'nll', 'brier', 'accuracy')
     """
     wanted = {
         "reported": reported,
         "criterion": criterion,
+        "recalibration": recalibration,
         "bootstrappable": bootstrappable,
         "summable": summable,
     }

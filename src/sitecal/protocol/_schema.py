@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import ECE, metric
 from sitecal.metrics.registry import names as metric_names
 from sitecal.protocol._base import (
     _NAME_PATTERN,
@@ -330,7 +330,8 @@ class Protocol(_Strict):
         for i, criterion in enumerate(self.acceptance):
             if criterion.scope != "overall":
                 _check_reference(criterion.scope, [*names, "overall"], "acceptance", i, "scope")
-            if criterion.metric not in self.evaluation.metrics:
+            # slope, intercept and O:E come from the recalibration analysis, computed for every group
+            if criterion.metric not in self.evaluation.metrics and not metric(criterion.metric).recalibration:
                 raise _ReferenceError(
                     ("acceptance", i, "metric"),
                     f"'{criterion.metric}' is not among evaluation.metrics {self.evaluation.metrics}",

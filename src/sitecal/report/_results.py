@@ -10,6 +10,7 @@ from reportlab.lib.units import inch
 from reportlab.platypus import Flowable, Image, KeepTogether
 
 from sitecal.metrics.registry import ECE, ECE_DEBIASED
+from sitecal.metrics.registry import names as metric_names
 
 from . import figures
 from ._context import Context, verdict_text
@@ -203,6 +204,9 @@ def results(ctx: Context) -> list[Flowable]:
     return [*story, *lead]
 
 
+RECALIBRATION_METRICS = frozenset(metric_names(recalibration=True))
+
+
 def _rule_text(ctx: Context, criterion: Mapping[str, Any]) -> tuple[str, str]:
     """Describe in words what a criterion measures and its rule: ``(measured, rule)``."""
     metric = para_text(ctx.metric_name(criterion.get("metric") or NOT_RECORDED))
@@ -215,6 +219,12 @@ def _rule_text(ctx: Context, criterion: Mapping[str, Any]) -> tuple[str, str]:
             f", judged on its whole two-sided {level * 100:g}% interval (each end a one-sided "
             f"{one_sided} bound): pass when the interval clears the margin, fail when it lies beyond it, "
             "inconclusive when it straddles it"
+        )
+    name = criterion.get("metric")
+    if isinstance(name, str) and name in RECALIBRATION_METRICS:
+        measured += (
+            "; the estimate and interval are those of the recalibration analysis (Sensitivity analyses: "
+            "cluster-robust Wald for slope and intercept, patient-cluster bootstrap for O:E)"
         )
     return measured, para_text(margin_text(criterion))
 
