@@ -113,3 +113,21 @@ def test_the_command_prints_a_table_per_criterion_and_names_what_is_missing(
     assert "calibration-per-scanner (ece_debiased after calibration, below):" in out
     assert "accuracy-overall (accuracy after calibration, above):" in out
     assert "needed for 80%" in out and out.count("assumed model") >= 3
+
+
+def test_slope_and_o_e_criteria_are_planned_with_the_recalibration_intervals() -> None:
+    # the slope's Wald interval at n = 400 is about +-0.2 around 1 for this model: [0.5, 2] is cleared,
+    # [0.95, 1.05] never; O:E within [0.8, 1.25] is cleared (O:E's interval is about +-0.06)
+    protocol = _protocol(
+        [
+            {"id": "wide", "metric": "slope", "within": [0.5, 2.0]},
+            {"id": "narrow", "metric": "slope", "within": [0.95, 1.05]},
+            {"id": "oe", "metric": "oe_ratio", "within": [0.8, 1.25]},
+        ]
+    )
+    plans = plan_criteria(
+        protocol, {"all studies": assumed_model([0.6, 0.25, 0.15], 0.75)}, sizes=(400,), n_simulations=40
+    )
+    rates = {p.criterion: p.pass_rate[0] for p in plans}
+    assert rates["wide"] >= 0.9 and rates["narrow"] == 0.0 and rates["oe"] >= 0.9
+    assert {p.group for p in plans} == {"all studies"}

@@ -36,12 +36,15 @@ from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.special import ndtri
 
 from sitecal.errors import DataError
 from sitecal.evaluation._acceptance import PASS, group_verdict
-from sitecal.metrics import softmax
+from sitecal.evaluation._groups import OVERALL
+from sitecal.metrics import TopLabelOEStatistic, softmax, top_label_recalibration
+from sitecal.metrics.registry import INTERCEPT, OE_RATIO, SLOPE
 from sitecal.protocol import AcceptanceCriterion, Protocol
-from sitecal.stats import BootstrapSpec, bootstrap_metrics
+from sitecal.stats import BootstrapSpec, bootstrap_interval, bootstrap_metrics
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -55,6 +58,8 @@ __all__ = [
 
 #: The chance of passing a plan aims for.
 TARGET_POWER = 0.8
+#: The model of a run's whole evaluation split (:func:`fitted_model`).
+ALL_STUDIES = "all studies"
 #: Group sizes simulated by default.
 DEFAULT_SIZES = (50, 100, 200, 300, 400, 600, 800, 1200, 1600)
 
@@ -144,7 +149,7 @@ def assumed_model(prevalence: Sequence[float], accuracy: float, *, seed: int = 0
         return probs, _labels_from(probs, rng)
 
     shares = ", ".join(f"{p:g}" for p in prev)
-    return StudyModel(f"assumed: prevalence {shares}, accuracy {accuracy:g} (calibrated)", draw)
+    return StudyModel(f"prevalence {shares}, accuracy {accuracy:g}, calibrated", draw)
 
 
 def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
@@ -189,9 +194,11 @@ def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
             p = pool[rng.integers(0, pool.shape[0], n)]
             return p, _labels_from(p, rng)
 
-        return StudyModel(f"{name}: the run's {pool.shape[0]} evaluation studies, calibrated", draw)
+        return StudyModel(
+            f"drawn from the run's {pool.shape[0]} evaluation studies of {name}, calibrated", draw
+        )
 
-    out = {"all studies": model(np.arange(probs.shape[0]), "all studies")}
+    out = {ALL_STUDIES: model(np.arange(probs.shape[0]), ALL_STUDIES)}
     if per:
         for g in sorted(set(groups.tolist())):
             out[g] = model(np.flatnonzero(groups == g), g)
@@ -218,11 +225,11 @@ def plan_criteria(
     criteria = [c for c in protocol.acceptance]
     if not criteria:
         raise DataError("the protocol has no acceptance criteria: there is nothing to plan for.")
-    total = len(criteria) * len(models) * len(sizes)
+    total = sum(len(_models_for(c, models)) for c in criteria) * len(sizes)
     done = 0
     plans = []
     for criterion in criteria:
-        for name, model in models.items():
+        for name, model in _models_for(criterion, models).items():
             rates = []
             for n in sizes:
                 rates.append(
@@ -236,6 +243,13 @@ def plan_criteria(
             needed = next((n for n, r in zip(sizes, rates, strict=True) if r >= TARGET_POWER), None)
             plans.append(CriterionPlan(criterion.id, name, tuple(sizes), tuple(rates), needed, n_simulations))
     return plans
+
+
+def _models_for(criterion: AcceptanceCriterion, models: Mapping[str, StudyModel]) -> Mapping[str, StudyModel]:
+    """A criterion on all studies is planned on the whole cohort's model only; one per group on each."""
+    if criterion.scope == OVERALL and ALL_STUDIES in models:
+        return {ALL_STUDIES: models[ALL_STUDIES]}
+    return models
 
 
 def _pass_rate(
@@ -252,13 +266,33 @@ def _pass_rate(
     passes = 0
     for i in range(n_simulations):  # a loop over simulated groups
         probs, labels = model.draw(n, rng)
-        res = bootstrap_metrics(
-            {"after": probs},
-            labels,
-            clusters=None,
-            metrics=(criterion.metric,),
-            n_bins=n_bins,
-            spec=BootstrapSpec(n_resamples=n_resamples, level=level, seed=seed + i, workers=1),
-        ).get(criterion.metric, "after")
-        passes += group_verdict(criterion, res.estimate, res.low, res.high) == PASS
+        spec = BootstrapSpec(n_resamples=n_resamples, level=level, seed=seed + i, workers=1)
+        estimate, low, high = _interval(criterion.metric, probs, labels, n_bins, spec)
+        passes += group_verdict(criterion, estimate, low, high) == PASS
     return passes / n_simulations
+
+
+def _interval(
+    name: str, probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, spec: BootstrapSpec
+) -> tuple[float, float, float]:
+    """The metric's estimate and interval as a run computes them (one study per patient)."""
+    if name == OE_RATIO.name:  # the recalibration analysis: O:E by the cluster bootstrap
+        oe = bootstrap_interval(
+            TopLabelOEStatistic(),
+            (probs, labels),
+            n_resamples=spec.n_resamples,
+            level=spec.level,
+            seed=spec.seed,
+        )
+        return oe.estimate, oe.low, oe.high
+    if name in (SLOPE.name, INTERCEPT.name):  # slope and intercept: cluster-robust Wald
+        fit = top_label_recalibration(probs, labels)
+        estimate, se = (fit.slope, fit.slope_se) if name == SLOPE.name else (fit.intercept, fit.intercept_se)
+        if estimate is None or se is None:
+            return math.nan, math.nan, math.nan
+        z = float(ndtri((1.0 + spec.level) / 2.0))
+        return estimate, estimate - z * se, estimate + z * se
+    res = bootstrap_metrics(
+        {"after": probs}, labels, clusters=None, metrics=(name,), n_bins=n_bins, spec=spec
+    ).get(name, "after")
+    return res.estimate, res.low, res.high
