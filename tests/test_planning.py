@@ -103,7 +103,7 @@ def test_a_run_folder_gives_one_model_per_calibration_group(tmp_path: Path) -> N
 def test_the_command_prints_a_table_per_criterion_and_names_what_is_missing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["plan", str(DEMO_PROTOCOL), "--no-progress", "--simulations", "20"]
+    args = ["plan", str(DEMO_PROTOCOL), "--no-progress", "--simulations", "20", "--sizes", "300,100"]
     assert main(args) == 2
     assert "give --prevalence" in capsys.readouterr().err
     assert main([*args, "--prevalence", "0.6,0.4", "--accuracy", "0.8"]) == 2
@@ -113,6 +113,9 @@ def test_the_command_prints_a_table_per_criterion_and_names_what_is_missing(
     assert "calibration-per-scanner (ece_debiased after calibration, below):" in out
     assert "accuracy-overall (accuracy after calibration, above):" in out
     assert "needed for 80%" in out and out.count("assumed model") >= 3
+    assert "group            100    300" in out  # the sizes asked for, sorted
+    assert main([*args[:-2], "--sizes", "5,x", "--prevalence", "0.6,0.25,0.15", "--accuracy", "0.8"]) == 2
+    assert "--sizes '5,x': give whole numbers" in capsys.readouterr().err
 
 
 def test_slope_and_o_e_criteria_are_planned_with_the_recalibration_intervals() -> None:

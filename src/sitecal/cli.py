@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--simulations", type=int, default=200, help="simulated groups per size (default: %(default)s)"
     )
+    plan.add_argument(
+        "--sizes",
+        default=None,
+        metavar="N,N,...",
+        help="group sizes to simulate (default: 50,100,200,300,400,600,800,1200,1600)",
+    )
     plan.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     # The demo's texts are written out here: importing sitecal.demo for them would load torch on every
@@ -352,7 +358,9 @@ def _plan(args: argparse.Namespace) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        plans = plan_criteria(protocol, models, n_simulations=args.simulations, progress=progress)
+        plans = plan_criteria(
+            protocol, models, sizes=_sizes(args.sizes), n_simulations=args.simulations, progress=progress
+        )
     print(
         f"Chance to pass each criterion if the model is calibrated ({args.simulations} simulated groups per "
         f"size; {protocol.evaluation.bootstrap.level * 100:g}% percentile bootstrap; the temperature's own "
@@ -376,6 +384,22 @@ def _plan(args: argparse.Namespace) -> int:
             cells = "".join(f"{r * 100:>6.0f}%" for r in p.pass_rate)
             print("  " + p.group.ljust(width) + cells + f"   {needed}")
     return EXIT_PASS
+
+
+def _sizes(text: str | None) -> tuple[int, ...]:
+    from sitecal.planning import DEFAULT_SIZES
+
+    if text is None:
+        return DEFAULT_SIZES
+    try:
+        sizes = tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        raise _InputError(
+            f"--sizes {text!r}: give whole numbers separated by commas, e.g. 100,200,400"
+        ) from None
+    if not sizes or sizes[0] < 10 or sizes[-1] > 100_000:
+        raise _InputError(f"--sizes {text!r}: each size must lie between 10 and 100,000 studies")
+    return sizes
 
 
 def _report(folder: Path) -> int:
