@@ -129,29 +129,12 @@ def disparity_intervals(
     """
     func = "disparity_intervals"
     spec = BootstrapSpec() if spec is None else spec
-    p = check_probs(probs, func=func)
-    y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
-    g = np.asarray(groups).astype(str)
-    if g.shape != (p.shape[0],):
-        raise DataError(
-            f"The 'groups' parameter of {func} must have shape ({p.shape[0]},), one entry per row. "
-            f"Got shape {g.shape}."
-        )
-    statistic = metric_statistic(metric, n_bins=n_bins)
-    if not isinstance(statistic, SumMetricStatistic):
-        allowed = ", ".join(repr(name) for name in metric_names(summable=True))
-        raise DataError(
-            f"The 'metric' parameter of {func} must be a metric with fixed bins ({allowed}). Got {metric!r}."
-        )
-    names, codes = np.unique(g, return_inverse=True)
-    sizes = np.bincount(codes, minlength=names.shape[0])
-    judged = [i for i in range(names.shape[0]) if sizes[i] >= min_group_size]
+    p, y, statistic, grouped = checked_groups(
+        probs, labels, groups, metric, n_bins, min_group_size, func=func
+    )
+    names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
+    judged = grouped.judged.tolist()
     too_small = {str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size}
-    if len(judged) < 2:
-        raise DataError(
-            f"{func} needs at least two groups with at least {min_group_size} rows. "
-            f"Got sizes {dict(zip(names.tolist(), sizes.tolist(), strict=True))}."
-        )
     plan = make_plan(p.shape[0], clusters, strata, func=func)
     terms = statistic.row_terms(p, y)  # (N, J)
     n_groups, width = names.shape[0], terms.shape[1]
@@ -228,6 +211,56 @@ def disparity_intervals(
             for i in judged
         },
     )
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """The groups of the rows: sorted ``names``, each row's index in them, their sizes, the judged ones."""
+
+    names: NDArray[np.str_]
+    codes: NDArray[np.int64]
+    sizes: NDArray[np.int64]
+    judged: NDArray[np.int64]
+
+
+def checked_groups(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    groups: ArrayLike,
+    metric: str,
+    n_bins: int,
+    min_group_size: int,
+    *,
+    func: str,
+) -> tuple[NDArray[np.float64], NDArray[np.int64], SumMetricStatistic, Grouped]:
+    """Validated probabilities, labels, the metric's sum form and the groups, for a comparison of groups.
+
+    Raises DataError for a malformed input, a metric without fixed bins, or fewer than two groups of
+    ``min_group_size`` rows.
+    """
+    p = check_probs(probs, func=func)
+    y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
+    g = np.asarray(groups).astype(str)
+    if g.shape != (p.shape[0],):
+        raise DataError(
+            f"The 'groups' parameter of {func} must have shape ({p.shape[0]},), one entry per row. "
+            f"Got shape {g.shape}."
+        )
+    statistic = metric_statistic(metric, n_bins=n_bins)
+    if not isinstance(statistic, SumMetricStatistic):
+        allowed = ", ".join(repr(name) for name in metric_names(summable=True))
+        raise DataError(
+            f"The 'metric' parameter of {func} must be a metric with fixed bins ({allowed}). Got {metric!r}."
+        )
+    names, codes = np.unique(g, return_inverse=True)
+    sizes = np.bincount(codes, minlength=names.shape[0])
+    judged = np.flatnonzero(sizes >= min_group_size)
+    if judged.shape[0] < 2:
+        raise DataError(
+            f"{func} needs at least two groups with at least {min_group_size} rows. "
+            f"Got sizes {dict(zip(names.tolist(), sizes.tolist(), strict=True))}."
+        )
+    return p, y, statistic, Grouped(names, codes.astype(np.int64), sizes.astype(np.int64), judged)
 
 
 def _apply(statistic: SumMetricStatistic, sums: NDArray[np.float64]) -> NDArray[np.float64]:

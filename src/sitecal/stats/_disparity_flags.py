@@ -27,12 +27,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_float, check_int, check_labels, check_option, check_probs
-from sitecal.errors import DataError
-from sitecal.metrics import SumMetricStatistic, metric_statistic
+from sitecal._validation import check_float, check_int, check_option
 from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import metric as registry_metric
-from sitecal.metrics.registry import names as metric_names
+from sitecal.stats._disparity import checked_groups
 from sitecal.stats._resample import make_plan
 
 __all__ = ["GroupFlags", "size_matched_flags"]
@@ -162,32 +160,14 @@ def size_matched_flags(
     {'a': True, 'b': False, 'c': False}
     """
     func = "size_matched_flags"
-    p = check_probs(probs, func=func)
-    y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
-    g = np.asarray(groups).astype(str)
-    if g.shape != (p.shape[0],):
-        raise DataError(
-            f"The 'groups' parameter of {func} must have shape ({p.shape[0]},), one entry per row. "
-            f"Got shape {g.shape}."
-        )
     n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
     lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
     rng_seed = check_int(seed, name="seed", func=func, minimum=0)
     check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
-    statistic = metric_statistic(metric, n_bins=n_bins)
-    if not isinstance(statistic, SumMetricStatistic):
-        allowed = ", ".join(repr(name) for name in metric_names(summable=True))
-        raise DataError(
-            f"The 'metric' parameter of {func} must be a metric with fixed bins ({allowed}). Got {metric!r}."
-        )
-    names, codes = np.unique(g, return_inverse=True)
-    sizes = np.bincount(codes, minlength=names.shape[0])
-    judged = np.flatnonzero(sizes >= min_group_size)
-    if judged.shape[0] < 2:
-        raise DataError(
-            f"{func} needs at least two groups with at least {min_group_size} rows. "
-            f"Got sizes {dict(zip(names.tolist(), sizes.tolist(), strict=True))}."
-        )
+    p, y, statistic, grouped = checked_groups(
+        probs, labels, groups, metric, n_bins, min_group_size, func=func
+    )
+    names, codes, judged = grouped.names, grouped.codes, grouped.judged
     plan = make_plan(p.shape[0], clusters, None, func=func)
     patient = plan.cluster_of_row
     # rows in patient order (then row order within a patient): the layout every permutation reshuffles
