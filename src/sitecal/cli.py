@@ -325,33 +325,14 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sitecal.planning import TARGET_POWER, assumed_model, fitted_model, plan_criteria
+    from sitecal.planning import parse_sizes, plan_criteria, plan_models, plan_table
     from sitecal.protocol import load_protocol
 
     protocol = load_protocol(args.protocol).protocol
     if args.simulations < 20:
         raise _InputError(f"--simulations {args.simulations}: give at least 20 (200 for a plan to rely on).")
-    if args.from_run is not None:
-        if args.prevalence is not None or args.accuracy is not None:
-            raise _InputError("give either --from-run or --prevalence with --accuracy, not both")
-        models = fitted_model(args.from_run)
-    else:
-        if args.prevalence is None or args.accuracy is None:
-            raise _InputError(
-                "before data collection give --prevalence (one share per class: "
-                f"{', '.join(protocol.model.class_names)}) and --accuracy; after a run, --from-run RUN_DIR"
-            )
-        try:
-            shares = [float(x) for x in args.prevalence.split(",")]
-        except ValueError:
-            raise _InputError(f"--prevalence {args.prevalence!r}: give numbers separated by commas") from None
-        if len(shares) != len(protocol.model.class_names):
-            raise _InputError(
-                f"--prevalence: {len(shares)} shares for {len(protocol.model.class_names)} classes "
-                f"({', '.join(protocol.model.class_names)})"
-            )
-        model = assumed_model(shares, args.accuracy)
-        models = {"assumed model": model}
+    models = plan_models(protocol, from_run=args.from_run, prevalence=args.prevalence, accuracy=args.accuracy)
+    sizes = parse_sizes(args.sizes)
     with tqdm(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
 
         def progress(done: int, total: int) -> None:
@@ -359,47 +340,10 @@ def _plan(args: argparse.Namespace) -> int:
             bar.update(done - bar.n)
 
         plans = plan_criteria(
-            protocol, models, sizes=_sizes(args.sizes), n_simulations=args.simulations, progress=progress
+            protocol, models, sizes=sizes, n_simulations=args.simulations, progress=progress
         )
-    print(
-        f"Chance to pass each criterion if the model is calibrated ({args.simulations} simulated groups per "
-        f"size; {protocol.evaluation.bootstrap.level * 100:g}% percentile bootstrap; the temperature's own "
-        "uncertainty not included, so read the sizes as lower bounds):"
-    )
-    for model_name, model in models.items():
-        print(f"  {model_name}: {model.description}")
-    for criterion in protocol.acceptance:
-        rows = [p for p in plans if p.criterion == criterion.id]
-        sizes = rows[0].sizes
-        print(f"\n{criterion.id} ({criterion.metric} {criterion.stage} calibration, {criterion.rule}):")
-        width = max(len(p.group) for p in rows)
-        print(
-            "  "
-            + "group".ljust(width)
-            + "".join(f"{n:>7}" for n in sizes)
-            + f"   needed for {TARGET_POWER:.0%}"
-        )
-        for p in rows:
-            needed = f">{sizes[-1]}" if p.needed is None else str(p.needed)
-            cells = "".join(f"{r * 100:>6.0f}%" for r in p.pass_rate)
-            print("  " + p.group.ljust(width) + cells + f"   {needed}")
+    print(plan_table(protocol, models, plans))
     return EXIT_PASS
-
-
-def _sizes(text: str | None) -> tuple[int, ...]:
-    from sitecal.planning import DEFAULT_SIZES
-
-    if text is None:
-        return DEFAULT_SIZES
-    try:
-        sizes = tuple(sorted({int(x) for x in text.split(",")}))
-    except ValueError:
-        raise _InputError(
-            f"--sizes {text!r}: give whole numbers separated by commas, e.g. 100,200,400"
-        ) from None
-    if not sizes or sizes[0] < 10 or sizes[-1] > 100_000:
-        raise _InputError(f"--sizes {text!r}: each size must lie between 10 and 100,000 studies")
-    return sizes
 
 
 def _report(folder: Path) -> int:

@@ -47,13 +47,17 @@ from sitecal.protocol import AcceptanceCriterion, Protocol
 from sitecal.stats import BootstrapSpec, bootstrap_interval, bootstrap_metrics
 
 __all__ = [
+    "ALL_STUDIES",
     "DEFAULT_SIZES",
     "TARGET_POWER",
     "CriterionPlan",
     "StudyModel",
     "assumed_model",
     "fitted_model",
+    "parse_sizes",
     "plan_criteria",
+    "plan_models",
+    "plan_table",
 ]
 
 #: The chance of passing a plan aims for.
@@ -296,3 +300,75 @@ def _interval(
         {"after": probs}, labels, clusters=None, metrics=(name,), n_bins=n_bins, spec=spec
     ).get(name, "after")
     return res.estimate, res.low, res.high
+
+
+def plan_models(
+    protocol: Protocol,
+    *,
+    from_run: Path | None,
+    prevalence: str | None,
+    accuracy: float | None,
+) -> dict[str, StudyModel]:
+    """The models ``sitecal plan`` simulates: a run folder's, or the assumed one (the command's options)."""
+    classes = protocol.model.class_names
+    if from_run is not None:
+        if prevalence is not None or accuracy is not None:
+            raise DataError("give either --from-run or --prevalence with --accuracy, not both")
+        return fitted_model(from_run)
+    if prevalence is None or accuracy is None:
+        raise DataError(
+            f"before data collection give --prevalence (one share per class: {', '.join(classes)}) and "
+            "--accuracy; after a run, --from-run RUN_DIR"
+        )
+    try:
+        shares = [float(x) for x in prevalence.split(",")]
+    except ValueError:
+        raise DataError(f"--prevalence {prevalence!r}: give numbers separated by commas") from None
+    if len(shares) != len(classes):
+        raise DataError(
+            f"--prevalence: {len(shares)} shares for {len(classes)} classes ({', '.join(classes)})"
+        )
+    return {"assumed model": assumed_model(shares, accuracy)}
+
+
+def parse_sizes(text: str | None) -> tuple[int, ...]:
+    """``--sizes``: whole numbers separated by commas, sorted; the default sizes when not given."""
+    if text is None:
+        return DEFAULT_SIZES
+    try:
+        sizes = tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        raise DataError(
+            f"--sizes {text!r}: give whole numbers separated by commas, e.g. 100,200,400"
+        ) from None
+    if not sizes or sizes[0] < 10 or sizes[-1] > 100_000:
+        raise DataError(f"--sizes {text!r}: each size must lie between 10 and 100,000 studies")
+    return sizes
+
+
+def plan_table(protocol: Protocol, models: Mapping[str, StudyModel], plans: Sequence[CriterionPlan]) -> str:
+    """The plan as the command prints it: the models, then one table per criterion."""
+    n_sim = plans[0].n_simulations if plans else 0
+    lines = [
+        f"Chance to pass each criterion if the model is calibrated ({n_sim} simulated groups per size; "
+        f"{protocol.evaluation.bootstrap.level * 100:g}% intervals as a run computes them; the "
+        "temperature's own uncertainty not included, so read the sizes as lower bounds):",
+        *(f"  {name}: {model.description}" for name, model in models.items()),
+    ]
+    for criterion in protocol.acceptance:
+        rows = [p for p in plans if p.criterion == criterion.id]
+        sizes = rows[0].sizes
+        width = max(len(p.group) for p in rows)
+        lines += [
+            "",
+            f"{criterion.id} ({criterion.metric} {criterion.stage} calibration, {criterion.rule}):",
+            "  "
+            + "group".ljust(width)
+            + "".join(f"{n:>7}" for n in sizes)
+            + f"   needed for {TARGET_POWER:.0%}",
+        ]
+        for p in rows:
+            needed = f">{sizes[-1]}" if p.needed is None else str(p.needed)
+            cells = "".join(f"{r * 100:>6.0f}%" for r in p.pass_rate)
+            lines.append("  " + p.group.ljust(width) + cells + f"   {needed}")
+    return "\n".join(lines)
