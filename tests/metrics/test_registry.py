@@ -280,10 +280,6 @@ NOT_METRIC_NAMES: dict[str, tuple[set[str], str]] = {
     "report/figures.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
     "evaluation/_core.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
     "metrics/_clinical.py": ({"slope", "intercept"}, "fields of CalibrationSlopeIntercept.to_dict"),
-    "metrics/_slope_intercept.py": (
-        {"slope", "intercept"},
-        "the two statistics' default names; the registry, which may come to use them, is imported after",
-    ),
     "metrics/_recalibration.py": (
         {"slope", "intercept"},
         "RecalibrationStatistic's own two names: the top-label logistic fit's parameters",
