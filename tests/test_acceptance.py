@@ -156,3 +156,11 @@ def test_a_slope_criterion_is_judged_on_the_recalibration_analysis() -> None:
 
 
 WITHIN_SLOPE = AcceptanceCriterion(id="s", metric="slope", within=(0.8, 1.25))
+
+
+def test_a_group_without_an_estimate_is_insufficient_data_and_written_as_null() -> None:
+    overall = _group("All studies", 900, math.nan, math.nan, math.nan)
+    judged = judge(AcceptanceCriterion(id="c", metric="ece", below=0.05), overall, {}, 0.95)
+    (row,) = judged.results
+    assert row.verdict == INSUFFICIENT and (row.estimate, row.low, row.high) == (None, None, None)
+    assert judged.to_dict()["results"][0]["estimate"] is None  # evaluation.json holds no NaN

@@ -112,8 +112,11 @@ def judge(
     for g in groups:
         estimate, low, high = _interval(g, criterion)
         verdict = INSUFFICIENT if g.small else group_verdict(criterion, estimate, low, high)
+        finite = [v if math.isfinite(v) else None for v in (estimate, low, high)]  # null, never NaN
         rows.append(
-            CriterionResult(group=g.group, n=g.n, estimate=estimate, low=low, high=high, verdict=verdict)
+            CriterionResult(
+                group=g.group, n=g.n, estimate=finite[0], low=finite[1], high=finite[2], verdict=verdict
+            )
         )
     lower, upper = criterion.margin
     return Criterion(

@@ -214,9 +214,10 @@ class CriterionResult(Record):
 
     Attributes
     ----------
-    estimate, low, high : float
+    estimate, low, high : float or None
         The group's estimate of the criterion's metric at its stage and the ends of its interval (the
-        evaluation's bootstrap interval, at its level); NaN where not estimable.
+        evaluation's bootstrap interval, or the recalibration analysis's for slope, intercept and O:E);
+        null where not estimable (then the verdict is 'insufficient data').
     verdict : str
         'pass' when the whole interval clears the margin, 'fail' when it lies wholly beyond it,
         'inconclusive' when it straddles it, 'insufficient data' for a small group or no interval.
@@ -224,9 +225,9 @@ class CriterionResult(Record):
 
     group: str
     n: Count
-    estimate: float
-    low: float
-    high: float
+    estimate: float | None
+    low: float | None
+    high: float | None
     verdict: Verdict
 
 
