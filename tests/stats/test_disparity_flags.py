@@ -128,3 +128,13 @@ def test_small_groups_are_not_judged_and_two_groups_are_needed() -> None:
         size_matched_flags(probs, labels, groups, clusters=None, min_group_size=70, n_permutations=20)
     with pytest.raises(DataError, match="metric with fixed bins"):
         size_matched_flags(probs, labels, groups, clusters=None, metric="ece_mass", n_permutations=20)
+
+
+def test_the_chunking_of_permutations_changes_no_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sitecal.stats._disparity_flags as flags
+
+    probs, labels, groups = _calibrated((40, 60, 80), seed=9)
+    a = size_matched_flags(probs, labels, groups, clusters=None, n_permutations=70, seed=3)
+    monkeypatch.setattr(flags, "_CHUNK_CELLS", 3 * groups.shape[0])  # three permutations a chunk
+    b = size_matched_flags(probs, labels, groups, clusters=None, n_permutations=70, seed=3)
+    assert a.adjusted_p == b.adjusted_p and a.expected_gap == pytest.approx(b.expected_gap, abs=1e-12)

@@ -35,7 +35,11 @@ from sitecal.stats._resample import make_plan
 
 __all__ = ["GroupFlags", "size_matched_flags"]
 
-_CHUNK = 100  # permutations evaluated together
+# Permutations evaluated together: at most 100, and at most about 4 million (permutation, row) cells, so
+# that the (chunk, rows) assignment and indicator arrays stay near 32 MB at any cohort size. The chunk
+# depends on the number of rows only, never on the machine.
+_CHUNK = 100
+_CHUNK_CELLS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,9 @@ def size_matched_flags(
     rng = np.random.default_rng(rng_seed)
     permuted = np.empty((n_perm, names.shape[0]))
     width = int(within.max()) + 1
-    for start in range(0, n_perm, _CHUNK):  # a loop over chunks of permutations
-        size = min(_CHUNK, n_perm - start)
+    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // p.shape[0]))
+    for start in range(0, n_perm, chunk):  # a loop over chunks of permutations
+        size = min(chunk, n_perm - start)
         assigned = np.empty((size, p.shape[0]), dtype=np.int64)
         for i in range(size):  # a loop over the chunk's permutations
             rank = rng.permutation(plan.n_clusters)
