@@ -33,6 +33,7 @@ from sitecal.metrics._recalibration import (
     top_label_recalibration,
 )
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
+from sitecal.metrics._smooth import smooth_ece, smooth_ece_at
 from sitecal.metrics._softmax import PROBABILITY_FLOOR, log_probabilities, softmax
 from sitecal.metrics._statistics import MassECEStatistic, SumMetricStatistic
 from sitecal.metrics.registry import METRIC_NAMES, METRICS, Metric, metric_statistic
@@ -63,6 +64,8 @@ __all__ = [
     "negative_log_likelihood",
     "observed_expected_ratio",
     "reliability_curve",
+    "smooth_ece",
+    "smooth_ece_at",
     "softmax",
     "top_label_recalibration",
 ]

@@ -31,6 +31,7 @@ from sitecal.metrics._clinical import calibration_slope_intercept, observed_expe
 from sitecal.metrics._debiased import debiased_expected_calibration_error
 from sitecal.metrics._ranking import auroc
 from sitecal.metrics._scores import accuracy, brier_score, negative_log_likelihood
+from sitecal.metrics._smooth import smooth_ece
 from sitecal.metrics._statistics import (
     MassECEStatistic,
     SumForm,
@@ -62,6 +63,7 @@ __all__ = [
     "NLL",
     "OE_RATIO",
     "SLOPE",
+    "SMOOTH_ECE",
     "Direction",
     "Metric",
     "MetricFunction",
@@ -191,6 +193,10 @@ def _ece_debiased_mass(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> floa
     return debiased_expected_calibration_error(probs, labels, n_bins=n_bins, binning="mass")
 
 
+def _smooth_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return smooth_ece(probs, labels)
+
+
 def _oe_ratio(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
     return observed_expected_ratio(probs, labels)
 
@@ -282,6 +288,17 @@ ECE_DEBIASED_MASS = Metric(
     description="debiased top-label l2 calibration error (Kumar et al., 2019), equal-mass bins",
     bounds=_UNIT,
 )
+SMOOTH_ECE = Metric(
+    name="smooth_ece",
+    label="Smooth ECE",
+    function=_smooth_ece,
+    direction="lower",
+    description=(
+        "top-label smooth calibration error without bins (Błasiok & Nakkiran, 2023): residuals smoothed "
+        "by a reflected Gaussian kernel whose width equals the error it measures"
+    ),
+    bounds=_UNIT,
+)
 OE_RATIO = Metric(
     name="oe_ratio",
     label="O:E",
@@ -367,6 +384,7 @@ METRICS: tuple[Metric, ...] = (
     MCE,
     ECE_DEBIASED,
     ECE_DEBIASED_MASS,
+    SMOOTH_ECE,
     OE_RATIO,
     SLOPE,
     INTERCEPT,
