@@ -19,9 +19,6 @@ a metric is one entry in :data:`METRICS`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 from numpy.typing import ArrayLike
 
@@ -29,13 +26,12 @@ from sitecal._validation import check_int, check_option
 from sitecal.metrics._calibration_error import expected_calibration_error, maximum_calibration_error
 from sitecal.metrics._clinical import calibration_slope_intercept, observed_expected_ratio
 from sitecal.metrics._debiased import debiased_expected_calibration_error
+from sitecal.metrics._metric import Direction, Metric, MetricFunction
 from sitecal.metrics._ranking import auroc
 from sitecal.metrics._scores import accuracy, brier_score, negative_log_likelihood
 from sitecal.metrics._smooth import smooth_ece
 from sitecal.metrics._statistics import (
     MassECEStatistic,
-    SumForm,
-    WeightedForm,
     WeightedStatistic,
     accuracy_sums,
     brier_sums,
@@ -71,102 +67,6 @@ __all__ = [
     "metric_statistic",
     "names",
 ]
-
-#: Which way is better: a smaller value, a larger one, or one nearer :attr:`Metric.target`.
-Direction = Literal["lower", "higher", "target"]
-#: ``function(probs, labels, n_bins) -> float``; metrics without bins ignore ``n_bins``.
-MetricFunction = Callable[[ArrayLike, ArrayLike, int], float]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric: its name, how people read it, how to compute it, and where it may be used.
-
-    Attributes
-    ----------
-    name : str
-        The name in protocols, ``evaluation.json`` and the statistics, e.g. ``"ece"``.
-    label : str
-        How the report prints it, e.g. ``"Brier score"``.
-    function : callable
-        ``function(probs, labels, n_bins) -> float`` on (N, C) probabilities and (N,) labels.
-    direction : {"lower", "higher", "target"}
-        Which way is better; ``"target"``: nearer :attr:`target`.
-    description : str
-        What it measures, in a few words; the report's Methods section prints ``"<label>: <description>"``.
-    bounds : (float, float)
-        The values it can take, ends included where reached (``math.inf`` for none).
-    target : float or None
-        The ideal value of a ``"target"`` metric (1 for a calibration slope); None otherwise.
-    weighted : callable or None
-        How the bootstrap engine evaluates it under resampling weights: ``weighted(name, n_bins)`` gives
-        the statistic (a :class:`~sitecal.metrics.SumMetricStatistic` from a ``SumForm``, or a
-        :class:`~sitecal.metrics.MassECEStatistic`); None when the engine cannot.
-    reported : bool
-        May be listed in a protocol's ``evaluation.metrics``: computed for every group before and after
-        calibration, with intervals, disparities and refit intervals (so it needs a sum form, and a
-        direction of ``"lower"`` or ``"higher"`` for the report's wording).
-    criterion : bool
-        May be named in an acceptance criterion (so it must be ``reported``, or ``recalibration``).
-    recalibration : bool
-        Estimated for every group before and after calibration by the recalibration analysis (the
-        logistic fit of the correct-prediction event: slope, intercept, O:E), with that analysis's
-        intervals (cluster-robust Wald for slope and intercept, patient-cluster bootstrap for O:E); a
-        criterion on it is judged on those.
-    needs_every_class : bool
-        Undefined (an error) unless every class occurs among the labels, as the AUROC.
-    """
-
-    name: str
-    label: str
-    function: MetricFunction
-    direction: Direction
-    description: str
-    bounds: tuple[float, float]
-    target: float | None = None
-    weighted: WeightedForm | None = None
-    reported: bool = False
-    criterion: bool = False
-    recalibration: bool = False
-    needs_every_class: bool = False
-
-    def __post_init__(self) -> None:
-        problems = []
-        if (self.direction == "target") != (self.target is not None):
-            problems.append("a target exactly when the direction is 'target'")
-        if self.reported and not self.summable:
-            problems.append("a sum form (weighted=SumForm) when reported: the refit and disparity intervals")
-        if self.reported and self.direction == "target":
-            problems.append("direction 'lower' or 'higher' when reported: the report says which is better")
-        if self.criterion and not (self.reported or self.recalibration):
-            problems.append(
-                "reported=True or recalibration=True when criterion=True: a criterion's metric must be "
-                "evaluated"
-            )
-        if not self.bounds[0] <= self.bounds[1]:
-            problems.append("bounds (low, high) with low <= high")
-        if problems:
-            raise ValueError(f"Metric {self.name!r} needs " + "; ".join(problems) + ".")
-
-    @property
-    def bootstrappable(self) -> bool:
-        """Whether :func:`metric_statistic` packages it for the paired bootstrap engine."""
-        return self.weighted is not None
-
-    @property
-    def summable(self) -> bool:
-        """Whether it is a function of per-row sums on fixed bins (the disparity and refit fast paths)."""
-        return isinstance(self.weighted, SumForm)
-
-    def statistic(self, *, n_bins: int = 15) -> WeightedStatistic:
-        """The weighted statistic the bootstrap engine evaluates (see :func:`metric_statistic`)."""
-        if self.weighted is None:
-            raise ValueError(f"Metric {self.name!r} has no weighted form for the bootstrap engine.")
-        return self.weighted(self.name, n_bins)
-
-    def __call__(self, probs: ArrayLike, labels: ArrayLike, *, n_bins: int = 15) -> float:
-        """The metric of ``probs`` (N, C) and ``labels`` (N,); ``n_bins`` for the binned ones."""
-        return self.function(probs, labels, n_bins)
 
 
 def _ece(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
