@@ -16,7 +16,7 @@ from ._inputs import ReportInputs, get
 from ._styles import Palette, Styles
 from ._text import NOT_RECORDED, para_text, words
 
-__all__ = ["METRIC_NAMES", "Context", "verdict_text"]
+__all__ = ["METRIC_NAMES", "Context", "interval_level", "verdict_text"]
 
 #: The printed label of each metric of the registry, by name.
 METRIC_NAMES = {m.name: m.label for m in METRICS}
@@ -28,6 +28,13 @@ _VERDICTS: dict[str, tuple[str, colors.Color, colors.Color]] = {
     "inconclusive": ("Inconclusive", Palette.inconclusive, Palette.inconclusive_bg),
     "insufficient data": ("Insufficient data", Palette.unjudged, Palette.unjudged_bg),
 }
+
+
+def interval_level(value: object) -> float | None:
+    """``value`` as an interval level (a number in (0, 1), not a bool), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1:
+        return float(value)
+    return None
 
 
 def verdict_text(verdict: object) -> tuple[str, colors.Color, colors.Color]:
@@ -155,11 +162,13 @@ class Context:
     def lower_is_better(metric: object) -> bool:
         return str(metric) not in _HIGHER_IS_BETTER
 
+    def level(self) -> float | None:
+        """The evaluation's interval level, or None where not recorded as a share in (0, 1)."""
+        return interval_level(get(self.evaluation, "bootstrap", "level"))
+
     def level_text(self) -> str:
-        level = get(self.evaluation, "bootstrap", "level")
-        if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
-            return f"{level * 100:g}%"
-        return "confidence"
+        level = self.level()
+        return "confidence" if level is None else f"{level * 100:g}%"
 
     def min_group_size(self) -> object:
         return get(self.evaluation, "min_group_size")

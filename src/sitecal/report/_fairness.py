@@ -168,10 +168,8 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
 
 
 def _alpha(ctx: Context) -> str:
-    level = get(ctx.evaluation, "bootstrap", "level")
-    if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
-        return f"{(1 - level) * 100:.3g}%"
-    return "one minus the interval level"
+    level = ctx.level()
+    return "one minus the interval level" if level is None else f"{(1 - level) * 100:.3g}%"
 
 
 def _spread_table(ctx: Context, disparities: Mapping[str, Any], metric: str, name: str) -> list[Flowable]:

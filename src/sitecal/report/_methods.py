@@ -247,8 +247,8 @@ def _acceptance_text(ctx: Context) -> str:
         "when it clears the margin, <i>fail</i> when it lies wholly beyond it, <i>inconclusive</i> when it "
         "straddles the margin (the data show neither)."
     )
-    level = get(ctx.evaluation, "bootstrap", "level")
-    if not (isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1):
+    level = ctx.level()
+    if level is None:
         return text
     one_sided = (1 + level) / 2
     text += (

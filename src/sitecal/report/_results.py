@@ -13,7 +13,7 @@ from sitecal.metrics.registry import ECE, ECE_DEBIASED
 from sitecal.metrics.registry import names as metric_names
 
 from . import figures
-from ._context import Context, verdict_text
+from ._context import Context, interval_level, verdict_text
 from ._inputs import get
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
@@ -214,8 +214,8 @@ def _rule_text(ctx: Context, criterion: Mapping[str, Any]) -> tuple[str, str]:
     metric = para_text(ctx.metric_name(criterion.get("metric") or NOT_RECORDED))
     stage = criterion.get("stage")
     measured = f"{metric} {stage} calibration" if stage in ("before", "after") else metric
-    level = criterion.get("level")
-    if isinstance(level, int | float) and not isinstance(level, bool) and 0 < level < 1:
+    level = interval_level(criterion.get("level"))
+    if level is not None:
         one_sided = f"{(1 + level) / 2 * 100:g}%"
         measured += (
             f", judged on its whole two-sided {level * 100:g}% interval (each end a one-sided "
