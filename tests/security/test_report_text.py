@@ -26,6 +26,8 @@ from reportlab.platypus import Frame, PageTemplate, Paragraph, Table
 from sitecal.report import ReportArtifacts, ReportInputs, render_report
 from sitecal.report._fonts import (
     break_line,
+    figure_families,
+    figure_fonts,
     font_runs,
     matplotlib_families,
     matplotlib_lays_out_bidi,
@@ -173,6 +175,44 @@ def test_figures_fall_back_to_the_same_fonts() -> None:
     families = matplotlib_families()
     assert families[:2] == ("DejaVu Sans", "Noto Sans SC")
     assert "Noto Emoji" in families
+
+
+def _labels_figure(names: list[str]):  # type: ignore[no-untyped-def]
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_yticks(range(len(names)), names)
+    ax.set_title(names[0])
+    return fig
+
+
+def _png(fig) -> bytes:  # type: ignore[no-untyped-def]
+    from io import BytesIO
+
+    buffer = BytesIO()
+    fig.savefig(buffer, format="png", dpi=60)
+    return buffer.getvalue()
+
+
+@pytest.mark.timeout(60)
+def test_a_figure_lists_only_the_fallbacks_its_text_needs_and_draws_the_same_glyphs() -> None:
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    names = ["Site 1", "北京 CT", "Scanner 🙂", "नमस्ते", "שלום"]
+    assert figure_families(["Site 1", "שלום"]) == ("DejaVu Sans",)  # DejaVu sets Hebrew
+    assert figure_families(names) == ("DejaVu Sans", "Noto Sans SC", "Noto Emoji", "Noto Sans Devanagari")
+    few = figure_fonts(_labels_figure)(names)
+    png_few = figure_fonts(_png)(few)
+    with matplotlib.rc_context({"font.family": list(matplotlib_families())}):
+        every = _labels_figure(names)
+        png_every = _png(every)
+    assert {tuple(t.get_fontfamily()) for t in few.axes[0].get_yticklabels()} == {figure_families(names)}
+    assert png_few == png_every  # the same glyphs from the same fonts, with 4 families instead of 25
+    # the fallbacks do draw something here: DejaVu Sans alone lacks the glyphs
+    with matplotlib.rc_context({"font.family": ["DejaVu Sans"]}), pytest.warns(UserWarning, match="missing"):
+        assert _png(_labels_figure(names)) != png_every
+    plt.close("all")
 
 
 @pytest.mark.timeout(30)
