@@ -24,10 +24,10 @@ def write_tables(
     class_names: Sequence[str],
     studies: Sequence[Any],
     exclusions: Sequence[Exclusion],
-    fit_mask: np.ndarray,
+    split_parts: np.ndarray,
     pseudonymize: Pseudonymizer,
 ) -> None:
-    """``cohort.csv`` (one row per analysed study) and ``exclusions.csv`` (one per exclusion)."""
+    """``cohort.csv`` (one row per analysed study, its part of the split) and ``exclusions.csv``."""
     attributes = list(studies[0].attributes) if studies else []
     write_csv_atomic(
         folder / "cohort.csv",
@@ -41,9 +41,9 @@ def write_tables(
                 s.series_number,
                 class_names[s.label],
                 *[s.attributes[a] for a in attributes],
-                "fit" if fit else "evaluation",
+                part,
             ]
-            for s, fit in zip(studies, fit_mask, strict=True)
+            for s, part in zip(studies, split_parts, strict=True)
         ),
     )
     write_exclusions(folder / "exclusions.csv", exclusions, pseudonymize)

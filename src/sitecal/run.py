@@ -113,7 +113,7 @@ def run_protocol(
             _write_tables(folder, loaded, analysed, np.zeros(0, bool), pseudonymize)
             raise _nothing_to_analyse(loaded, cohort, analysed.exclusions, folder)
         outcome = evaluate_cohort(loaded, cohort, predictions, analysed, progress=progress)
-        _write_tables(folder, loaded, analysed, outcome.fit_mask, pseudonymize)
+        _write_tables(folder, loaded, analysed, outcome.split.row_labels(), pseudonymize)
         file_hashes = (
             model_run.file_hashes
             if model_run is not None
@@ -218,11 +218,11 @@ def _write_tables(
     folder: Path,
     loaded: LoadedProtocol,
     analysed: Analysed,
-    fit_mask: np.ndarray,
+    split_parts: np.ndarray,
     pseudonymize: Pseudonymizer,
 ) -> None:
     class_names = loaded.protocol.model.class_names
-    write_tables(folder, class_names, analysed.studies, analysed.exclusions, fit_mask, pseudonymize)
+    write_tables(folder, class_names, analysed.studies, analysed.exclusions, split_parts, pseudonymize)
     write_predictions(
         folder / "predictions.csv",
         class_names,

@@ -281,7 +281,7 @@ def test_missing_optional_fields_print_not_recorded(
         (
             lambda p: p["evaluation"].update(schema_version=2),
             r"^evaluation\.json: \$\.schema_version: schema_version 2 is not supported by this sitecal \(it "
-            r"reads schema_version 3 of Evaluation\)\. Render this run with the sitecal version that made it",
+            r"reads schema_version 4 of Evaluation\)\. Render this run with the sitecal version that made it",
         ),
     ],
 )

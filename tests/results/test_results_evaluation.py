@@ -29,7 +29,7 @@ def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[
     # leave-one-site-out rows gained the debiased ECE (a reported metric since); then the demo protocol's
     # criterion moved to the debiased ECE (which it now reports), the disparities gained their
     # size-matched flags and the site heterogeneity moved to REML with Hartung-Knapp; the demo protocol
-    # gained its slope criterion
+    # gained its slope criterion; schema_version 4 records the split's folds (null for one split)
     outcome = outcomes["per-scanner-refit"]
     assert synthetic.file_text(outcome.document) == GOLDEN.read_text(encoding="utf-8")
     assert synthetic.file_text(outcome.result.to_dict()) == GOLDEN.read_text(encoding="utf-8")

@@ -112,7 +112,7 @@ MUTATIONS: dict[str, tuple[Callable[[Document], None], str, bool]] = {
     "bool count": (_set(("split", "n_fit"), True), "$.split.n_fit: expected an integer, got true", True),
     "unknown key": (
         _set(("split", "extra"), 1),
-        "$.split.extra: is not a field of this object (allowed: method, fit_fraction, seed,",
+        "$.split.extra: is not a field of this object (allowed: method, fit_fraction, folds, seed,",
         True,
     ),
     "unknown metric": (
@@ -228,18 +228,18 @@ def test_broken_documents_are_refused_naming_the_path(documents: dict[str, Docum
         assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))
 
 
-@pytest.mark.parametrize("version", [2, 4])
+@pytest.mark.parametrize("version", [3, 5])
 def test_another_schema_version_says_which_sitecal_renders_it(
     documents: dict[str, Document], version: int
 ) -> None:
-    # schema_version 2 judged a criterion on one statistic where version 3 judges the whole interval: its
-    # run is rendered by the sitecal that made it, or run again
+    # schema_version 3 had no folds in its split (version 4 records cross-fitting): its run is rendered by
+    # the sitecal that made it, or run again
     doc = copy.deepcopy(documents["per-scanner-refit"]) | {"schema_version": version}
     with pytest.raises(DataError) as info:
         Evaluation.from_dict(doc, source="run-7/evaluation.json")
     assert str(info.value) == (
         f"run-7/evaluation.json: $.schema_version: schema_version {version} is not supported by this sitecal "
-        "(it reads schema_version 3 of Evaluation). Render this run with the sitecal version that made it "
+        "(it reads schema_version 4 of Evaluation). Render this run with the sitecal version that made it "
         "(provenance.json names it), or run the protocol again with this sitecal (`sitecal run PROTOCOL`)."
     )
     assert list(jsonschema.Draft202012Validator(json_schema(Evaluation)).iter_errors(doc))

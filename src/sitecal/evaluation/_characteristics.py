@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sitecal.evaluation._groups import UNKNOWN, ordered_groups
+from sitecal.evaluation._split import Split
 from sitecal.protocol import Protocol
 from sitecal.results import (
     Characteristics,
@@ -66,7 +67,7 @@ def _row(
     group: str,
     mask: np.ndarray,
     data: EvaluationData,
-    fit: np.ndarray,
+    split: Split,
     mixes: Mapping[str, str | None],
 ) -> CharacteristicsRow:
     n = int(mask.sum())
@@ -77,8 +78,8 @@ def _row(
         group=group,
         n=n,
         share_of_cohort=n / total if total else 0.0,
-        n_fit=int((mask & fit).sum()),
-        n_evaluation=int((mask & ~fit).sum()),
+        n_fit=int((mask & split.fit).sum()),
+        n_evaluation=int((mask & split.held).sum()),
         n_patients=len(set(data.patient_keys[mask].tolist())),
         classes=tuple(
             ClassCount(class_name=str(name), count=int(c), share=int(c) / n if n else 0.0)
@@ -89,7 +90,9 @@ def _row(
     )
 
 
-def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.ndarray) -> Characteristics:
+def cohort_characteristics(
+    protocol: Protocol, data: EvaluationData, split: Split | np.ndarray
+) -> Characteristics:
     """Describe the analysed cohort and every reported subgroup: sizes, classes, sex and age-band mix.
 
     Parameters
@@ -99,8 +102,9 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
         (``tag: PatientAge`` with ``bands``); ``reported_subgroups`` which attributes are described.
     data : EvaluationData
         Every analysed study (``N`` rows).
-    fit : numpy.ndarray of bool, shape (N,)
-        Rows in the fit split; the others are the evaluation split.
+    split : Split or numpy.ndarray of bool, shape (N,)
+        The fit and evaluation rows (under cross-fitting every row is both); a boolean mask is the fit
+        part of one split.
 
     Returns
     -------
@@ -118,6 +122,7 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
     -----
     ``tests/test_characteristics.py`` checks every count against a hand-built cohort and pandas ``groupby``.
     """
+    split = split if isinstance(split, Split) else Split.from_fit_mask(split)
     mixes = {
         "sex": _mix_attribute(protocol, data.attributes, "PatientSex"),
         "age_band": _mix_attribute(protocol, data.attributes, "PatientAge"),
@@ -130,7 +135,7 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
     attributes = protocol.reported_subgroups
     subgroups = {
         name: tuple(
-            _row(group, data.attributes[name] == group, data, fit, mixes)
+            _row(group, data.attributes[name] == group, data, split, mixes)
             for group in ordered_groups(data.attributes[name])
         )
         for name in attributes
@@ -140,7 +145,7 @@ def cohort_characteristics(protocol: Protocol, data: EvaluationData, fit: np.nda
         age_attribute=mixes["age_band"],
         notes=tuple(notes),
         tags={name: protocol.subgroups[name].tag for name in attributes},
-        overall=_row("All studies", np.ones(len(data.labels), dtype=bool), data, fit, mixes),
+        overall=_row("All studies", np.ones(len(data.labels), dtype=bool), data, split, mixes),
         subgroups=subgroups,
     )
 

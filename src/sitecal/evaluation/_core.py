@@ -16,12 +16,19 @@ from typing import Any, Literal, cast
 import numpy as np
 from tqdm import tqdm
 
-from sitecal.calibration import GroupTemperatures, fit_group_temperatures
+from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._disparities import attribute_disparities
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
+from sitecal.evaluation._split import (
+    Split,
+    applied_temperatures,
+    deployed_temperatures,
+    make_split,
+    split_patients,
+)
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import Protocol
 from sitecal.results import (
@@ -43,8 +50,11 @@ from sitecal.results import (
 )
 from sitecal.stats import (
     BootstrapSpec,
+    CrossfitIntervals,
+    RefitIntervals,
     bootstrap_metrics,
     bootstrap_temperature,
+    crossfit_bootstrap,
     refit_bootstrap,
 )
 
@@ -77,36 +87,18 @@ class EvaluationOutcome:
 
     document: dict[str, Any]
     temperatures: GroupTemperatures
-    fit_mask: np.ndarray
+    split: Split
     result: Evaluation
+
+    @property
+    def fit_mask(self) -> np.ndarray:
+        """Rows some temperature was fitted on (every row under cross-fitting)."""
+        return self.split.fit
 
     @property
     def verdict(self) -> str:
         """``pass``, ``fail``, ``inconclusive`` or ``insufficient data``."""
         return str(self.document["verdict"])
-
-
-def split_patients(
-    patient_keys: np.ndarray, strata: np.ndarray, *, fit_fraction: float, seed: int
-) -> np.ndarray:
-    """Seeded patient-level split, stratified: a boolean mask of the rows in the fit part.
-
-    Each patient belongs to the stratum of their first row (in key order). Within each stratum (sorted),
-    patients are sorted by key, permuted by ``numpy.random.default_rng(seed)`` and the first
-    ``round(fit_fraction * n)`` go to the fit part, so the split depends only on the keys and the seed, not
-    on file order.
-    """
-    order = np.argsort(patient_keys, kind="stable")
-    first_stratum: dict[str, str] = {}
-    for i in order:
-        first_stratum.setdefault(str(patient_keys[i]), str(strata[i]))
-    rng = np.random.default_rng(seed)
-    fit_patients: set[str] = set()
-    for stratum in sorted(set(first_stratum.values())):
-        members = np.array(sorted(p for p, s in first_stratum.items() if s == stratum))
-        permuted = members[rng.permutation(len(members))]
-        fit_patients.update(permuted[: round(fit_fraction * len(members))].tolist())
-    return np.array([str(p) in fit_patients for p in patient_keys], dtype=bool)
 
 
 def evaluate(
@@ -142,20 +134,16 @@ def evaluate(
     cal_groups = data.attributes[per] if per else np.full(n, "all", dtype=object)
     stratify = cal.split.stratify or per
     strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
-    fit = split_patients(
-        data.patient_keys, strata_all, fit_fraction=cal.split.fit_fraction, seed=cal.split.seed
-    )
-    held = ~fit
-    temperatures = fit_group_temperatures(
-        data.logits[fit],
-        data.labels[fit],
-        cal_groups[fit],
-        min_group_size=cal.min_group_size,
-        fallback=cal.fallback,
-    )
+    split = make_split(cal, data.patient_keys, strata_all)
+    fit, held = split.fit, split.held
+    policy = {"min_group_size": cal.min_group_size, "fallback": cal.fallback}
+    temperatures = deployed_temperatures(split, data.logits, data.labels, cal_groups, policy)
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
-    applied = temperatures.temperatures_for(cal_groups[held])
+    if split.method == "patient":  # the deployed temperatures are the ones evaluated
+        applied = temperatures.temperatures_for(cal_groups[held])
+    else:
+        applied = applied_temperatures(split, data.logits, data.labels, cal_groups, policy)[held]
     prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
     strata = patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
@@ -172,7 +160,9 @@ def evaluate(
         for value in ordered_groups(values):
             plan.append((name, value, values == value))
 
-    fit_rows = _FitRows(data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit])
+    fit_rows = _FitRows(
+        data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit], split.fold[fit]
+    )
     results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
     overall: GroupResult | None = None
     for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
@@ -196,8 +186,10 @@ def evaluate(
                 logits[mask],
                 labels[mask],
                 patients[mask],
+                split.fold[held][mask],
                 protocol=protocol,
                 spec=spec,
+                split=split,
             )
         if attribute == OVERALL:
             overall = entry
@@ -214,7 +206,7 @@ def evaluate(
         )
         for name in attributes
     }
-    sensitivity = sensitivity_analyses(protocol, data, fit, temperatures)
+    sensitivity = sensitivity_analyses(protocol, data, split, temperatures)
     acceptance = [
         judge(c, overall, results, ev.bootstrap.level, sensitivity.recalibration) for c in protocol.acceptance
     ]
@@ -233,8 +225,9 @@ def evaluate(
         class_names=tuple(data.class_names),
         cohort_flow=CohortFlow.from_dict(flow, source="evaluate(cohort_flow=...)"),
         split=SplitSettings(
-            method=cal.split.by,
-            fit_fraction=cal.split.fit_fraction,
+            method=split.method,
+            fit_fraction=cal.split.fit_fraction if split.method == "patient" else None,
+            folds=split.folds if split.method == "crossfit" else None,
             seed=cal.split.seed,
             stratify=stratify,
             n_fit=int(fit.sum()),
@@ -265,12 +258,10 @@ def evaluate(
         verdict=verdict,
         warnings=tuple(warnings),
         sensitivity=sensitivity,
-        characteristics=cohort_characteristics(protocol, data, fit),
+        characteristics=cohort_characteristics(protocol, data, split),
         highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
     )
-    return EvaluationOutcome(
-        document=result.to_dict(), temperatures=temperatures, fit_mask=fit, result=result
-    )
+    return EvaluationOutcome(document=result.to_dict(), temperatures=temperatures, split=split, result=result)
 
 
 def _group_result(
@@ -327,6 +318,7 @@ class _FitRows:
     labels: np.ndarray
     patients: np.ndarray
     groups: np.ndarray
+    folds: np.ndarray
 
 
 def _add_temperature_uncertainty(
@@ -337,11 +329,16 @@ def _add_temperature_uncertainty(
     logits: np.ndarray,
     labels: np.ndarray,
     patients: np.ndarray,
+    folds: np.ndarray,
     *,
     protocol: Protocol,
     spec: BootstrapSpec,
+    split: Split,
 ) -> GroupResult:
     """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
+
+    Under cross-fitting the temperature is the deployed one (fitted on every row) and a refit repeats
+    every fold's fit in each resample (:func:`~sitecal.stats.crossfit_bootstrap`).
 
     The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
     row for a group that uses the global temperature. A shrunk temperature has no interval (its penalty
@@ -360,22 +357,39 @@ def _add_temperature_uncertainty(
     rows = fit_rows.groups == group if source == "own" else np.ones(fit_rows.labels.shape[0], dtype=bool)
     ev = protocol.evaluation
     if not ev.bootstrap.refit:
-        res = bootstrap_temperature(
+        fixed = bootstrap_temperature(
             fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
         )
-        interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
+        interval = TemperatureInterval(**_interval(fixed.temperature), n_fit=int(rows.sum()))
         return dataclasses.replace(entry, temperature_interval=interval)
-    res = refit_bootstrap(
-        fit_rows.logits[rows],
-        fit_rows.labels[rows],
-        logits,
-        labels,
-        fit_clusters=fit_rows.patients[rows],
-        eval_clusters=patients,
-        metrics=tuple(ev.metrics),
-        n_bins=ev.n_bins,
-        spec=spec,
-    )
+    res: RefitIntervals | CrossfitIntervals
+    if split.method == "crossfit":
+        res = crossfit_bootstrap(
+            fit_rows.logits[rows],
+            fit_rows.labels[rows],
+            logits,
+            labels,
+            fit_clusters=fit_rows.patients[rows],
+            eval_clusters=patients,
+            fit_folds=fit_rows.folds[rows],
+            eval_folds=folds,
+            folds=split.folds,
+            metrics=tuple(ev.metrics),
+            n_bins=ev.n_bins,
+            spec=spec,
+        )
+    else:
+        res = refit_bootstrap(
+            fit_rows.logits[rows],
+            fit_rows.labels[rows],
+            logits,
+            labels,
+            fit_clusters=fit_rows.patients[rows],
+            eval_clusters=patients,
+            metrics=tuple(ev.metrics),
+            n_bins=ev.n_bins,
+            spec=spec,
+        )
     metrics = {
         metric: dataclasses.replace(
             entry.metrics[metric],

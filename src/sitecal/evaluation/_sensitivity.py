@@ -33,6 +33,7 @@ from sitecal._validation import check_option
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.errors import SitecalError
 from sitecal.evaluation._groups import ordered_groups, patient_strata
+from sitecal.evaluation._split import Split, applied_temperatures
 from sitecal.metrics import (
     RecalibrationStatistic,
     TopLabelOEStatistic,
@@ -98,12 +99,14 @@ class _Setup:
     """The split, the calibration groups and the evaluation probabilities, as the main evaluation has them."""
 
     def __init__(
-        self, protocol: Protocol, data: EvaluationData, fit: np.ndarray, temps: GroupTemperatures, how: str
+        self, protocol: Protocol, data: EvaluationData, split: Split, temps: GroupTemperatures, how: str
     ):
         cal = protocol.calibration
         self.slope_intervals = how
         n = len(data.labels)
-        self.protocol, self.data, self.fit, self.held = protocol, data, fit, ~fit
+        self.protocol, self.data, self.split = protocol, data, split
+        self.fit, self.held = split.fit, split.held
+        self.policy: dict[str, Any] = {"min_group_size": cal.min_group_size, "fallback": cal.fallback}
         self.cal_groups = data.attributes[cal.per] if cal.per else np.full(n, "all", dtype=object)
         stratify = cal.split.stratify or cal.per
         strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
@@ -111,8 +114,24 @@ class _Setup:
         self.labels, self.patients = data.labels[held], data.patient_keys[held]
         self.strata = patient_strata(self.patients, strata_all[held])
         logits = data.logits[held]
-        applied = temps.temperatures_for(self.cal_groups[held])
+        applied = self.applied(temps, np.ones(n, dtype=bool))[held]
         self.probs = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
+
+    def applied(self, temps: GroupTemperatures, keep: np.ndarray) -> np.ndarray:
+        """The temperature of each evaluated row among ``keep`` (NaN elsewhere), shape (N,).
+
+        ``temps``: fitted on the kept fit rows; one split evaluates with them, cross-fitting refits each
+        fold's temperatures on the kept rows of the other folds.
+        """
+        data = self.data
+        if self.split.method == "crossfit":
+            return applied_temperatures(
+                self.split, data.logits, data.labels, self.cal_groups, self.policy, keep
+            )
+        out = np.full(len(data.labels), np.nan)
+        rows = self.held & keep
+        out[rows] = temps.temperatures_for(self.cal_groups[rows])
+        return out
 
 
 def _recalibration_stage(
@@ -305,7 +324,7 @@ def _after_metrics(
     studies, none of which the refitted temperatures saw), its groups unseen at fitting taking the
     global T: the internal-external validation of that site (empty when nothing is left out).
     """
-    cal, ev, data = setup.protocol.calibration, setup.protocol.evaluation, setup.data
+    ev, data = setup.protocol.evaluation, setup.data
     fit, held = setup.fit & keep, setup.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
     empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
@@ -315,20 +334,19 @@ def _after_metrics(
         return empty, None, n_fit, n_eval, "no_fit_studies", empty
     try:
         temps = fit_group_temperatures(
-            data.logits[fit],
-            data.labels[fit],
-            setup.cal_groups[fit],
-            min_group_size=cal.min_group_size,
-            fallback=cal.fallback,
+            data.logits[fit], data.labels[fit], setup.cal_groups[fit], **setup.policy
         )
+        applied = setup.applied(temps, keep)
     except SitecalError as exc:  # the document records the code; the reason goes to the log
         log.warning("leave one site out: the temperatures could not be refitted (%s)", exc)
         return empty, None, n_fit, n_eval, "refit_failed", empty
+    # the rows left out are measured with the temperatures fitted on every kept fit row
+    applied[~keep] = temps.temperatures_for(setup.cal_groups[~keep])
 
     def measured(rows: np.ndarray) -> dict[str, float | None]:
         if not rows.any():
             return dict.fromkeys(LOSO_METRICS)
-        probs = softmax(data.logits[rows], temperature=temps.temperatures_for(setup.cal_groups[rows]))
+        probs = softmax(data.logits[rows], temperature=applied[rows])
         labels = data.labels[rows]
         return {name: _finite(metric(name)(probs, labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
 
@@ -378,7 +396,7 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
 def sensitivity_analyses(
     protocol: Protocol,
     data: EvaluationData,
-    fit: np.ndarray,
+    split: Split | np.ndarray,
     temperatures: GroupTemperatures,
     *,
     slope_intervals: str = "wald",
@@ -391,10 +409,10 @@ def sensitivity_analyses(
         Calibration policy, evaluation settings (bootstrap, ``min_group_size``, ``n_bins``), subgroups.
     data : EvaluationData
         Every analysed study.
-    fit : numpy.ndarray of bool, shape (N,)
-        Rows in the fit part (the rest is the evaluation part), as :func:`evaluate` split them.
+    split : Split or numpy.ndarray of bool, shape (N,)
+        How :func:`evaluate` split the rows; a boolean mask is the rows of the fit part (one split).
     temperatures : GroupTemperatures
-        The temperatures fitted on the fit part.
+        The temperatures fitted on the fit part (on every row under cross-fitting).
     slope_intervals : {"wald", "bootstrap"}, default "wald"
         Intervals of the slope and intercept: Wald from cluster-robust (patient) sandwich standard
         errors, or the patient-cluster bootstrap with the protocol's settings (a Newton fit per
@@ -408,7 +426,8 @@ def sensitivity_analyses(
         :class:`sitecal.results.Sensitivity`).
     """
     how = check_option(slope_intervals, name="slope_intervals", func="sensitivity_analyses", options=_HOW)
-    setup = _Setup(protocol, data, np.asarray(fit, dtype=bool), temperatures, how)
+    parts = split if isinstance(split, Split) else Split.from_fit_mask(split)
+    setup = _Setup(protocol, data, parts, temperatures, how)
     attribute, source = site_attribute(protocol)
     return Sensitivity(
         recalibration=_recalibration(setup),

@@ -49,15 +49,40 @@ def _seed(value: int) -> int:
     return value
 
 
-class SplitSettings(_Strict):
-    """The seeded, patient-level split into a fit part (temperatures) and an evaluation part."""
+#: Most cross-fitting folds: each fold refits every temperature (and, with ``bootstrap.refit``, does so in
+#: every resample); 5 to 10 is usual.
+MAX_FOLDS = 20
 
-    by: Literal["patient"] = "patient"
+
+class SplitSettings(_Strict):
+    """The seeded, patient-level split: a fit part and an evaluation part, or K cross-fitted folds."""
+
+    by: Literal["patient", "crossfit"] = "patient"
     fit_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    folds: int = Field(
+        default=5,
+        ge=2,
+        le=MAX_FOLDS,
+        description="with by: crossfit, the number of folds (each fold's temperatures fitted on the others)",
+    )
     seed: int = Field(description="seed of numpy.random.default_rng, an integer >= 0")
     stratify: str | None = Field(default=None, description="subgroup name; default: calibration.per")
 
     _seed_range = field_validator("seed")(_seed)
+
+    @model_validator(mode="after")
+    def _one_method(self) -> SplitSettings:
+        if self.by == "crossfit" and "fit_fraction" in self.model_fields_set:
+            raise ValueError(
+                "fit_fraction applies to by: patient (one fit part); by: crossfit fits each fold's "
+                "temperatures on the other folds. Remove fit_fraction, or set by: patient"
+            )
+        if self.by == "patient" and "folds" in self.model_fields_set:
+            raise ValueError(
+                "folds applies to by: crossfit; by: patient splits once into a fit and an evaluation part. "
+                "Remove folds, or set by: crossfit"
+            )
+        return self
 
 
 class CalibrationSettings(_Strict):
@@ -325,6 +350,14 @@ class Protocol(_Strict):
         _check_route(self)
         _check_reference(self.calibration.per, names, "calibration", "per")
         _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
+        boot = self.evaluation.bootstrap
+        if self.calibration.split.by == "crossfit" and boot.refit and boot.method == "bca":
+            raise _ReferenceError(
+                ("evaluation", "bootstrap", "method"),
+                "method bca with refit under calibration.split.by: crossfit is not available (its "
+                "acceleration would refit every fold without each patient); use method: percentile, or "
+                "refit: false",
+            )
         for i, name in enumerate(self.evaluation.subgroups or []):
             _check_reference(name, names, "evaluation", "subgroups", i)
         for i, criterion in enumerate(self.acceptance):

@@ -48,10 +48,16 @@ def _split_text(ctx: Context) -> str:
             f"Patient-level split: {share} of patients to the fit split and the rest to the evaluation "
             f"split{strat}, seed {seed}. All studies of one patient are on the same side."
         )
-    elif "fold" in method or "cross" in method:
-        text = (
-            f"Cross-fitting with {para_text(split.get('n_folds'))} folds by patient{strat}, seed {seed}: "
-            "each study is evaluated with temperatures fitted on the other folds."
+    elif method == "crossfit":
+        return (
+            f"Cross-fitting by patient with {para_text(split.get('folds'))} folds{strat}, seed {seed}: "
+            "patients are dealt to the folds, and each fold is evaluated with temperatures fitted on the "
+            "other folds, so every study is evaluated once and never with a temperature fitted on it "
+            f"({format_count(split.get('n_evaluation'))} studies, "
+            f"{format_count(split.get('patients_evaluation'))} patients; all studies of one patient in one "
+            "fold). The temperatures reported and deployed are fitted on every study; the Results measure "
+            "the procedure that made them. Cross-fitting evaluates twice as many studies as a half split "
+            "and does not hang the verdict on one draw of patients."
         )
     else:
         text = f"Split method '{para_text(method or NOT_RECORDED)}'{strat}, seed {seed}."

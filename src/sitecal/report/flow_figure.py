@@ -216,7 +216,7 @@ def flow_figure(
         y += box_h
     assert previous_bottom is not None
     y += split_gap
-    halves = (
+    halves: tuple[tuple[str, object, object], ...] = (
         ("Fit split (temperatures)", flow.get("fit", split.get("n_fit")), split.get("patients_fit")),
         (
             "Evaluation split (metrics)",
@@ -224,17 +224,30 @@ def flow_figure(
             split.get("patients_evaluation"),
         ),
     )
+    if (
+        split.get("method") == "crossfit"
+    ):  # every study is in both: fitted for the other folds, evaluated once
+        folds = format_count(split.get("folds"))
+        halves = (
+            (f"{folds} folds: temperatures of each", "fitted on the other folds", None),
+            (
+                "Every study evaluated once",
+                flow.get("evaluation", split.get("n_evaluation")),
+                split.get("patients_evaluation"),
+            ),
+        )
     for i, (label, n, patients) in enumerate(halves):
         x = main_x + i * (main_w / 2 + 1.0) - (1.0 if i else 0)
         w = main_w / 2 - 0.5
         who = f" · {format_count(patients)} patients" if patients is not None else ""
+        count = n if isinstance(n, str) else f"{format_count(n)} studies{who}"
         ax.annotate(
             "",
             xy=(x + w / 2, y),
             xytext=(centre, previous_bottom),
             arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
         )
-        _box(ax, x, y, w, box_h, f"{label}\n{format_count(n)} studies{who}", size=6.3)
+        _box(ax, x, y, w, box_h, f"{label}\n{count}", size=6.3)
     return fig
 
 

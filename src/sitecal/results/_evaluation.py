@@ -64,16 +64,21 @@ class SplitSettings(Record):
 
     Attributes
     ----------
-    method : {"patient"}
-        What is split: all studies of a patient fall on one side.
-    fit_fraction : float
-        Share of each stratum's patients in the fit split.
+    method : {"patient", "crossfit"}
+        ``patient``: one fit part and one evaluation part, all studies of a patient on one side.
+        ``crossfit``: patients in ``folds`` folds; each fold evaluated with temperatures fitted on the
+        others, so every study is evaluated once (``n_fit`` = ``n_evaluation`` = all studies).
+    fit_fraction : float or None
+        Share of each stratum's patients in the fit part; null under cross-fitting.
+    folds : int or None
+        Number of folds under cross-fitting; null for one split.
     stratify : str or None
         Subgroup whose groups are split separately; null: not stratified.
     """
 
-    method: Literal["patient"]
-    fit_fraction: _Level
+    method: Literal["patient", "crossfit"]
+    fit_fraction: _Level | None
+    folds: Annotated[int, Constraint(minimum=2)] | None
     seed: int
     stratify: str | None
     n_fit: Count
@@ -339,7 +344,7 @@ class Evaluation(Record):
         Absent in documents written before sitecal recorded them.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     FILE_NAME: ClassVar[str] = "evaluation.json"
     HINT: ClassVar[str] = (
         "evaluation.json is written by `sitecal run PROTOCOL`: write it again, or restore the unedited file"

@@ -7,6 +7,7 @@ integer weights per cluster, and statistics are evaluated for a chunk of resampl
 from __future__ import annotations
 
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
+from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "BootstrapResult",
     "BootstrapSpec",
+    "CrossfitIntervals",
     "DisparityResult",
     "GroupFlags",
     "MetricIntervals",
@@ -30,6 +32,7 @@ __all__ = [
     "bootstrap_interval",
     "bootstrap_metrics",
     "bootstrap_temperature",
+    "crossfit_bootstrap",
     "disparity_intervals",
     "fit_stream_seed",
     "random_effects_meta_analysis",

@@ -46,7 +46,9 @@ def _after_metrics(
 ) -> NDArray[np.float64]:
     """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
 
-    Chunked so that the (resamples x rows x classes) probabilities stay near ``CHUNK_ELEMENTS``.
+    ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
+    each row its fold's). Chunked so that the (resamples x rows x classes) probabilities stay near
+    ``CHUNK_ELEMENTS``.
     """
     n, c = logits.shape
     r = s.shape[0]
@@ -56,7 +58,7 @@ def _after_metrics(
     for start in range(0, r, step):  # a loop over chunks of resamples
         sl = slice(start, min(r, start + step))
         size = sl.stop - sl.start
-        temps = np.repeat(np.exp(s[sl]), n)
+        temps = np.exp(s[sl]).reshape(-1) if s.ndim == 2 else np.repeat(np.exp(s[sl]), n)
         probs = softmax(np.tile(logits, (size, 1)), temperature=temps)
         for i, stat in enumerate(statistics):  # a loop over metrics
             terms = stat.row_terms(probs, tiled_labels[: size * n]).reshape(size, n, -1)
