@@ -100,6 +100,7 @@ def main() -> None:
     )
     for label, split in methods.items():
         verdicts: Counter[str] = Counter()
+        per_criterion: dict[str, Counter[str]] = {}
         bounds: dict[str, list[float]] = {}
         sizes: dict[str, list[int]] = {}
         started = time.perf_counter()
@@ -121,6 +122,8 @@ def main() -> None:
             )
             outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256="0" * 64)
             verdicts[outcome.result.verdict] += 1
+            for c in outcome.result.acceptance:
+                per_criterion.setdefault(c.id, Counter())[c.verdict] += 1
             for cid, (bound, n) in _worst_bounds(outcome.result).items():
                 bounds.setdefault(cid, []).append(bound)
                 sizes.setdefault(cid, []).append(n)
@@ -128,14 +131,16 @@ def main() -> None:
         print(f"\n{label}: {seconds / args.seeds:.1f} s an evaluation")
         print("  verdicts: " + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())))
         print(
-            "  | criterion | worst group's judged bound: mean | SD over seeds | min - max | n of that group |"
+            "  | criterion | verdicts | worst group's judged bound: mean | SD over seeds | min - max | "
+            "n of that group |"
         )
-        print("  | --- | ---: | ---: | --- | ---: |")
+        print("  | --- | --- | ---: | ---: | --- | ---: |")
         for cid, values in bounds.items():
             v = np.array(values)
+            counted = ", ".join(f"{n} {k}" for k, n in sorted(per_criterion[cid].items()))
             print(
-                f"  | {cid} | {v.mean():.4f} | {v.std(ddof=1):.4f} | {v.min():.4f} - {v.max():.4f} | "
-                f"{np.median(sizes[cid]):.0f} |"
+                f"  | {cid} | {counted} | {v.mean():.4f} | {v.std(ddof=1):.4f} | {v.min():.4f} - "
+                f"{v.max():.4f} | {np.median(sizes[cid]):.0f} |"
             )
 
 

@@ -107,12 +107,22 @@ def cohort_characteristics(ctx: Context) -> list[Flowable]:
     chars = get(ctx.evaluation, "characteristics")
     if not isinstance(chars, Mapping):
         return [*story, ctx.p(f"Cohort characteristics: {_ABSENT}.")]
+    split = get(ctx.evaluation, "split")
+    if isinstance(split, Mapping) and split.get("method") == "crossfit":
+        parts = (
+            "Every analysed study. Under cross-fitting each study is fitted on (for the other folds' "
+            "temperatures) and evaluated once, so its fit and evaluation counts are equal."
+        )
+    else:
+        parts = (
+            "Every analysed study, in both splits (temperatures are fitted on the fit split; every metric is "
+            "measured on the evaluation split)."
+        )
     story.append(
         ctx.p(
-            "Every analysed study, in both splits (temperatures are fitted on the fit split; every metric is "
-            "measured on the evaluation split). A group's share is of all analysed studies; class, sex and "
-            "age-band shares are of the group's own studies. Groups whose attribute could not be read are "
-            "listed as <i>unknown</i>, like any other group."
+            f"{parts} A group's share is of all analysed studies; class, sex and age-band shares are of "
+            "the group's own studies. Groups whose attribute could not be read are listed as "
+            "<i>unknown</i>, like any other group."
         )
     )
     story += [ctx.p(para_text(word(note)), ctx.styles.note) for note in chars.get("notes") or []]

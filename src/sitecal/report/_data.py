@@ -234,9 +234,10 @@ def _flow(
     rows: list[list[Any]] = [[ctx.head("Step"), ctx.head("Count", right=True)]]
     for step in flow_steps(flow, predictions_rows=n_rows, predictions_file=record is not None):
         rows.append([ctx.cell(step.label), ctx.cell(format_count(step.count), style=ctx.styles.cell_num)])
+    crossfit = split.get("method") == "crossfit"
     for key, label, patients in (
-        ("fit", "fit split", "patients_fit"),
-        ("evaluation", "evaluation split", "patients_evaluation"),
+        ("fit", "fitted on (for the other folds)" if crossfit else "fit split", "patients_fit"),
+        ("evaluation", "evaluated (each once)" if crossfit else "evaluation split", "patients_evaluation"),
     ):
         count = format_count(flow.get(key, split.get(f"n_{key}")))
         if split.get(patients) is not None:
