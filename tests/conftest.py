@@ -16,6 +16,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sitecal"))
 REPO = Path(__file__).resolve().parents[1]
 #: The demo protocols as packaged (sitecal.demo.demo_protocol_path); tests read or copy them, never run them.
 DEMO_PROTOCOL = REPO / "src" / "sitecal" / "demo" / "protocols" / "demo.yaml"
+#: one patient split into a fit half and an evaluation half (the demo cross-fits): for the tests that
+#: check what each part holds
+PATIENT_SPLIT = {"by": "patient", "fit_fraction": 0.5, "seed": 20261202}
 CT_DEMO_PROTOCOL = DEMO_PROTOCOL.with_name("demo-ct.yaml")
 # The exit code each verdict must give (README): too little data is no evidence either way, like a straddle.
 VERDICT_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "insufficient data": 3}

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, PATIENT_SPLIT
 
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.evaluation._characteristics import (
@@ -34,6 +34,7 @@ FLOW = {
 
 def _protocol(*, sex: bool = True, age: bool = True, **evaluation: Any) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["calibration"]["split"] = dict(PATIENT_SPLIT)
     raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 50, "refit": False})
     raw["evaluation"].update(evaluation)

@@ -49,7 +49,7 @@ def test_folds_keep_patients_whole_balance_strata_and_follow_only_keys_and_seed(
 )
 def test_the_protocol_refuses_settings_of_the_other_method(tmp_path: Path, split: str, message: str) -> None:
     text = DEMO_PROTOCOL.read_text().replace(
-        "split: {by: patient, fit_fraction: 0.5, seed: 20261202}", f"split: {split}"
+        "split: {by: crossfit, folds: 5, seed: 20261202}", f"split: {split}"
     )
     assert f"split: {split}" in text
     path = tmp_path / "p.yaml"
@@ -60,7 +60,7 @@ def test_the_protocol_refuses_settings_of_the_other_method(tmp_path: Path, split
 
 def test_bca_with_a_cross_fitted_refit_is_refused_before_any_work(tmp_path: Path) -> None:
     text = DEMO_PROTOCOL.read_text().replace(
-        "split: {by: patient, fit_fraction: 0.5, seed: 20261202}", "split: {by: crossfit, folds: 5, seed: 1}"
+        "split: {by: crossfit, folds: 5, seed: 20261202}", "split: {by: crossfit, folds: 5, seed: 1}"
     )
     text = text.replace("method: percentile, seed: 7, refit: true", "method: bca, seed: 7, refit: true")
     path = tmp_path / "p.yaml"

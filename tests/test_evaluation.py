@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, PATIENT_SPLIT
 
 from sitecal.calibration import fit_temperature
 from sitecal.evaluation import EvaluationData, evaluate
@@ -43,6 +43,7 @@ def _data(seed: int = 0) -> EvaluationData:
 
 def _protocol(**bootstrap: Any) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["calibration"]["split"] = dict(PATIENT_SPLIT)
     raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 200, "refit": False, **bootstrap})
     raw["evaluation"]["subgroups"] = ["scanner"]

@@ -24,7 +24,7 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import chi2
 from scipy.stats import t as student_t
 from statsmodels.stats.meta_analysis import combine_effects
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, PATIENT_SPLIT
 from tests.report.sections import render_section
 
 from sitecal.calibration import fit_group_temperatures
@@ -81,6 +81,7 @@ def _data(seed: int = 3) -> EvaluationData:
 
 def _protocol(*, with_site: bool = True) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["calibration"]["split"] = dict(PATIENT_SPLIT)
     raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 200, "refit": False})
     raw["evaluation"]["subgroups"] = ["scanner", "site", "sex"] if with_site else ["scanner", "sex"]

@@ -19,7 +19,7 @@ import yaml
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.units import mm
 from reportlab.platypus import Flowable, Paragraph, SimpleDocTemplate, Table
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, PATIENT_SPLIT
 
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.metrics import softmax
@@ -76,6 +76,7 @@ def _data(seed: int = 11) -> EvaluationData:
 
 def _protocol(*, sex: bool = True) -> Protocol:
     raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["calibration"]["split"] = dict(PATIENT_SPLIT)
     raw["subgroups"].pop("sex_age", None)  # the hand-built cohorts here carry the tag subgroups only
     raw["evaluation"]["bootstrap"].update({"n_resamples": 50, "refit": False})
     raw["evaluation"]["disparity_metrics"] = ["ece"]

@@ -55,12 +55,16 @@ MAX_FOLDS = 20
 
 
 class SplitSettings(_Strict):
-    """The seeded, patient-level split: a fit part and an evaluation part, or K cross-fitted folds."""
+    """The seeded, patient-level split: a fit part and an evaluation part, or K cross-fitted folds.
+
+    ``fit_fraction`` belongs to ``by: patient`` (default 0.5) and ``folds`` to ``by: crossfit``
+    (default 5); the other method's setting is None, and giving it is an error.
+    """
 
     by: Literal["patient", "crossfit"] = "patient"
-    fit_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
-    folds: int = Field(
-        default=5,
+    fit_fraction: float | None = Field(default=None, gt=0.0, lt=1.0, description="with by: patient")
+    folds: int | None = Field(
+        default=None,
         ge=2,
         le=MAX_FOLDS,
         description="with by: crossfit, the number of folds (each fold's temperatures fitted on the others)",
@@ -70,19 +74,24 @@ class SplitSettings(_Strict):
 
     _seed_range = field_validator("seed")(_seed)
 
-    @model_validator(mode="after")
-    def _one_method(self) -> SplitSettings:
-        if self.by == "crossfit" and "fit_fraction" in self.model_fields_set:
-            raise ValueError(
-                "fit_fraction applies to by: patient (one fit part); by: crossfit fits each fold's "
-                "temperatures on the other folds. Remove fit_fraction, or set by: patient"
-            )
-        if self.by == "patient" and "folds" in self.model_fields_set:
+    @model_validator(mode="before")
+    @classmethod
+    def _one_method(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("by", "patient") == "crossfit":
+            if data.get("fit_fraction") is not None:
+                raise ValueError(
+                    "fit_fraction applies to by: patient (one fit part); by: crossfit fits each fold's "
+                    "temperatures on the other folds. Remove fit_fraction, or set by: patient"
+                )
+            return data if data.get("folds") is not None else {**data, "folds": 5}
+        if data.get("folds") is not None:
             raise ValueError(
                 "folds applies to by: crossfit; by: patient splits once into a fit and an evaluation part. "
                 "Remove folds, or set by: crossfit"
             )
-        return self
+        return data if data.get("fit_fraction") is not None else {**data, "fit_fraction": 0.5}
 
 
 class CalibrationSettings(_Strict):
