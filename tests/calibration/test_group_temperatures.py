@@ -90,7 +90,7 @@ def test_errors() -> None:
     with pytest.raises(
         DataError,
         match=re.escape(
-            "The 'fallback' parameter of fit_group_temperatures must be one of 'global', 'shrink'. "
+            "The 'fallback' parameter of fit_group_temperatures must be one of 'global', 'shrink', 'empirical_bayes'. "
             "Got 'shrnk'. Did you mean 'shrink'?"
         ),
     ):
