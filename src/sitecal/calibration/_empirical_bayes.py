@@ -92,7 +92,7 @@ def _reml(
     s1 = w.sum(axis=1)
     fixed = (w * theta).sum(axis=1) / s1
     q = (w * (theta - fixed[:, None]) ** 2).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # k = 1 (a row not pooled): 0 / 0
         dl = np.maximum(0.0, (q - (k - 1.0)) / (s1 - (w * w).sum(axis=1) / s1))
     tau2 = np.where(active, dl, 0.0)
     mean_v = (m * v).sum(axis=1) / np.maximum(k, 1.0)
@@ -186,15 +186,15 @@ def shrink_log_temperatures(log_temperatures: ArrayLike, variances: ArrayLike) -
         )
     theta, var = np.atleast_2d(theta), np.atleast_2d(var)
     usable = np.isfinite(var) & (var > 0) & np.isfinite(theta)
-    m = usable.astype(np.float64)
+    pooled = usable.sum(axis=1) >= 2
+    # rows not pooled compute on placeholders (every group in, theta 0, v 1) and are masked at the end
+    m = np.where(pooled[:, None], usable, True).astype(np.float64)
     theta_safe = np.where(usable, theta, 0.0)
     v_safe = np.where(usable, var, 1.0)
-    pooled = usable.sum(axis=1) >= 2
     tau2 = _reml(theta_safe, v_safe, m, pooled)
     w_star = m / (v_safe + tau2[:, None])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (w_star * theta_safe).sum(axis=1) / w_star.sum(axis=1)
-        weight = np.where(usable, tau2[:, None] / (tau2[:, None] + v_safe), 0.0)
+    mean = (w_star * theta_safe).sum(axis=1) / w_star.sum(axis=1)
+    weight = np.where(usable, tau2[:, None] / (tau2[:, None] + v_safe), 0.0)
     shrunk = mean[:, None] + weight * (theta_safe - mean[:, None])
     nan = np.full_like(mean, math.nan)
     return EmpiricalBayesShrinkage(

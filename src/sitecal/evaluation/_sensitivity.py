@@ -320,6 +320,7 @@ def _after_metrics(
             setup.cal_groups[fit],
             min_group_size=cal.min_group_size,
             fallback=cal.fallback,
+            clusters=data.patient_keys[fit],
         )
     except SitecalError as exc:  # the document records the code; the reason goes to the log
         log.warning("leave one site out: the temperatures could not be refitted (%s)", exc)

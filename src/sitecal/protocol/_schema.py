@@ -66,7 +66,12 @@ class CalibrationSettings(_Strict):
     method: Literal["temperature"] = "temperature"
     per: str | None = None
     min_group_size: int = Field(default=50, ge=1)
-    fallback: Literal["global", "shrink"] = "global"
+    fallback: Literal["global", "shrink", "empirical_bayes"] = Field(
+        default="global",
+        description="temperature of a group below min_group_size: 'global' (the global T), 'shrink' "
+        "(penalised toward it); 'empirical_bayes' shrinks every group, whatever its size, toward the REML "
+        "mean log T of all groups (min_group_size not used)",
+    )
     split: SplitSettings
 
     @field_validator("min_group_size")
