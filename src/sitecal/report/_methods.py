@@ -136,6 +136,10 @@ def _bootstrap_text(ctx: Context) -> str:
                 if refit is True
                 else "."
             )
+            + " Such an interval measures the spread of the shrunk estimate, not the bias that shrinkage "
+            "puts on a group unlike the others: in sitecal's coverage study "
+            "(benchmarks/coverage_temperature.md) it covered the true temperature of a group of 40 studies "
+            "in 84-89 % of draws at a nominal 95 %, and as stated from about 400 studies."
         )
     if ECE.name in (get(ctx.evaluation, "metrics") or []) and boot.get("method") == "percentile":
         text += (

@@ -47,6 +47,8 @@ class GroupTemperatureIntervals:
     spec : BootstrapSpec
     plan : ClusterPlan
         All fit rows; clusters are (group, patient) pairs, strata the groups.
+    group_sizes, group_clusters : tuple of int
+        Rows and clusters (patients) of each group, in the order of ``groups``.
     log_temperature : numpy.ndarray, shape (G,)
         The shrunk log T of each group (point estimate).
     log_temperature_replicates : numpy.ndarray, shape (G, B)
