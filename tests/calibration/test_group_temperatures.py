@@ -90,8 +90,8 @@ def test_errors() -> None:
     with pytest.raises(
         DataError,
         match=re.escape(
-            "The 'fallback' parameter of fit_group_temperatures must be one of 'global', 'shrink'. "
-            "Got 'shrnk'. Did you mean 'shrink'?"
+            "The 'fallback' parameter of fit_group_temperatures must be one of 'global', 'shrink', "
+            "'empirical_bayes'. Got 'shrnk'. Did you mean 'shrink'?"
         ),
     ):
         fit_group_temperatures(logits, labels, sites, fallback="shrnk")  # type: ignore[arg-type]

@@ -43,6 +43,7 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "per-scanner-refit": {"calibration": {"min_group_size": 30}, "evaluation": {"refit": True}},
     "shrink": {"calibration": {"min_group_size": 45, "fallback": "shrink"}, "evaluation": {}},
     "global": {"calibration": {"per": None, "min_group_size": 30}, "evaluation": {}},
+    "empirical-bayes-refit": {"calibration": {"fallback": "empirical_bayes"}, "evaluation": {"refit": True}},
 }
 
 

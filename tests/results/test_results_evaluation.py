@@ -55,7 +55,14 @@ def _rows(result: Evaluation) -> list[GroupResult]:
 
 def test_the_variants_reach_the_temperature_shapes(outcomes: dict[str, Any]) -> None:
     rows = [row for o in outcomes.values() for row in _rows(o.result)]
-    assert {r.temperature_source for r in rows} == {None, "own", "global_fallback", "shrunk", "global"}
+    assert {r.temperature_source for r in rows} == {
+        None,
+        "own",
+        "global_fallback",
+        "shrunk",
+        "global",
+        "empirical_bayes",
+    }
     assert {type(r.temperature_interval) for r in rows} == {type(None), TemperatureInterval, Note}
     assert {r.refit for r in rows} == {True, False}
     assert {r.small for r in rows} == {True, False}
@@ -63,6 +70,21 @@ def test_the_variants_reach_the_temperature_shapes(outcomes: dict[str, Any]) -> 
     assert refit.bootstrap.refit and refit.bootstrap.refit_scope == "scanner"
     assert refit.warnings and refit.verdict == "inconclusive"
     assert outcomes["global"].result.overall.temperature_source == "global"
+
+
+def test_empirical_bayes_groups_get_the_interval_that_repeats_the_shrinkage(outcomes: dict[str, Any]) -> None:
+    outcome = outcomes["empirical-bayes-refit"]
+    temps = outcome.temperatures
+    assert temps.fallback == "empirical_bayes" and temps.tau2 is not None
+    n_fit = int(outcome.fit_mask.sum())
+    for row in outcome.result.subgroups["scanner"]:
+        assert row.temperature_source == "empirical_bayes" and row.refit
+        assert row.temperature == temps.groups[row.group].temperature
+        interval = row.temperature_interval
+        assert isinstance(interval, TemperatureInterval)
+        assert interval.n_fit == n_fit and interval.low < interval.estimate == row.temperature < interval.high
+    # sex rows are not calibration groups: never refitted
+    assert not any(r.refit for r in outcome.result.subgroups["sex"])
 
 
 def test_the_document_keeps_its_key_order(outcomes: dict[str, Any]) -> None:

@@ -54,7 +54,13 @@ def test_descriptions_come_from_the_docstrings() -> None:
         "minimum": 0,
     }
     assert "temperature_source" not in row["required"]  # OrAbsent: the key may be left out ...
-    assert row["properties"]["temperature_source"]["enum"] == ["own", "global_fallback", "shrunk", "global"]
+    assert row["properties"]["temperature_source"]["enum"] == [
+        "own",
+        "global_fallback",
+        "shrunk",
+        "global",
+        "empirical_bayes",
+    ]
     assert schema["$defs"]["ClassCount"]["required"] == ["class", "count", "share"]  # ... Key("class")
 
 

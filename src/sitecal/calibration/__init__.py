@@ -1,4 +1,4 @@
-"""Temperature scaling per site or scanner: fitting and the small-group policy.
+"""Temperature scaling per site or scanner: fitting, the small-group policy and empirical-Bayes pooling.
 
 Numeric only: arrays in, frozen result objects out (no files, no protocol, no torch). The deployable
 PyTorch wrapper is :class:`sitecal.inference.GroupTemperatureScaler`.
@@ -7,6 +7,11 @@ PyTorch wrapper is :class:`sitecal.inference.GroupTemperatureScaler`.
 from __future__ import annotations
 
 from sitecal.calibration._batched import BatchedSolution, BatchedTemperatureSolver
+from sitecal.calibration._empirical_bayes import (
+    EmpiricalBayesShrinkage,
+    cluster_robust_variance,
+    shrink_log_temperatures,
+)
 from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
 from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
 
@@ -14,9 +19,12 @@ __all__ = [
     "DEFAULT_BOUNDS",
     "BatchedSolution",
     "BatchedTemperatureSolver",
+    "EmpiricalBayesShrinkage",
     "GroupTemperature",
     "GroupTemperatures",
     "TemperatureFit",
+    "cluster_robust_variance",
     "fit_group_temperatures",
     "fit_temperature",
+    "shrink_log_temperatures",
 ]

@@ -31,6 +31,7 @@ import numpy as np
 from numpy.polynomial import chebyshev
 from numpy.typing import NDArray
 
+from sitecal.calibration._empirical_bayes import cluster_robust_variance
 from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
 
 __all__ = ["CERTIFIED_S_ERROR", "BatchedSolution", "BatchedTemperatureSolver"]
@@ -269,6 +270,22 @@ class BatchedTemperatureSolver:
         return _rtsafe(objective, r, lo=self._lo, hi=self._hi, tol=self._tol, max_iter=self._max_iter)
 
     # -- public ------------------------------------------------------------------------------------
+    @property
+    def at_bound(self) -> bool:
+        """Whether the full-data fit stopped on a bound of T."""
+        return self.fit.log_temperature in (self._lo, self._hi)
+
+    def robust_variance(
+        self, log_temperature: NDArray[np.float64], cluster_weights: NDArray[np.float64] | None = None
+    ) -> NDArray[np.float64]:
+        """Cluster-robust variance of fitted log temperatures (R,) under cluster weights (R, n_clusters).
+
+        See :func:`~sitecal.calibration.cluster_robust_variance` (default weights: all 1).
+        """
+        return cluster_robust_variance(
+            self._d, self._cluster_of_row, self._k, log_temperature, cluster_weights
+        )
+
     def _solve(
         self,
         coeffs: NDArray[np.float64],

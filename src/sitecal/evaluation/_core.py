@@ -51,7 +51,9 @@ from sitecal.results import (
 from sitecal.stats import (
     BootstrapSpec,
     CrossfitIntervals,
+    GroupTemperatureIntervals,
     RefitIntervals,
+    bootstrap_group_temperatures,
     bootstrap_metrics,
     bootstrap_temperature,
     crossfit_bootstrap,
@@ -137,13 +139,17 @@ def evaluate(
     split = make_split(cal, data.patient_keys, strata_all)
     fit, held = split.fit, split.held
     policy = {"min_group_size": cal.min_group_size, "fallback": cal.fallback}
-    temperatures = deployed_temperatures(split, data.logits, data.labels, cal_groups, policy)
+    temperatures = deployed_temperatures(
+        split, data.logits, data.labels, cal_groups, data.patient_keys, policy
+    )
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
     if split.method == "patient":  # the deployed temperatures are the ones evaluated
         applied = temperatures.temperatures_for(cal_groups[held])
     else:
-        applied = applied_temperatures(split, data.logits, data.labels, cal_groups, policy)[held]
+        applied = applied_temperatures(
+            split, data.logits, data.labels, cal_groups, data.patient_keys, policy
+        )[held]
     prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
     strata = patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
@@ -163,6 +169,12 @@ def evaluate(
     fit_rows = _FitRows(
         data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit], split.fold[fit]
     )
+    shrinkage = None
+    if any(entry.source == "empirical_bayes" for entry in temperatures.groups.values()):
+        # every group's shrunk T depends on every group's fit rows: one bootstrap of the whole procedure
+        shrinkage = bootstrap_group_temperatures(
+            fit_rows.logits, fit_rows.labels, fit_rows.groups, clusters=fit_rows.patients, spec=spec
+        )
     results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
     overall: GroupResult | None = None
     for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
@@ -190,6 +202,7 @@ def evaluate(
                 protocol=protocol,
                 spec=spec,
                 split=split,
+                shrinkage=shrinkage,
             )
         if attribute == OVERALL:
             overall = entry
@@ -334,6 +347,7 @@ def _add_temperature_uncertainty(
     protocol: Protocol,
     spec: BootstrapSpec,
     split: Split,
+    shrinkage: GroupTemperatureIntervals | None = None,
 ) -> GroupResult:
     """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
 
@@ -343,6 +357,9 @@ def _add_temperature_uncertainty(
     The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
     row for a group that uses the global temperature. A shrunk temperature has no interval (its penalty
     weight is chosen from the data, which the batched refit does not repeat) and keeps fixed-T intervals.
+    An empirical-Bayes temperature's interval comes from ``shrinkage``, which repeats the whole
+    shrinkage in every resample of all fit rows (its ``n_fit``: every fit row); with ``bootstrap.refit``
+    resample ``b``'s shrunk T is applied to the ``b``-th resample of the group's evaluation rows.
     """
     source = "global_fallback" if group is None else _source(temperatures, group)
     entry = dataclasses.replace(
@@ -354,8 +371,27 @@ def _add_temperature_uncertainty(
     )
     if source == "shrunk":
         return dataclasses.replace(entry, temperature_interval=Note(note="no_interval_shrunk"))
-    rows = fit_rows.groups == group if source == "own" else np.ones(fit_rows.labels.shape[0], dtype=bool)
     ev = protocol.evaluation
+    given: dict[str, Any] = {}
+    if source == "empirical_bayes":
+        assert shrinkage is not None and group is not None  # evaluate() made it for these groups
+        i = shrinkage.groups.index(group)
+        interval = TemperatureInterval(
+            **_interval(shrinkage.temperature(group)), n_fit=int(fit_rows.labels.shape[0])
+        )
+        if not ev.bootstrap.refit:
+            return dataclasses.replace(entry, temperature_interval=interval)
+        jk = shrinkage.log_temperature_jackknife
+        given = {
+            "log_temperature": float(shrinkage.log_temperature[i]),
+            "log_temperature_replicates": shrinkage.log_temperature_replicates[i],
+            "log_temperature_jackknife": None if jk is None else jk[i],
+        }
+    rows = (
+        fit_rows.groups == group
+        if source in ("own", "empirical_bayes")
+        else np.ones(fit_rows.labels.shape[0], dtype=bool)
+    )
     if not ev.bootstrap.refit:
         fixed = bootstrap_temperature(
             fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
@@ -363,7 +399,7 @@ def _add_temperature_uncertainty(
         interval = TemperatureInterval(**_interval(fixed.temperature), n_fit=int(rows.sum()))
         return dataclasses.replace(entry, temperature_interval=interval)
     res: RefitIntervals | CrossfitIntervals
-    if split.method == "crossfit":
+    if split.method == "crossfit":  # the protocol refuses empirical_bayes here (no per-fold shrinkage yet)
         res = crossfit_bootstrap(
             fit_rows.logits[rows],
             fit_rows.labels[rows],
@@ -389,6 +425,7 @@ def _add_temperature_uncertainty(
             metrics=tuple(ev.metrics),
             n_bins=ev.n_bins,
             spec=spec,
+            **given,
         )
     metrics = {
         metric: dataclasses.replace(
@@ -398,16 +435,18 @@ def _add_temperature_uncertainty(
         )
         for metric in ev.metrics
     }
-    interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
+    if not given:
+        interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
     return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
 
 
-def _source(temperatures: GroupTemperatures, group: str) -> Literal["own", "global_fallback", "shrunk"]:
+_Source = Literal["own", "global_fallback", "shrunk", "empirical_bayes"]
+
+
+def _source(temperatures: GroupTemperatures, group: str) -> _Source:
     known = temperatures.groups.get(group)
-    # GroupTemperature.source is one of these three (checked where it is made and where it is read)
-    return cast(
-        Literal["own", "global_fallback", "shrunk"], "global_fallback" if known is None else known.source
-    )
+    # GroupTemperature.source is one of these (checked where it is made and where it is read)
+    return cast(_Source, "global_fallback" if known is None else known.source)
 
 
 def _curve(curve: Mapping[str, Any]) -> ReliabilityCurve:

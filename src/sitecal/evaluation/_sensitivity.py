@@ -126,7 +126,7 @@ class _Setup:
         data = self.data
         if self.split.method == "crossfit":
             return applied_temperatures(
-                self.split, data.logits, data.labels, self.cal_groups, self.policy, keep
+                self.split, data.logits, data.labels, self.cal_groups, data.patient_keys, self.policy, keep
             )
         out = np.full(len(data.labels), np.nan)
         rows = self.held & keep
@@ -334,7 +334,11 @@ def _after_metrics(
         return empty, None, n_fit, n_eval, "no_fit_studies", empty
     try:
         temps = fit_group_temperatures(
-            data.logits[fit], data.labels[fit], setup.cal_groups[fit], **setup.policy
+            data.logits[fit],
+            data.labels[fit],
+            setup.cal_groups[fit],
+            clusters=data.patient_keys[fit],
+            **setup.policy,
         )
         applied = setup.applied(temps, keep)
     except SitecalError as exc:  # the document records the code; the reason goes to the log

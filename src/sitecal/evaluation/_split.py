@@ -138,26 +138,35 @@ def applied_temperatures(
     logits: np.ndarray,
     labels: np.ndarray,
     groups: np.ndarray,
+    patients: np.ndarray,
     policy: Mapping[str, Any],
     keep: np.ndarray | None = None,
 ) -> np.ndarray:
     """The temperature each evaluated row (among ``keep``) gets from a fit that did not see it: shape (N,).
 
-    Rows not evaluated get NaN. ``policy``: ``min_group_size`` and ``fallback`` of
+    Rows not evaluated get NaN. ``patients``: each row's patient (the clusters of an empirical-Bayes
+    variance). ``policy``: ``min_group_size`` and ``fallback`` of
     :func:`~sitecal.calibration.fit_group_temperatures`. A fold without fit rows leaves its rows NaN.
     """
     out = np.full(labels.shape[0], np.nan)
     for fit, held in split.pairs(keep):  # a loop over folds
         if not held.any() or not fit.any():
             continue
-        temps = fit_group_temperatures(logits[fit], labels[fit], groups[fit], **policy)
+        temps = fit_group_temperatures(
+            logits[fit], labels[fit], groups[fit], clusters=patients[fit], **policy
+        )
         out[held] = temps.temperatures_for(groups[held])
     return out
 
 
 def deployed_temperatures(
-    split: Split, logits: np.ndarray, labels: np.ndarray, groups: np.ndarray, policy: Mapping[str, Any]
+    split: Split,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    patients: np.ndarray,
+    policy: Mapping[str, Any],
 ) -> GroupTemperatures:
     """The temperatures ``calibration.json`` holds: fitted on the fit part, or on every row (crossfit)."""
     fit = split.fit
-    return fit_group_temperatures(logits[fit], labels[fit], groups[fit], **policy)
+    return fit_group_temperatures(logits[fit], labels[fit], groups[fit], clusters=patients[fit], **policy)

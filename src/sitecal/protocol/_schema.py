@@ -100,7 +100,12 @@ class CalibrationSettings(_Strict):
     method: Literal["temperature"] = "temperature"
     per: str | None = None
     min_group_size: int = Field(default=50, ge=1)
-    fallback: Literal["global", "shrink"] = "global"
+    fallback: Literal["global", "shrink", "empirical_bayes"] = Field(
+        default="global",
+        description="temperature of a group below min_group_size: 'global' (the global T), 'shrink' "
+        "(penalised toward it); 'empirical_bayes' shrinks every group, whatever its size, toward the REML "
+        "mean log T of all groups (min_group_size not used)",
+    )
     split: SplitSettings
 
     @field_validator("min_group_size")
@@ -360,6 +365,17 @@ class Protocol(_Strict):
         _check_reference(self.calibration.per, names, "calibration", "per")
         _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
         boot = self.evaluation.bootstrap
+        if (
+            self.calibration.split.by == "crossfit"
+            and boot.refit
+            and self.calibration.fallback == "empirical_bayes"
+        ):
+            raise _ReferenceError(
+                ("evaluation", "bootstrap", "refit"),
+                "refit under calibration.split.by: crossfit does not yet repeat the empirical-Bayes "
+                "shrinkage in each fold; use refit: false (the temperature intervals still repeat it), "
+                "split.by: patient, or another calibration.fallback",
+            )
         if self.calibration.split.by == "crossfit" and boot.refit and boot.method == "bca":
             raise _ReferenceError(
                 ("evaluation", "bootstrap", "method"),

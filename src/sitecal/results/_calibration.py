@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 from sitecal.results._codec import Record
-from sitecal.results._fields import Constraint
+from sitecal.results._fields import Constraint, OrAbsent
 from sitecal.results._kinds import Count, Positive, Sha256
 
 __all__ = ["CalibrationDocument", "GroupTemperatureRecord", "TemperatureFitRecord"]
@@ -58,18 +58,27 @@ class GroupTemperatureRecord(Record):
     ----------
     n : int
         Rows of this group at fitting time.
-    source : {"own", "global_fallback", "shrunk"}
+    source : {"own", "global_fallback", "shrunk", "empirical_bayes"}
         'own': fitted on the group alone; 'global_fallback': too small, takes the global T (no fit);
-        'shrunk': too small, fitted with a penalty pulling log T toward the global log T.
+        'shrunk': too small, fitted with a penalty pulling log T toward the global log T;
+        'empirical_bayes': the group's own fit shrunk toward the REML mean log T of all groups.
     fit : TemperatureFitRecord or None
-        The group's own or penalised fit.
+        The group's own or penalised fit (for 'empirical_bayes': its own, unshrunk fit).
+    weight : float, optional
+        'empirical_bayes' only: w = tau2 / (tau2 + variance) in [0, 1]; log T = mean_log_temperature +
+        weight (fit.log_temperature - mean_log_temperature).
+    variance : float, optional
+        'empirical_bayes' only: the patient-cluster-robust variance of the own fit's log T; absent when
+        infinite (a fit on a bound of T, zero curvature or one patient: weight 0).
     """
 
     group: str
     temperature: Positive
     n: Count
-    source: Literal["own", "global_fallback", "shrunk"]
+    source: Literal["own", "global_fallback", "shrunk", "empirical_bayes"]
     fit: TemperatureFitRecord | None
+    weight: OrAbsent[Annotated[float, Constraint(minimum=0, maximum=1)]] = None
+    variance: OrAbsent[Annotated[float, Constraint(exclusive_minimum=0)]] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,13 +102,18 @@ class CalibrationDocument(Record):
     format, version
         The ``GroupTemperatures`` format and its version.
     min_group_size : int
-        Groups with at least this many fit rows got their own fit.
-    fallback : {"global", "shrink"}
-        Policy for the smaller groups.
+        Groups with at least this many fit rows got their own fit (not used by 'empirical_bayes').
+    fallback : {"global", "shrink", "empirical_bayes"}
+        Policy for the smaller groups ('empirical_bayes': for every group).
     global_fit : TemperatureFitRecord
         Fit on all fit rows; serves small groups (fallback 'global') and groups unseen at fitting time.
     groups : Mapping of str to GroupTemperatureRecord
         One entry per group seen at fitting time.
+    mean_log_temperature : float, optional
+        'empirical_bayes' with two or more pooled groups: REML estimate of the mean log T across groups.
+    tau2 : float, optional
+        'empirical_bayes' with two or more pooled groups: REML estimate of the between-group variance of
+        log T.
     """
 
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -115,6 +129,8 @@ class CalibrationDocument(Record):
     format: Literal["sitecal.calibration.GroupTemperatures"]
     version: Literal[1]
     min_group_size: Annotated[int, Constraint(minimum=1)]
-    fallback: Literal["global", "shrink"]
+    fallback: Literal["global", "shrink", "empirical_bayes"]
     global_fit: TemperatureFitRecord
     groups: Mapping[str, GroupTemperatureRecord]
+    mean_log_temperature: OrAbsent[float] = None
+    tau2: OrAbsent[Annotated[float, Constraint(minimum=0)]] = None

@@ -154,8 +154,9 @@ class GroupResult(Record):
         Reliability curves before and after calibration; absent: not recorded.
     temperature_source : str or None
         'own' fit, 'global_fallback' (too few fit studies: the global temperature), 'shrunk' toward the
-        global one, or 'global' (one temperature for all); absent on rows that are not a calibration
-        group.
+        global one, 'global' (one temperature for all), or 'empirical_bayes' (its own fit shrunk toward
+        the REML mean of all groups; its interval repeats the shrinkage in every resample); absent on
+        rows that are not a calibration group.
     """
 
     attribute: str

@@ -74,8 +74,9 @@ Rule: TypeAlias = Literal["below", "above", "within"]
 #: How a bootstrap interval is read from the replicates.
 IntervalMethod: TypeAlias = Literal["percentile", "bca"]
 #: Where a group's temperature came from: its own fit, the global one (too few fit studies), shrunk
-#: toward the global one, or the single global temperature.
-TemperatureSource: TypeAlias = Literal["own", "global_fallback", "shrunk", "global"]
+#: toward the global one, the single global temperature, or its own fit shrunk toward the REML mean of
+#: all groups (empirical Bayes).
+TemperatureSource: TypeAlias = Literal["own", "global_fallback", "shrunk", "global", "empirical_bayes"]
 #: The pipeline stage that dropped something.
 ExclusionStage: TypeAlias = Literal["scan", "studies", "series", "labels", "predictions", "inference"]
 #: What was left out; only ``study`` removes a study from the flow.

@@ -10,6 +10,7 @@ from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags
+from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
@@ -23,12 +24,14 @@ __all__ = [
     "CrossfitIntervals",
     "DisparityResult",
     "GroupFlags",
+    "GroupTemperatureIntervals",
     "MetricIntervals",
     "PreparedStatistic",
     "RandomEffectsResult",
     "RefitIntervals",
     "Statistic",
     "SufficientStatistic",
+    "bootstrap_group_temperatures",
     "bootstrap_interval",
     "bootstrap_metrics",
     "bootstrap_temperature",

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sitecal._validation import check_int, check_labels, check_logits, check_option
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
+from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
@@ -109,6 +110,9 @@ def refit_bootstrap(
     n_bins: int = 15,
     bounds: tuple[float, float] = DEFAULT_BOUNDS,
     spec: BootstrapSpec | None = None,
+    log_temperature: float | None = None,
+    log_temperature_replicates: ArrayLike | None = None,
+    log_temperature_jackknife: ArrayLike | None = None,
 ) -> RefitIntervals:
     r"""Bootstrap the whole fit-then-evaluate procedure of temperature scaling.
 
@@ -130,6 +134,13 @@ def refit_bootstrap(
         Bounds of T, as in :func:`~sitecal.calibration.fit_temperature`.
     spec : BootstrapSpec, optional
         Default ``BootstrapSpec()``.
+    log_temperature, log_temperature_replicates : float and array_like of shape (B,), optional
+        Precomputed log temperatures, given together: the point estimate and resample ``b``'s value
+        (e.g. empirical-Bayes shrunk temperatures, :func:`bootstrap_group_temperatures`), used instead
+        of fitting ``T_b`` on the fit split. The fit split then only gives ``.fit`` and its sizes.
+    log_temperature_jackknife : array_like, shape (J,), optional
+        With precomputed temperatures and ``spec.method="bca"`` (required then): the leave-one-cluster-out
+        values of the procedure that produced them, for the fit part of the acceleration.
 
     Returns
     -------
@@ -191,10 +202,17 @@ def refit_bootstrap(
             f"({zf.shape[1]}). Got {ze.shape[1]}."
         )
     names, stats = _statistics(metrics, n_bins)
-    solver = BatchedTemperatureSolver(
-        zf, yf, fit_plan.cluster_of_row, fit_plan.n_clusters, bounds=bounds, func=func
-    )
-    s0 = solver.fit.log_temperature
+    given = _precomputed(log_temperature, log_temperature_replicates, log_temperature_jackknife, spec)
+    solver: BatchedTemperatureSolver | None = None
+    if given is None:
+        solver = BatchedTemperatureSolver(
+            zf, yf, fit_plan.cluster_of_row, fit_plan.n_clusters, bounds=bounds, func=func
+        )
+        fit, s0 = solver.fit, solver.fit.log_temperature
+    else:
+        low, high = _bounds(bounds, func=func)
+        fit = fit_validated(zf, yf, tol=1e-10, max_iter=100, low=low, high=high)
+        s0 = given[0]
     before_probs = softmax(ze)
     before = [make_evaluator(stat, (before_probs, ye), eval_plan) for stat in stats]
     after_at_s0 = _after_metrics(stats, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[:, 0]
@@ -215,28 +233,35 @@ def refit_bootstrap(
         strict=True,
     )
     for fit_draws, eval_draws in streams:  # a loop over chunks of resamples
-        stop = start + fit_draws.size
-        sol = solver.solve(fit_draws.weights)
-        s_rep[start:stop] = sol.log_temperature
-        n_exact += int(sol.exact.sum())
-        n_bound += int(np.count_nonzero(sol.bound))
-        max_err = max(max_err, float(sol.error_bound.max()))
+        stop = start + eval_draws.size
+        if given is not None:
+            s_rep[start:stop] = given[1][start:stop]
+        elif solver is not None:
+            sol = solver.solve(fit_draws.weights)
+            s_rep[start:stop] = sol.log_temperature
+            n_exact += int(sol.exact.sum())
+            n_bound += int(np.count_nonzero(sol.bound))
+            max_err = max(max_err, float(sol.error_bound.max()))
         for i, evaluator in enumerate(before):  # a loop over metrics
             replicates[i, 0, start:stop] = evaluator.replicates(eval_draws)
         replicates[:, 1, start:stop] = _after_metrics(
-            stats, ze, ye, sol.log_temperature, eval_draws.weights[:, eval_plan.cluster_of_row]
+            stats, ze, ye, s_rep[start:stop], eval_draws.weights[:, eval_plan.cluster_of_row]
         )
         start = stop
 
     s_jack = jackknife = None
     if spec.method == "bca":
-        s_jack, jackknife = _bca_influence(solver, stats, ze, ye, eval_plan, before_probs, s_rep)
+        if given is not None:
+            s_jack = given[2]
+        elif solver is not None:
+            s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
+        s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
     return RefitIntervals(
         metrics=names,
         prob_sets=PROB_SETS,
         spec=spec,
         n_bins=stats[0].n_bins,
-        fit=solver.fit,
+        fit=fit,
         fit_plan=fit_plan,
         eval_plan=eval_plan,
         log_temperature_replicates=_readonly(s_rep),
@@ -247,11 +272,47 @@ def refit_bootstrap(
         n_exact=n_exact,
         n_at_bound=n_bound,
         max_error_bound=max_err,
+        log_temperature_estimate=None if given is None else s0,
     )
 
 
+def _precomputed(
+    estimate: float | None, replicates: ArrayLike | None, jackknife: ArrayLike | None, spec: BootstrapSpec
+) -> tuple[float, NDArray[np.float64], NDArray[np.float64] | None] | None:
+    """Validate precomputed log temperatures: None, or (estimate, (B,) replicates, jackknife or None)."""
+    func = "refit_bootstrap"
+    if estimate is None and replicates is None and jackknife is None:
+        return None
+    if estimate is None or replicates is None:
+        raise DataError(
+            f"The 'log_temperature' and 'log_temperature_replicates' parameters of {func} go together: pass "
+            "both (precomputed temperatures) or neither (fit T in every resample)."
+        )
+    s0 = float(estimate)
+    rep = np.asarray(replicates, dtype=np.float64)
+    if rep.shape != (spec.n_resamples,) or not (math.isfinite(s0) and np.isfinite(rep).all()):
+        raise DataError(
+            f"The 'log_temperature_replicates' parameter of {func} must hold spec.n_resamples = "
+            f"{spec.n_resamples} finite values, shape ({spec.n_resamples},), with a finite "
+            f"'log_temperature'. Got shape {rep.shape}."
+        )
+    jk = None
+    if jackknife is not None:
+        jk = np.array(jackknife, dtype=np.float64).reshape(-1)
+        if not np.isfinite(jk).all():
+            raise DataError(f"The 'log_temperature_jackknife' parameter of {func} must be finite.")
+    elif spec.method == "bca":
+        raise DataError(
+            f"The 'log_temperature_jackknife' parameter of {func} is required with precomputed temperatures "
+            "and spec.method='bca' (the acceleration needs the fit part's influence); pass the "
+            "leave-one-cluster-out values, or use method='percentile'."
+        )
+    return s0, rep, jk
+
+
 def _bca_influence(
-    solver: BatchedTemperatureSolver,
+    s0: float,
+    k_fit: NDArray[np.float64] | None,
     stats: Sequence[SumMetricStatistic],
     ze: NDArray[np.float64],
     ye: NDArray[np.int64],
@@ -260,15 +321,13 @@ def _bca_influence(
     s_rep: NDArray[np.float64],
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """Jackknife log T and the two-sample scaled influence values of each metric (see refit_bootstrap)."""
-    s0 = solver.fit.log_temperature
-    k_fit = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
     if k_fit is None or eval_plan.n_clusters < 2:
-        return k_fit, None
+        return None if k_fit is None else _readonly(k_fit), None
     s_jack = _readonly(k_fit)
     after_probs = softmax(ze, temperature=math.exp(s0))
     m = len(stats)
     eval_part = np.empty((m, 2, eval_plan.n_clusters))
-    k_eval, k_fit_clusters = eval_plan.n_clusters, solver.n_clusters
+    k_eval, k_fit_clusters = eval_plan.n_clusters, s_jack.shape[0]
     for i, stat in enumerate(stats):  # a loop over metrics
         for j, probs in enumerate((before_probs, after_probs)):
             jk = make_evaluator(stat, (probs, ye), eval_plan).jackknife(1)

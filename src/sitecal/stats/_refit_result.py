@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,9 @@ class RefitIntervals:
         Resamples whose fit stopped on a bound of T.
     max_error_bound : float
         Largest certified bound on ``|log T_b - log T_b*|`` over the resamples.
+    log_temperature_estimate : float or None
+        With precomputed temperatures (``refit_bootstrap(log_temperature=...)``): the point log T the
+        after-calibration estimates use, and the estimate of ``.temperature``; None: ``fit``'s.
     """
 
     metrics: tuple[str, ...]
@@ -105,6 +109,12 @@ class RefitIntervals:
     n_exact: int
     n_at_bound: int
     max_error_bound: float
+    log_temperature_estimate: float | None = None
+
+    @property
+    def _s0(self) -> float:
+        s = self.log_temperature_estimate
+        return self.fit.log_temperature if s is None else s
 
     def _bound_note(self) -> str:
         if not self.n_at_bound:
@@ -115,7 +125,7 @@ class RefitIntervals:
     def log_temperature(self) -> BootstrapResult:
         """Interval of ``log T`` (fit split's sizes)."""
         return _result(
-            self.fit.log_temperature,
+            self._s0,
             self.log_temperature_replicates,
             self.log_temperature_jackknife,
             spec=self.spec,
@@ -128,7 +138,7 @@ class RefitIntervals:
         """Interval of ``T`` (the exponential of the log T interval's replicates)."""
         jk = self.log_temperature_jackknife
         return _result(
-            self.fit.temperature,
+            self.fit.temperature if self.log_temperature_estimate is None else math.exp(self._s0),
             np.exp(self.log_temperature_replicates),
             None if jk is None else np.exp(jk),
             spec=self.spec,
