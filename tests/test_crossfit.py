@@ -204,3 +204,16 @@ def _leaves(value: object, path: str = ""):  # type: ignore[no-untyped-def]
             yield from _leaves(item, f"{path}[{i}]")
     else:
         yield path, value
+
+
+def test_a_cross_fitted_refit_with_empirical_bayes_shrinkage_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    text = DEMO_PROTOCOL.read_text().replace("  fallback: global\n", "  fallback: empirical_bayes\n")
+    assert "fallback: empirical_bayes" in text and "by: crossfit" in text and "refit: true" in text
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ProtocolError, match=r"evaluation\.bootstrap\.refit.*empirical-Bayes"):
+        load_protocol(path)
+    path.write_text(text.replace("refit: true", "refit: false"))
+    assert load_protocol(path).protocol.calibration.fallback == "empirical_bayes"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from tests.conftest import assert_exit_is_the_verdicts, write_demo_protocol
+from tests.conftest import PATIENT_SPLIT, assert_exit_is_the_verdicts, write_demo_protocol
 from tests.results.sentences import sentences
 
 from sitecal._split_key import rank_key
@@ -69,8 +69,12 @@ VARIANTS: dict[str, tuple[dict[str, dict[str, Any]], Callable[[dict[str, Any]], 
         },
         None,
     ),
+    # one half split (the demo cross-fits), where scanners of about 30 fit studies fall back to the global T
     "insufficient-data": (
-        {"calibration": {"min_group_size": 30}, "evaluation": {"min_group_size": 200}},
+        {
+            "calibration": {"min_group_size": 60, "split": dict(PATIENT_SPLIT)},
+            "evaluation": {"min_group_size": 200},
+        },
         None,
     ),
     "no-subgroups-no-criteria": ({"calibration": {"per": None, "min_group_size": 30}}, _no_subgroups),

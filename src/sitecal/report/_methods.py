@@ -432,6 +432,13 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
         )
     else:
         how = "; a shrunk temperature has none."
+    split = get(ctx.evaluation, "split")
+    crossfit = (
+        " Under cross-fitting the fit split is every study: these are the temperatures deployed, and the "
+        "Results evaluate each fold with temperatures fitted the same way on the other folds."
+        if isinstance(split, Mapping) and split.get("method") == "crossfit"
+        else ""
+    )
     story: list[Flowable] = [
         ctx.h1("Fitted temperatures"),
         ctx.p(
@@ -439,7 +446,7 @@ def fitted_temperatures(ctx: Context) -> list[Flowable]:
             f"(calibration.json). The NLL columns are measured on the same fit studies and show how much the "
             "fit improved them; the honest measure is on the evaluation split in the Results section. "
             "The interval of T resamples the patients of the rows it was fitted on (the group's own, or "
-            "the whole fit split for the global temperature)" + how
+            "the whole fit split for the global temperature)" + how + crossfit
         ),
         KeepTogether(
             ctx.table_block(
