@@ -28,9 +28,11 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.metrics._calibration_error import top_label
 
-__all__ = ["smooth_ece", "smooth_ece_at"]
+__all__ = ["GRID_POINTS", "smooth_ece", "smooth_ece_at"]
 
-_GRID = np.linspace(0.0, 1.0, 2001)
+#: Points of the grid of [0, 1] the smoothed residuals are integrated on (trapezoid rule).
+GRID_POINTS = 2001
+_GRID = np.linspace(0.0, 1.0, GRID_POINTS)
 _TOLERANCE = 1e-7  # of the bandwidth's fixed point
 _CHUNK = 4096  # rows per kernel block: (grid, chunk) floats stay near 64 MB
 
