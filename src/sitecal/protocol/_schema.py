@@ -27,7 +27,7 @@ from sitecal.protocol._inputs import (
     _check_intersections,
 )
 
-_ALL_METRICS: tuple[MetricName, ...] = metric_names(reported=True)
+_DEFAULT_METRICS: tuple[MetricName, ...] = metric_names(default=True)
 _ECE_ONLY: tuple[MetricName, ...] = (ECE.name,)
 
 # Upper bounds checked at validation, so that a typo such as 10**9 is refused in `sitecal check` instead of
@@ -108,7 +108,7 @@ class BootstrapSettings(_Strict):
 class EvaluationSettings(_Strict):
     """What is measured on the evaluation split."""
 
-    metrics: list[MetricName] = Field(default_factory=lambda: list(_ALL_METRICS), min_length=1)
+    metrics: list[MetricName] = Field(default_factory=lambda: list(_DEFAULT_METRICS), min_length=1)
     n_bins: int = Field(default=15, ge=1)
     min_group_size: int = Field(default=30, ge=1)
     subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")

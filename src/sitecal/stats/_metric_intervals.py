@@ -19,8 +19,8 @@ from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
 
-#: The metrics a protocol reports by default (the registry's ``reported`` metrics).
-DEFAULT_METRICS = metric_names(reported=True)
+#: The metrics a protocol reports by default (the registry's ``default`` metrics).
+DEFAULT_METRICS = metric_names(default=True)
 
 
 @dataclass(frozen=True, eq=False)

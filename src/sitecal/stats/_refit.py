@@ -17,14 +17,26 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_int, check_labels, check_logits, check_option
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
-from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
+from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_evaluator, make_plan
+from sitecal.stats._resample import (
+    CHUNK_ELEMENTS,
+    ClusterPlan,
+    Draws,
+    auto_chunk_size,
+    draw_chunks,
+    make_evaluator,
+    make_plan,
+)
 from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
+
+#: What the refit bootstrap evaluates: sums of per-row terms, or a statistic of each resample's own
+#: probabilities (``evaluate_each``), as the smooth ECE, whose bandwidth is refitted in every resample.
+RefitStatistic = SumMetricStatistic | SmoothECEStatistic
 
 
 def _split(
@@ -38,7 +50,7 @@ def _split(
 
 
 def _after_metrics(
-    statistics: Sequence[SumMetricStatistic],
+    statistics: Sequence[RefitStatistic],
     logits: NDArray[np.float64],
     labels: NDArray[np.int64],
     s: NDArray[np.float64],
@@ -46,7 +58,8 @@ def _after_metrics(
 ) -> NDArray[np.float64]:
     """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
 
-    Chunked so that the (resamples x rows x classes) probabilities stay near ``CHUNK_ELEMENTS``.
+    Chunked so that the (resamples x rows x classes) probabilities stay near ``CHUNK_ELEMENTS``. A sum
+    statistic is reduced from its per-row terms; another from each resample's own probabilities.
     """
     n, c = logits.shape
     r = s.shape[0]
@@ -59,6 +72,9 @@ def _after_metrics(
         temps = np.repeat(np.exp(s[sl]), n)
         probs = softmax(np.tile(logits, (size, 1)), temperature=temps)
         for i, stat in enumerate(statistics):  # a loop over metrics
+            if not isinstance(stat, SumMetricStatistic):
+                out[i, sl] = stat.evaluate_each(probs.reshape(size, n, c), labels, row_weights[sl])
+                continue
             terms = stat.row_terms(probs, tiled_labels[: size * n]).reshape(size, n, -1)
             sums = np.empty((size, terms.shape[2]))
             for j in range(terms.shape[2]):  # a loop over sufficient-statistic columns
@@ -67,7 +83,7 @@ def _after_metrics(
     return out
 
 
-def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[SumMetricStatistic]]:
+def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[RefitStatistic]]:
     func = "refit_bootstrap"
     if isinstance(metrics, str):
         raise DataError(f"The 'metrics' parameter of {func} must be a sequence of names, e.g. ('ece',).")
@@ -77,13 +93,14 @@ def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], l
             f"The 'metrics' parameter of {func} must list each metric once. Got {tuple(metrics)!r}."
         )
     bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
-    stats: list[SumMetricStatistic] = []
+    stats: list[RefitStatistic] = []
     for m in names:
         stat = metric_statistic(m, n_bins=bins)
-        if not isinstance(stat, SumMetricStatistic):
+        if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
             raise DataError(
-                f"The 'metrics' parameter of {func} must name metrics with fixed bins; {m!r} recomputes its "
-                f"bins per resample and is not supported here. Use {ECE.name!r} (equal-width) instead."
+                f"The 'metrics' parameter of {func} must name metrics it can evaluate under each resample's "
+                f"temperature; {m!r} recomputes its bins per resample and is not supported here. Use "
+                f"{ECE.name!r} (equal-width) instead."
             )
         stats.append(stat)
     return names, stats
@@ -121,8 +138,8 @@ def refit_bootstrap(
     fit_strata, eval_strata : array_like, optional
         Resampling strata of each split (clusters nest in strata).
     metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
-        Metrics with fixed bins from :data:`sitecal.metrics.METRIC_NAMES` (the registry's ``summable``
-        ones: not ``"ece_mass"``).
+        Metrics from :data:`sitecal.metrics.METRIC_NAMES` with fixed bins or without bins (the
+        registry's ``refittable`` ones, ``"smooth_ece"`` included: not ``"ece_mass"``).
     n_bins : int, default 15
     bounds : (float, float), default (0.05, 100.0)
         Bounds of T, as in :func:`~sitecal.calibration.fit_temperature`.
@@ -250,7 +267,7 @@ def refit_bootstrap(
 
 def _bca_influence(
     solver: BatchedTemperatureSolver,
-    stats: Sequence[SumMetricStatistic],
+    stats: Sequence[RefitStatistic],
     ze: NDArray[np.float64],
     ye: NDArray[np.int64],
     eval_plan: ClusterPlan,
@@ -269,7 +286,8 @@ def _bca_influence(
     k_eval, k_fit_clusters = eval_plan.n_clusters, solver.n_clusters
     for i, stat in enumerate(stats):  # a loop over metrics
         for j, probs in enumerate((before_probs, after_probs)):
-            jk = make_evaluator(stat, (probs, ye), eval_plan).jackknife(1)
+            evaluator = make_evaluator(stat, (probs, ye), eval_plan)
+            jk = evaluator.jackknife(auto_chunk_size([evaluator], eval_plan, eval_plan.n_clusters))
             # each sample's influence values carry its own 1/n (Efron & Tibshirani 1993, 14.3; scipy)
             eval_part[i, j] = (k_eval - 1) * (jk - jk.mean()) / k_eval
     h = max(float(np.std(s_rep, ddof=1)), 1e-6)
