@@ -117,6 +117,24 @@ class EvaluationSettings(_Strict):
     )
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
 
+    @field_validator("disparity_metrics")
+    @classmethod
+    def _comparable(cls, value: list[MetricName]) -> list[MetricName]:
+        # the gaps between groups and the size-matched flags are evaluated from per-patient sums of each
+        # group (thousands of permutations per group); a metric that is not such a sum is refused here, so
+        # that `sitecal check` refuses what `sitecal run` would
+        comparable = metric_names(summable=True)
+        for name in value:
+            if name not in comparable:
+                allowed = ", ".join(n for n in metric_names(reported=True) if n in comparable)
+                raise ValueError(
+                    f"'{name}' cannot be compared between groups: the gaps between groups and their flags are "
+                    f"computed from per-patient sums of each group's terms, and {metric(name).label} is not a "
+                    "sum of per-study terms (its kernel bandwidth is refitted in every resample). Keep it in "
+                    f"'evaluation.metrics' and compare groups on one of {allowed}"
+                )
+        return value
+
     @field_validator("n_bins")
     @classmethod
     def _n_bins_bound(cls, value: int) -> int:
