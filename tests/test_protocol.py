@@ -189,8 +189,8 @@ def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
         load_protocol(path)
     line = _line_of(text, "disparity_metrics: [ece, smooth_ece]")
     assert (
-        f"{path}:{line}: evaluation.disparity_metrics: 'smooth_ece' cannot be compared between groups: the gaps "
-        "between groups and their flags are computed from per-patient sums of each group's terms, and Smooth "
-        "ECE is not a sum of per-study terms (its kernel bandwidth is refitted in every resample). Keep it in "
-        "'evaluation.metrics' and compare groups on one of ece, ece_debiased, nll, brier, accuracy"
+        f"{path}:{line}: evaluation.disparity_metrics: 'smooth_ece' cannot be compared between groups: the "
+        "gaps between groups and their flags are computed from per-patient sums of each group's terms, and "
+        "Smooth ECE is not a sum of per-study terms (its kernel bandwidth is refitted in every resample). "
+        "Keep it in 'evaluation.metrics' and compare groups on one of ece, ece_debiased, nll, brier, accuracy"
     ) in str(info.value)

@@ -13,7 +13,6 @@ from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic, softmax
 from sitecal.metrics.registry import metric
 
-
 #: The weighted smooth ECE bins the rows on the exact function's grid and both resolve the bandwidth's fixed
 #: point to a tolerance (tests/metrics/test_smooth_weighted.py measures the gap); the others are exact.
 TOLERANCE = {"smooth_ece": 1e-5}

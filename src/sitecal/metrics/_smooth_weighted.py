@@ -89,7 +89,8 @@ def _spectrum_images(mass: NDArray[np.float64], length: int) -> NDArray[np.compl
 def _kernel_spectrum(sigma: NDArray[np.float64], length: int) -> NDArray[np.float64]:
     """DFT of the Gaussian of width ``sigma`` (rows) sampled at the grid step, periodised over ``length``.
 
-    Poisson summation: ``sum_n phi(n h) e^(-2 pi i k n / L) = (1/h) sum_q e^(-2 pi^2 (sigma/h)^2 (k/L + q)^2)``.
+    Poisson summation: ``sum_n phi(n h) e^(-2 pi i k n / L)``
+    ``= (1/h) sum_q e^(-2 pi^2 (sigma/h)^2 (k/L + q)^2)``.
     Only the first columns are returned, up to the last frequency where some row's value is not 0 in
     floating point (``exp`` underflows to exactly 0 below -745.2), so each row's values are the same
     whichever rows share the call; the aliases ``q = -1, 1`` are added only for rows where they are not

@@ -128,10 +128,10 @@ class EvaluationSettings(_Strict):
             if name not in comparable:
                 allowed = ", ".join(n for n in metric_names(reported=True) if n in comparable)
                 raise ValueError(
-                    f"'{name}' cannot be compared between groups: the gaps between groups and their flags are "
-                    f"computed from per-patient sums of each group's terms, and {metric(name).label} is not a "
-                    "sum of per-study terms (its kernel bandwidth is refitted in every resample). Keep it in "
-                    f"'evaluation.metrics' and compare groups on one of {allowed}"
+                    f"'{name}' cannot be compared between groups: the gaps between groups and their flags "
+                    f"are computed from per-patient sums of each group's terms, and {metric(name).label} is "
+                    "not a sum of per-study terms (its kernel bandwidth is refitted in every resample). Keep "
+                    f"it in 'evaluation.metrics' and compare groups on one of {allowed}"
                 )
         return value
 

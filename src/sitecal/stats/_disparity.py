@@ -250,8 +250,9 @@ def checked_groups(
     if not isinstance(statistic, SumMetricStatistic):
         allowed = ", ".join(repr(name) for name in metric_names(summable=True))
         raise DataError(
-            f"The 'metric' parameter of {func} must be a metric with fixed bins that is a sum of per-row terms "
-            f"({allowed}): every group's value in every resample comes from per-patient sums. Got {metric!r}."
+            f"The 'metric' parameter of {func} must be a metric with fixed bins that is a sum of per-row "
+            f"terms ({allowed}): every group's value in every resample comes from per-patient sums. Got "
+            f"{metric!r}."
         )
     names, codes = np.unique(g, return_inverse=True)
     sizes = np.bincount(codes, minlength=names.shape[0])

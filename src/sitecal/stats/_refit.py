@@ -137,7 +137,7 @@ def refit_bootstrap(
         Patient of each row of each split (required keywords; None: each row its own cluster).
     fit_strata, eval_strata : array_like, optional
         Resampling strata of each split (clusters nest in strata).
-    metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
+    metrics : sequence of str, default: the registry's default metrics (DEFAULT_METRICS)
         Metrics from :data:`sitecal.metrics.METRIC_NAMES` with fixed bins or without bins (the
         registry's ``refittable`` ones, ``"smooth_ece"`` included: not ``"ece_mass"``).
     n_bins : int, default 15
