@@ -116,7 +116,7 @@ class Metric:
 
     @property
     def summable(self) -> bool:
-        """Whether it is a function of per-row sums on fixed bins (the disparity and refit fast paths)."""
+        """Whether it is a function of per-row sums on fixed bins (what the group comparisons need)."""
         return isinstance(self.weighted, SumForm)
 
     def statistic(self, *, n_bins: int = 15) -> WeightedStatistic:

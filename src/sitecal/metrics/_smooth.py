@@ -12,7 +12,9 @@ the error it measures; unique, as ``smECE_sigma`` does not increase with ``sigma
 is continuous in the predictions, and is a consistent calibration measure in the sense of Błasiok et al.
 (2023). Computed here on a grid of 2,001 points of [0, 1] (trapezoid rule), the fixed point by
 bisection to 1e-7; the ``relplot`` package, the authors' reference, rounds the predictions to a grid
-and stops its bisection at 2^-10, so the two agree to a few thousandths, not exactly.
+and stops its bisection at 2^-10, so the two agree to a few thousandths, not exactly. The bootstrap
+evaluates it for many resamples at once through :class:`~sitecal.metrics.SmoothECEStatistic`
+(:mod:`sitecal.metrics._smooth_weighted`: the same grid, the smoothing by FFT).
 
 References: J. Błasiok, P. Nakkiran. "Smooth ECE: Principled Reliability Diagrams via Kernel
 Smoothing." arXiv:2309.12236, 2023.
