@@ -48,6 +48,18 @@ def test_check_valid_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "valid protocol 'demo'" in capsys.readouterr().out
 
 
+def test_check_refuses_what_run_would_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a metric the group comparisons cannot evaluate: refused when the protocol is read, by check and run
+    path = _protocol_with_inputs(tmp_path)
+    path.write_text(
+        path.read_text().replace("disparity_metrics: [ece, nll]", "disparity_metrics: [smooth_ece]")
+    )
+    for command in (["check", str(path)], ["run", str(path), "--no-progress"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "evaluation.disparity_metrics: 'smooth_ece' cannot be compared between groups" in err
+
+
 def test_check_reports_missing_inputs_in_one_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

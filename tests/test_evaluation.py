@@ -143,3 +143,36 @@ def test_refit_widens_after_intervals_and_leaves_before_untouched(data: Evaluati
     assert math.isfinite(a_refit["temperature_interval"]["low"])
     # groups outside the calibration attribute keep fixed-T intervals
     assert doc["overall"]["refit"] is False
+
+
+def test_smooth_ece_is_reported_refitted_and_judged(data: EvaluationData) -> None:
+    raw = _protocol(refit=True, n_resamples=50).model_dump()
+    raw["evaluation"]["metrics"] = ["ece", "smooth_ece", "accuracy"]
+    raw["acceptance"][0]["metric"] = "smooth_ece"  # every scanner's after-calibration interval
+    out = _run(Protocol.model_validate(raw), data)
+    doc = out.document
+    assert doc["metrics"] == ["ece", "smooth_ece", "accuracy"]
+    # a refitted calibration group: the after-interval is refit_bootstrap's, the kernel width refitted
+    # in every resample under that resample's temperature
+    held, scanner = ~out.fit_mask, data.attributes["scanner"]
+    fit_rows, eval_rows = out.fit_mask & (scanner == "A"), held & (scanner == "A")
+    ref = refit_bootstrap(
+        data.logits[fit_rows],
+        data.labels[fit_rows],
+        data.logits[eval_rows],
+        data.labels[eval_rows],
+        fit_clusters=data.patient_keys[fit_rows],
+        eval_clusters=data.patient_keys[eval_rows],
+        metrics=("smooth_ece",),
+        spec=BootstrapSpec(n_resamples=50, seed=7),
+    )
+    after = _scanner(doc, "A")["metrics"]["smooth_ece"]["after"]
+    assert (after["low"], after["high"]) == (
+        ref.get("smooth_ece", "after").low,
+        ref.get("smooth_ece", "after").high,
+    )
+    criterion = doc["acceptance"][0]
+    assert criterion["metric"] == "smooth_ece" and len(criterion["results"]) == 3
+    assert criterion["results"][0]["high"] == after["high"]
+    # not a default metric: leave-one-site-out keeps its list
+    assert "smooth_ece" not in doc["sensitivity"]["leave_one_site_out"]["metrics"]

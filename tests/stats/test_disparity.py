@@ -106,3 +106,6 @@ def test_errors() -> None:
         disparity_intervals(probs, labels, groups, clusters=patients, min_group_size=10_000)
     with pytest.raises(DataError, match="must be a metric with fixed bins"):
         disparity_intervals(probs, labels, groups, clusters=patients, metric="ece_mass")
+    # the smooth ECE refits its bandwidth in every resample: no per-patient sums (the protocol refuses it)
+    with pytest.raises(DataError, match="every group's value in every resample comes from per-patient sums"):
+        disparity_intervals(probs, labels, groups, clusters=patients, metric="smooth_ece")

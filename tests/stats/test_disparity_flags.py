@@ -128,6 +128,8 @@ def test_small_groups_are_not_judged_and_two_groups_are_needed() -> None:
         size_matched_flags(probs, labels, groups, clusters=None, min_group_size=70, n_permutations=20)
     with pytest.raises(DataError, match="metric with fixed bins"):
         size_matched_flags(probs, labels, groups, clusters=None, metric="ece_mass", n_permutations=20)
+    with pytest.raises(DataError, match="metric with fixed bins"):
+        size_matched_flags(probs, labels, groups, clusters=None, metric="smooth_ece", n_permutations=20)
 
 
 def test_the_chunking_of_permutations_changes_no_number(monkeypatch: pytest.MonkeyPatch) -> None:

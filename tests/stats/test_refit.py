@@ -8,7 +8,13 @@ import pytest
 import sitecal.calibration._batched as batched
 from sitecal.calibration import fit_temperature
 from sitecal.errors import DataError
-from sitecal.metrics import brier_score, expected_calibration_error, negative_log_likelihood, softmax
+from sitecal.metrics import (
+    brier_score,
+    expected_calibration_error,
+    negative_log_likelihood,
+    smooth_ece,
+    softmax,
+)
 from sitecal.stats import (
     BootstrapSpec,
     bootstrap_metrics,
@@ -143,6 +149,43 @@ def test_after_metrics_equal_direct_computation_on_reconstructed_resamples() -> 
     # accuracy does not depend on T > 0: after and before replicates are identical
     i = res.metrics.index("accuracy")
     np.testing.assert_array_equal(res.replicates[i, 0], res.replicates[i, 1])
+
+
+def test_smooth_ece_is_refitted_with_each_resamples_temperature() -> None:
+    # not a sum of per-row terms: evaluated from each resample's own probabilities (its own T_b)
+    z, y = _overconfident(160, 3, 2.0, seed=12)
+    fit, ev = slice(0, 80), slice(80, 160)
+    spec = BootstrapSpec(n_resamples=20, seed=4, chunk_size=6)
+    res = refit_bootstrap(
+        z[fit],
+        y[fit],
+        z[ev],
+        y[ev],
+        fit_clusters=None,
+        eval_clusters=None,
+        metrics=("smooth_ece",),
+        spec=spec,
+    )
+    fit_rows = _weights(80, None, None, fit_stream_seed(4), 20)
+    eval_rows = _weights(80, None, None, 4, 20)
+    for b in (0, 13):
+        fi, ei = np.repeat(np.arange(80), fit_rows[b]), np.repeat(np.arange(80), eval_rows[b])
+        t_b = fit_temperature(z[fit][fi], y[fit][fi]).temperature
+        direct = smooth_ece(softmax(z[ev][ei], temperature=t_b), y[ev][ei])
+        assert res.replicates[0, 1, b] == pytest.approx(direct, abs=1e-5)  # the binned form's accuracy
+    whole = refit_bootstrap(
+        z[fit],
+        y[fit],
+        z[ev],
+        y[ev],
+        fit_clusters=None,
+        eval_clusters=None,
+        metrics=("smooth_ece",),
+        spec=BootstrapSpec(n_resamples=20, seed=4, chunk_size=20, method="bca"),
+    )
+    np.testing.assert_array_equal(res.replicates, whole.replicates)  # whatever the chunk size
+    # BCa: leave-one-cluster-out values of a non-sum form, from row weights
+    assert whole.jackknife is not None and np.isfinite(whole.jackknife).all()
 
 
 def test_before_replicates_are_bootstrap_metrics_on_the_eval_split() -> None:

@@ -13,8 +13,8 @@ The ``sensitivity`` key of ``evaluation.json``:
 - ``heterogeneity``: DerSimonian–Laird random-effects meta-analysis of log(O/E) across sites (the
   subgroup named ``site``, else the calibration attribute), before and after calibration;
 - ``leave_one_site_out``: each site's studies removed from both the fit and the evaluation part, the
-  temperatures refitted by the protocol's policy, and overall ECE, NLL, Brier and accuracy after
-  calibration on what remains, beside the full-cohort values.
+  temperatures refitted by the protocol's policy, and the overall default metrics (ECE, debiased ECE,
+  NLL, Brier, accuracy) after calibration on what remains, beside the full-cohort values.
 
 No NaN or infinity is written: a value that cannot be estimated is ``null`` with a note. Notes, reasons
 and the method descriptions are codes (:mod:`sitecal.results`); the report words them.
@@ -76,8 +76,8 @@ log = logging.getLogger(__name__)
 OVERALL = "overall"
 STAGES = ("before", "after")
 RECALIBRATION = ("slope", "intercept", "oe_ratio")
-#: The overall metrics leave-one-site-out recomputes: the registry's reported metrics.
-LOSO_METRICS = metric_names(reported=True)
+#: The overall metrics leave-one-site-out recomputes: the registry's default metrics.
+LOSO_METRICS = metric_names(default=True)
 _HOW = ("wald", "bootstrap")
 
 

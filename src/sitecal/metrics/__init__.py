@@ -35,7 +35,7 @@ from sitecal.metrics._recalibration import (
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
 from sitecal.metrics._smooth import smooth_ece, smooth_ece_at
 from sitecal.metrics._softmax import PROBABILITY_FLOOR, log_probabilities, softmax
-from sitecal.metrics._statistics import MassECEStatistic, SumMetricStatistic
+from sitecal.metrics._statistics import MassECEStatistic, SmoothECEStatistic, SumMetricStatistic
 from sitecal.metrics.registry import METRIC_NAMES, METRICS, Metric, metric_statistic
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "Metric",
     "RecalibrationStatistic",
     "ReliabilityCurve",
+    "SmoothECEStatistic",
     "SumMetricStatistic",
     "TopLabelOEStatistic",
     "TopLabelRecalibration",

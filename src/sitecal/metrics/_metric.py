@@ -44,12 +44,18 @@ class Metric:
         The ideal value of a ``"target"`` metric (1 for a calibration slope); None otherwise.
     weighted : callable or None
         How the bootstrap engine evaluates it under resampling weights: ``weighted(name, n_bins)`` gives
-        the statistic (a :class:`~sitecal.metrics.SumMetricStatistic` from a ``SumForm``, or a
-        :class:`~sitecal.metrics.MassECEStatistic`); None when the engine cannot.
+        the statistic (a :class:`~sitecal.metrics.SumMetricStatistic` from a ``SumForm``, a
+        :class:`~sitecal.metrics.MassECEStatistic` or a :class:`~sitecal.metrics.SmoothECEStatistic`);
+        None when the engine cannot.
     reported : bool
         May be listed in a protocol's ``evaluation.metrics``: computed for every group before and after
-        calibration, with intervals, disparities and refit intervals (so it needs a sum form, and a
-        direction of ``"lower"`` or ``"higher"`` for the report's wording).
+        calibration, with intervals and refit intervals (so it needs a weighted form the refit bootstrap
+        can evaluate under each resample's temperature: a sum form, or a statistic with
+        ``evaluate_each``), and a direction of ``"lower"`` or ``"higher"`` for the report's wording.
+        Gaps between groups (``evaluation.disparity_metrics``) need a sum form too (:attr:`summable`).
+    default : bool
+        In the protocol's default ``evaluation.metrics`` (when it lists none) and recomputed by the
+        leave-one-site-out analysis (so it must be ``reported``).
     criterion : bool
         May be named in an acceptance criterion (so it must be ``reported``, or ``recalibration``).
     recalibration : bool
@@ -70,6 +76,7 @@ class Metric:
     target: float | None = None
     weighted: WeightedForm | None = None
     reported: bool = False
+    default: bool = False
     criterion: bool = False
     recalibration: bool = False
     needs_every_class: bool = False
@@ -78,8 +85,13 @@ class Metric:
         problems = []
         if (self.direction == "target") != (self.target is not None):
             problems.append("a target exactly when the direction is 'target'")
-        if self.reported and not self.summable:
-            problems.append("a sum form (weighted=SumForm) when reported: the refit and disparity intervals")
+        if self.reported and not self.refittable:
+            problems.append(
+                "a sum form (weighted=SumForm) or a statistic with evaluate_each when reported: the refit "
+                "intervals evaluate it under each resample's temperature"
+            )
+        if self.default and not self.reported:
+            problems.append("reported=True when default=True: a default metric is reported")
         if self.reported and self.direction == "target":
             problems.append("direction 'lower' or 'higher' when reported: the report says which is better")
         if self.criterion and not (self.reported or self.recalibration):
@@ -98,8 +110,13 @@ class Metric:
         return self.weighted is not None
 
     @property
+    def refittable(self) -> bool:
+        """Whether the refit bootstrap evaluates it with each resample's own probabilities."""
+        return self.summable or hasattr(self.weighted, "evaluate_each")
+
+    @property
     def summable(self) -> bool:
-        """Whether it is a function of per-row sums on fixed bins (the disparity and refit fast paths)."""
+        """Whether it is a function of per-row sums on fixed bins (what the group comparisons need)."""
         return isinstance(self.weighted, SumForm)
 
     def statistic(self, *, n_bins: int = 15) -> WeightedStatistic:

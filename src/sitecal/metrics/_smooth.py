@@ -12,7 +12,9 @@ the error it measures; unique, as ``smECE_sigma`` does not increase with ``sigma
 is continuous in the predictions, and is a consistent calibration measure in the sense of Błasiok et al.
 (2023). Computed here on a grid of 2,001 points of [0, 1] (trapezoid rule), the fixed point by
 bisection to 1e-7; the ``relplot`` package, the authors' reference, rounds the predictions to a grid
-and stops its bisection at 2^-10, so the two agree to a few thousandths, not exactly.
+and stops its bisection at 2^-10, so the two agree to a few thousandths, not exactly. The bootstrap
+evaluates it for many resamples at once through :class:`~sitecal.metrics.SmoothECEStatistic`
+(:mod:`sitecal.metrics._smooth_weighted`: the same grid, the smoothing by FFT).
 
 References: J. Błasiok, P. Nakkiran. "Smooth ECE: Principled Reliability Diagrams via Kernel
 Smoothing." arXiv:2309.12236, 2023.
@@ -28,9 +30,11 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.metrics._calibration_error import top_label
 
-__all__ = ["smooth_ece", "smooth_ece_at"]
+__all__ = ["GRID_POINTS", "smooth_ece", "smooth_ece_at"]
 
-_GRID = np.linspace(0.0, 1.0, 2001)
+#: Points of the grid of [0, 1] the smoothed residuals are integrated on (trapezoid rule).
+GRID_POINTS = 2001
+_GRID = np.linspace(0.0, 1.0, GRID_POINTS)
 _TOLERANCE = 1e-7  # of the bandwidth's fixed point
 _CHUNK = 4096  # rows per kernel block: (grid, chunk) floats stay near 64 MB
 

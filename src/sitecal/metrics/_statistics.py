@@ -11,7 +11,8 @@ shape (N, J), and ``from_sums``, ``g`` applied row-wise to shape (B, J)); the me
 (:mod:`sitecal.metrics.registry`) names them, and :class:`SumMetricStatistic` packages one for the
 engine. With all weights 1 they reproduce the plain metric. Equal-mass ECE has data-dependent bin
 edges, which must be recomputed in each resample, so it offers ``prepare`` / ``evaluate`` on per-row
-weights instead.
+weights instead; so does the smooth ECE (:class:`SmoothECEStatistic`, in
+:mod:`sitecal.metrics._smooth_weighted`), whose bandwidth is refitted in each resample.
 
 Not here, because they are not functions of per-cluster sums: the calibration slope and intercept
 (a logistic fit per resample) and the AUROC (ranks). Bootstrap them through
@@ -33,9 +34,11 @@ from sitecal.metrics._calibration_error import top_label
 from sitecal.metrics._clinical import event_outcome
 from sitecal.metrics._debiased import debiased_squared_from_sums
 from sitecal.metrics._scores import accuracy_terms, brier_terms, nll_terms
+from sitecal.metrics._smooth_weighted import SmoothECEStatistic
 
 __all__ = [
     "MassECEStatistic",
+    "SmoothECEStatistic",
     "SumForm",
     "SumMetricStatistic",
     "WeightedForm",
@@ -365,7 +368,7 @@ class MassECEStatistic:
 
 
 #: What the bootstrap engine evaluates under resampling weights: ``stat(probs, labels, weights=W)``.
-WeightedStatistic = SumMetricStatistic | MassECEStatistic
+WeightedStatistic = SumMetricStatistic | MassECEStatistic | SmoothECEStatistic
 #: How the registry packages a metric for the engine: ``form(name, n_bins)`` -> a weighted statistic
-#: (a :class:`SumForm`, or :class:`MassECEStatistic` itself).
+#: (a :class:`SumForm`, or :class:`MassECEStatistic` or :class:`SmoothECEStatistic` itself).
 WeightedForm = Callable[[str, int], WeightedStatistic]

@@ -8,6 +8,8 @@ a metric is one entry in :data:`METRICS`.
 
 >>> from sitecal.metrics.registry import metric, names
 >>> names(reported=True)
+('ece', 'ece_debiased', 'smooth_ece', 'nll', 'brier', 'accuracy')
+>>> names(default=True)
 ('ece', 'ece_debiased', 'nll', 'brier', 'accuracy')
 >>> m = metric("brier")
 >>> m.label, m.direction, m.bootstrappable
@@ -32,6 +34,7 @@ from sitecal.metrics._scores import accuracy, brier_score, negative_log_likeliho
 from sitecal.metrics._smooth import smooth_ece
 from sitecal.metrics._statistics import (
     MassECEStatistic,
+    SmoothECEStatistic,
     WeightedStatistic,
     accuracy_sums,
     brier_sums,
@@ -136,6 +139,7 @@ ECE = Metric(
     bounds=_UNIT,
     weighted=ece_sums,
     reported=True,
+    default=True,
     criterion=True,
 )
 ECE_MASS = Metric(
@@ -178,6 +182,7 @@ ECE_DEBIASED = Metric(
     bounds=_UNIT,
     weighted=debiased_ece_sums,
     reported=True,
+    default=True,
     criterion=True,
 )
 ECE_DEBIASED_MASS = Metric(
@@ -194,10 +199,15 @@ SMOOTH_ECE = Metric(
     function=_smooth_ece,
     direction="lower",
     description=(
-        "top-label smooth calibration error without bins (Błasiok & Nakkiran, 2023): residuals smoothed "
-        "by a reflected Gaussian kernel whose width equals the error it measures"
+        "top-label smooth calibration error without bins (Błasiok & Nakkiran, 2023), a consistent "
+        "calibration measure: residuals smoothed by a reflected Gaussian kernel whose width is chosen as the "
+        "fixed point where it equals the error it measures; still a plug-in estimate of a non-negative "
+        "quantity, so biased upward in small groups"
     ),
     bounds=_UNIT,
+    weighted=SmoothECEStatistic,
+    reported=True,
+    criterion=True,
 )
 OE_RATIO = Metric(
     name="oe_ratio",
@@ -251,6 +261,7 @@ NLL = Metric(
     bounds=(0.0, math.inf),
     weighted=nll_sums,
     reported=True,
+    default=True,
     criterion=True,
 )
 BRIER = Metric(
@@ -262,6 +273,7 @@ BRIER = Metric(
     bounds=(0.0, 2.0),
     weighted=brier_sums,
     reported=True,
+    default=True,
     criterion=True,
 )
 ACCURACY = Metric(
@@ -273,6 +285,7 @@ ACCURACY = Metric(
     bounds=_UNIT,
     weighted=accuracy_sums,
     reported=True,
+    default=True,
     criterion=True,
 )
 
@@ -305,11 +318,12 @@ def names(
     recalibration: bool | None = None,
     bootstrappable: bool | None = None,
     summable: bool | None = None,
+    default: bool | None = None,
 ) -> tuple[str, ...]:
     """Names of the metrics with the given properties (None: either), in registry order.
 
     >>> names(criterion=True)
-    ('ece', 'ece_debiased', 'oe_ratio', 'slope', 'intercept', 'nll', 'brier', 'accuracy')
+    ('ece', 'ece_debiased', 'smooth_ece', 'oe_ratio', 'slope', 'intercept', 'nll', 'brier', 'accuracy')
     """
     wanted = {
         "reported": reported,
@@ -317,6 +331,7 @@ def names(
         "recalibration": recalibration,
         "bootstrappable": bootstrappable,
         "summable": summable,
+        "default": default,
     }
     return tuple(m.name for m in METRICS if all(v is None or getattr(m, k) is v for k, v in wanted.items()))
 
@@ -342,16 +357,20 @@ def metric_statistic(name: str, *, n_bins: int = 15) -> WeightedStatistic:
         equal-width bins, ``"ece_debiased"`` the debiased top-label l2 error
         (:func:`~sitecal.metrics.debiased_expected_calibration_error`) with equal-width bins from
         per-bin counts, correct and confidence sums, ``"oe_ratio"``
-        (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums; the
+        (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums,
+        ``"smooth_ece"`` the top-label smooth ECE with its bandwidth refitted under every weighting
+        (binned on the exact function's grid and smoothed by FFT: within 1e-5 of
+        :func:`~sitecal.metrics.smooth_ece` on the repeated rows when it is at least 0.005); the
         scores are those of :mod:`sitecal.metrics`. Calibration slope/intercept and AUROC are not
         sums of per-row terms and have no entry here.
     n_bins : int, default 15
 
     Returns
     -------
-    SumMetricStatistic or MassECEStatistic
-        Both are callables ``stat(probs, labels, weights=W)`` with ``W`` of shape (B, N), returning
-        (B,); with ``W = ones((1, N))`` the value equals the metric function's.
+    SumMetricStatistic, MassECEStatistic or SmoothECEStatistic
+        All are callables ``stat(probs, labels, weights=W)`` with ``W`` of shape (B, N), returning
+        (B,); with ``W = ones((1, N))`` the value equals the metric function's (the smooth ECE's to
+        the accuracy above).
 
     Examples
     --------

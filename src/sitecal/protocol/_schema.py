@@ -27,7 +27,7 @@ from sitecal.protocol._inputs import (
     _check_intersections,
 )
 
-_ALL_METRICS: tuple[MetricName, ...] = metric_names(reported=True)
+_DEFAULT_METRICS: tuple[MetricName, ...] = metric_names(default=True)
 _ECE_ONLY: tuple[MetricName, ...] = (ECE.name,)
 
 # Upper bounds checked at validation, so that a typo such as 10**9 is refused in `sitecal check` instead of
@@ -147,7 +147,7 @@ class BootstrapSettings(_Strict):
 class EvaluationSettings(_Strict):
     """What is measured on the evaluation split."""
 
-    metrics: list[MetricName] = Field(default_factory=lambda: list(_ALL_METRICS), min_length=1)
+    metrics: list[MetricName] = Field(default_factory=lambda: list(_DEFAULT_METRICS), min_length=1)
     n_bins: int = Field(default=15, ge=1)
     min_group_size: int = Field(default=30, ge=1)
     subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")
@@ -155,6 +155,24 @@ class EvaluationSettings(_Strict):
         default_factory=lambda: list(_ECE_ONLY), description="metrics whose gaps between groups get intervals"
     )
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
+
+    @field_validator("disparity_metrics")
+    @classmethod
+    def _comparable(cls, value: list[MetricName]) -> list[MetricName]:
+        # the gaps between groups and the size-matched flags are evaluated from per-patient sums of each
+        # group (thousands of permutations per group); a metric that is not such a sum is refused here, so
+        # that `sitecal check` refuses what `sitecal run` would
+        comparable = metric_names(summable=True)
+        for name in value:
+            if name not in comparable:
+                allowed = ", ".join(n for n in metric_names(reported=True) if n in comparable)
+                raise ValueError(
+                    f"'{name}' cannot be compared between groups: the gaps between groups and their flags "
+                    f"are computed from per-patient sums of each group's terms, and {metric(name).label} is "
+                    "not a sum of per-study terms (its kernel bandwidth is refitted in every resample). Keep "
+                    f"it in 'evaluation.metrics' and compare groups on one of {allowed}"
+                )
+        return value
 
     @field_validator("n_bins")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Any
 
 from reportlab.platypus import Flowable, KeepTogether
 
-from sitecal.metrics.registry import ECE, METRICS
+from sitecal.metrics.registry import ECE, METRICS, SMOOTH_ECE
 
 from ._context import Context
 from ._inputs import get
@@ -153,6 +153,16 @@ def _bootstrap_text(ctx: Context) -> str:
             "estimate, so a percentile interval of ECE can lie wholly above a group's own estimate. That is "
             "the bias made visible, not an error; for a calibrated model such intervals do not cover the "
             "true ECE of 0 (sitecal's coverage study, benchmarks/coverage_ece.md)."
+        )
+    if SMOOTH_ECE.name in (get(ctx.evaluation, "metrics") or []):
+        text += (
+            f" {para_text(ctx.metric_name(SMOOTH_ECE.name))}: its kernel width is found again in every "
+            "resample (the fixed point of the resampled studies), from their residuals binned on the "
+            "2,001-point grid of the direct computation and smoothed by FFT (within 0.00001 of the direct "
+            "computation). It is biased upward in small groups, as binned ECE is, so its percentile interval "
+            "does not cover a calibrated model's true value of 0 (benchmarks/coverage_smooth_ece.md). It is "
+            "not compared between groups: the group comparisons are computed from per-patient sums, which "
+            "it is not."
         )
     return text
 

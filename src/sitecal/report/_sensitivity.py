@@ -24,8 +24,8 @@ from ._wording import word
 __all__ = ["format_p_value", "format_percent", "sensitivity"]
 
 _STAGES = (("before", "Before"), ("after", "After"))
-#: The leave-one-site-out columns: the registry's reported metrics, as the evaluation computes them.
-_LOSO = tuple((name, metric(name).label) for name in metric_names(reported=True))
+#: The leave-one-site-out columns: the registry's default metrics, as the evaluation computes them.
+_LOSO = tuple((name, metric(name).label) for name in metric_names(default=True))
 
 
 def format_percent(value: object) -> str:

@@ -235,8 +235,8 @@ def checked_groups(
 ) -> tuple[NDArray[np.float64], NDArray[np.int64], SumMetricStatistic, Grouped]:
     """Validated probabilities, labels, the metric's sum form and the groups, for a comparison of groups.
 
-    Raises DataError for a malformed input, a metric without fixed bins, or fewer than two groups of
-    ``min_group_size`` rows.
+    Raises DataError for a malformed input, a metric that is not a sum of per-row terms on fixed bins
+    (equal-mass ECE, smooth ECE), or fewer than two groups of ``min_group_size`` rows.
     """
     p = check_probs(probs, func=func)
     y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
@@ -250,7 +250,9 @@ def checked_groups(
     if not isinstance(statistic, SumMetricStatistic):
         allowed = ", ".join(repr(name) for name in metric_names(summable=True))
         raise DataError(
-            f"The 'metric' parameter of {func} must be a metric with fixed bins ({allowed}). Got {metric!r}."
+            f"The 'metric' parameter of {func} must be a metric with fixed bins that is a sum of per-row "
+            f"terms ({allowed}): every group's value in every resample comes from per-patient sums. Got "
+            f"{metric!r}."
         )
     names, codes = np.unique(g, return_inverse=True)
     sizes = np.bincount(codes, minlength=names.shape[0])

@@ -19,8 +19,8 @@ from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
 
-#: The metrics a protocol reports by default (the registry's ``reported`` metrics).
-DEFAULT_METRICS = metric_names(reported=True)
+#: The metrics a protocol reports by default (the registry's ``default`` metrics).
+DEFAULT_METRICS = metric_names(default=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,10 +137,10 @@ def bootstrap_metrics(
         Patient key per row (required keyword; None means each row is its own cluster).
     strata : array_like, shape (N,), optional
         Stratum per row; clusters must nest in strata.
-    metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
+    metrics : sequence of str, default: the registry's default metrics (DEFAULT_METRICS)
         Names from :data:`sitecal.metrics.METRIC_NAMES` (the registry's bootstrappable metrics):
         ``"ece"`` (top-label, equal width), ``"ece_mass"``, ``"classwise_ece"``, ``"mce"``,
-        ``"ece_debiased"``, ``"oe_ratio"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
+        ``"ece_debiased"``, ``"smooth_ece"``, ``"oe_ratio"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
     n_bins : int, default 15
     spec : BootstrapSpec, optional
         Default ``BootstrapSpec()`` (1000 percentile resamples at 95 %, seed 0).
@@ -155,7 +155,8 @@ def bootstrap_metrics(
     the replicates of ``metric(a) - metric(b)`` are the differences of the paired replicates, and its
     BCa jackknife values the differences of the jackknife values. Equal-width ECE, MCE and the scores
     use per-cluster sufficient statistics (O(n_clusters) per resample); equal-mass ECE recomputes its
-    edges in every resample (O(N) per resample).
+    edges in every resample (O(N) per resample), and the smooth ECE its kernel width (O(N) for the
+    binning and about ten FFTs of 4,000 points per resample: some 40 times the ECE's cost at N = 300).
 
     Examples
     --------

@@ -18,14 +18,26 @@ from sitecal._validation import check_int, check_labels, check_logits, check_opt
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
-from sitecal.metrics import METRIC_NAMES, SumMetricStatistic, metric_statistic, softmax
+from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_evaluator, make_plan
+from sitecal.stats._resample import (
+    CHUNK_ELEMENTS,
+    ClusterPlan,
+    Draws,
+    auto_chunk_size,
+    draw_chunks,
+    make_evaluator,
+    make_plan,
+)
 from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
+
+#: What the refit bootstrap evaluates: sums of per-row terms, or a statistic of each resample's own
+#: probabilities (``evaluate_each``), as the smooth ECE, whose bandwidth is refitted in every resample.
+RefitStatistic = SumMetricStatistic | SmoothECEStatistic
 
 
 def _split(
@@ -39,7 +51,7 @@ def _split(
 
 
 def _after_metrics(
-    statistics: Sequence[SumMetricStatistic],
+    statistics: Sequence[RefitStatistic],
     logits: NDArray[np.float64],
     labels: NDArray[np.int64],
     s: NDArray[np.float64],
@@ -49,7 +61,8 @@ def _after_metrics(
 
     ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
     each row its fold's). Chunked so that the (resamples x rows x classes) probabilities stay near
-    ``CHUNK_ELEMENTS``.
+    ``CHUNK_ELEMENTS``. A sum statistic is reduced from its per-row terms; another from each resample's
+    own probabilities.
     """
     n, c = logits.shape
     r = s.shape[0]
@@ -62,6 +75,9 @@ def _after_metrics(
         temps = np.exp(s[sl]).reshape(-1) if s.ndim == 2 else np.repeat(np.exp(s[sl]), n)
         probs = softmax(np.tile(logits, (size, 1)), temperature=temps)
         for i, stat in enumerate(statistics):  # a loop over metrics
+            if not isinstance(stat, SumMetricStatistic):
+                out[i, sl] = stat.evaluate_each(probs.reshape(size, n, c), labels, row_weights[sl])
+                continue
             terms = stat.row_terms(probs, tiled_labels[: size * n]).reshape(size, n, -1)
             sums = np.empty((size, terms.shape[2]))
             for j in range(terms.shape[2]):  # a loop over sufficient-statistic columns
@@ -70,7 +86,7 @@ def _after_metrics(
     return out
 
 
-def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[SumMetricStatistic]]:
+def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[RefitStatistic]]:
     func = "refit_bootstrap"
     if isinstance(metrics, str):
         raise DataError(f"The 'metrics' parameter of {func} must be a sequence of names, e.g. ('ece',).")
@@ -80,13 +96,14 @@ def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], l
             f"The 'metrics' parameter of {func} must list each metric once. Got {tuple(metrics)!r}."
         )
     bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
-    stats: list[SumMetricStatistic] = []
+    stats: list[RefitStatistic] = []
     for m in names:
         stat = metric_statistic(m, n_bins=bins)
-        if not isinstance(stat, SumMetricStatistic):
+        if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
             raise DataError(
-                f"The 'metrics' parameter of {func} must name metrics with fixed bins; {m!r} recomputes its "
-                f"bins per resample and is not supported here. Use {ECE.name!r} (equal-width) instead."
+                f"The 'metrics' parameter of {func} must name metrics it can evaluate under each resample's "
+                f"temperature; {m!r} recomputes its bins per resample and is not supported here. Use "
+                f"{ECE.name!r} (equal-width) instead."
             )
         stats.append(stat)
     return names, stats
@@ -126,9 +143,9 @@ def refit_bootstrap(
         Patient of each row of each split (required keywords; None: each row its own cluster).
     fit_strata, eval_strata : array_like, optional
         Resampling strata of each split (clusters nest in strata).
-    metrics : sequence of str, default ("ece", "nll", "brier", "accuracy")
-        Metrics with fixed bins from :data:`sitecal.metrics.METRIC_NAMES` (the registry's ``summable``
-        ones: not ``"ece_mass"``).
+    metrics : sequence of str, default: the registry's default metrics (DEFAULT_METRICS)
+        Metrics from :data:`sitecal.metrics.METRIC_NAMES` with fixed bins or without bins (the
+        registry's ``refittable`` ones, ``"smooth_ece"`` included: not ``"ece_mass"``).
     n_bins : int, default 15
     bounds : (float, float), default (0.05, 100.0)
         Bounds of T, as in :func:`~sitecal.calibration.fit_temperature`.
@@ -313,7 +330,7 @@ def _precomputed(
 def _bca_influence(
     s0: float,
     k_fit: NDArray[np.float64] | None,
-    stats: Sequence[SumMetricStatistic],
+    stats: Sequence[RefitStatistic],
     ze: NDArray[np.float64],
     ye: NDArray[np.int64],
     eval_plan: ClusterPlan,
@@ -330,7 +347,8 @@ def _bca_influence(
     k_eval, k_fit_clusters = eval_plan.n_clusters, s_jack.shape[0]
     for i, stat in enumerate(stats):  # a loop over metrics
         for j, probs in enumerate((before_probs, after_probs)):
-            jk = make_evaluator(stat, (probs, ye), eval_plan).jackknife(1)
+            evaluator = make_evaluator(stat, (probs, ye), eval_plan)
+            jk = evaluator.jackknife(auto_chunk_size([evaluator], eval_plan, eval_plan.n_clusters))
             # each sample's influence values carry its own 1/n (Efron & Tibshirani 1993, 14.3; scipy)
             eval_part[i, j] = (k_eval - 1) * (jk - jk.mean()) / k_eval
     h = max(float(np.std(s_rep, ddof=1)), 1e-6)
