@@ -14,7 +14,7 @@ only; the description of the object says so.
 >>> from sitecal.results import Evaluation, json_schema
 >>> schema = json_schema(Evaluation)
 >>> schema["properties"]["schema_version"]
-{'const': 3}
+{'const': 4}
 >>> schema["$defs"]["Interval"]["required"]
 ['estimate', 'low', 'high']
 """
