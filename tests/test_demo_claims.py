@@ -60,3 +60,17 @@ def test_every_scanner_has_its_own_temperature(full_demo: tuple) -> None:
     assert {name: c["source"] for name, c in calibration["groups"].items()} == {
         s: "own" for s in manifest.scanners
     }
+
+
+def test_each_scanner_has_fewer_studies_than_its_planned_size_which_the_readme_quotes(
+    full_demo: tuple,
+) -> None:
+    """README: the Needed n column puts the per-scanner margin at 600 to 800 evaluation studies."""
+    folder, manifest = full_demo
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    (criterion,) = [c for c in evaluation["acceptance"] if c["scope"] == "scanner"]
+    needed = {r["group"]: r["study_size"]["needed"] for r in criterion["results"]}
+    assert set(needed) == set(manifest.scanners)
+    assert (min(needed.values()), max(needed.values())) == (600, 800)
+    assert all(r["n"] < needed[r["group"]] for r in criterion["results"])
+    assert evaluation["planning"]["n_simulations"] == 100 and evaluation["planning"]["target_power"] == 0.8

@@ -176,3 +176,31 @@ def test_smooth_ece_is_reported_refitted_and_judged(data: EvaluationData) -> Non
     assert criterion["results"][0]["high"] == after["high"]
     # not a default metric: leave-one-site-out keeps its list
     assert "smooth_ece" not in doc["sensitivity"]["leave_one_site_out"]["metrics"]
+
+
+def test_refit_carries_the_temperatures_uncertainty_into_the_disparities_after_calibration(
+    data: EvaluationData,
+) -> None:
+    fixed = _run(_protocol(), data).document["disparities"]["scanner"]
+    refit = _run(_protocol(refit=True), data).document["disparities"]["scanner"]
+    for metric in ("ece", "nll"):
+        before_fixed, before_refit = fixed[metric]["before"], refit[metric]["before"]
+        after_fixed, after_refit = fixed[metric]["after"], refit[metric]["after"]
+        assert before_refit == before_fixed  # before calibration there is no temperature
+        assert "refit" not in after_fixed and after_refit["refit"] is True
+        assert after_refit["flagged"] == after_fixed["flagged"]  # the flags hold T fixed
+        for group in after_fixed["versus_rest"]:
+            f, r = after_fixed["versus_rest"][group], after_refit["versus_rest"][group]
+            assert r["estimate"] == pytest.approx(f["estimate"], abs=1e-9)
+        # A and B have their own temperatures, fitted on patients other than those evaluated: refitting
+        # them adds the temperature's own variance to each group's value (C, small, takes the global one)
+        for group in ("A", "B"):
+            se_fixed = after_fixed["per_group"][group]["standard_error"]
+            assert after_refit["per_group"][group]["standard_error"] > se_fixed
+    # a shrunk temperature (penalty not repeated per resample) keeps every after-calibration gap at fixed T
+    shrunk = _protocol(refit=True)
+    shrunk = shrunk.model_copy(
+        update={"calibration": shrunk.calibration.model_copy(update={"fallback": "shrink"})}
+    )
+    held = _run(shrunk, data).document["disparities"]["scanner"]
+    assert all("refit" not in held[m]["after"] for m in ("ece", "nll"))

@@ -31,20 +31,24 @@ import csv
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtri
 
 from sitecal.errors import DataError
-from sitecal.evaluation._acceptance import PASS, group_verdict
 from sitecal.evaluation._groups import OVERALL
-from sitecal.metrics import TopLabelOEStatistic, softmax, top_label_recalibration
-from sitecal.metrics.registry import INTERCEPT, OE_RATIO, SLOPE
+from sitecal.evaluation._study_size import (
+    DEFAULT_SIZES,
+    TARGET_POWER,
+    StudyModel,
+    labels_from,
+    pass_rate,
+    pool_model,
+)
+from sitecal.metrics import softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
-from sitecal.stats import BootstrapSpec, bootstrap_interval, bootstrap_metrics
 
 __all__ = [
     "ALL_STUDIES",
@@ -60,22 +64,8 @@ __all__ = [
     "plan_table",
 ]
 
-#: The chance of passing a plan aims for.
-TARGET_POWER = 0.8
 #: The model of a run's whole evaluation split (:func:`fitted_model`).
 ALL_STUDIES = "all studies"
-#: Group sizes simulated by default.
-DEFAULT_SIZES = (50, 100, 200, 300, 400, 600, 800, 1200, 1600)
-
-
-@dataclass(frozen=True)
-class StudyModel:
-    """A source of calibrated studies: ``draw(n, rng) -> (probs (n, C), labels (n,))``."""
-
-    description: str
-    draw: Callable[[int, np.random.Generator], tuple[NDArray[np.float64], NDArray[np.int64]]] = field(
-        repr=False
-    )
 
 
 @dataclass(frozen=True)
@@ -102,14 +92,6 @@ class CriterionPlan:
     pass_rate: tuple[float, ...]
     needed: int | None
     n_simulations: int
-
-
-def _labels_from(probs: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.int64]:
-    """Each label drawn from its own row's probabilities: a perfectly calibrated model."""
-    cumulative = probs.cumsum(axis=1)
-    labels = (rng.random((probs.shape[0], 1)) > cumulative).sum(axis=1).astype(np.int64)
-    out: NDArray[np.int64] = np.minimum(labels, probs.shape[1] - 1)
-    return out
 
 
 def assumed_model(prevalence: Sequence[float], accuracy: float, *, seed: int = 0) -> StudyModel:
@@ -150,7 +132,7 @@ def assumed_model(prevalence: Sequence[float], accuracy: float, *, seed: int = 0
 
     def draw(n: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         probs = softmax(base + sigma * rng.normal(size=(n, prev.shape[0])))
-        return probs, _labels_from(probs, rng)
+        return probs, labels_from(probs, rng)
 
     shares = ", ".join(f"{p:g}" for p in prev)
     return StudyModel(f"prevalence {shares}, accuracy {accuracy:g}, calibrated", draw)
@@ -192,14 +174,9 @@ def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
     probs = softmax(logits, temperature=t)
 
     def model(rows_of: NDArray[np.int64], name: str) -> StudyModel:
-        pool = probs[rows_of]
-
-        def draw(n: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-            p = pool[rng.integers(0, pool.shape[0], n)]
-            return p, _labels_from(p, rng)
-
-        return StudyModel(
-            f"drawn from the run's {pool.shape[0]} evaluation studies of {name}, calibrated", draw
+        return pool_model(
+            probs[rows_of],
+            f"drawn from the run's {rows_of.shape[0]} evaluation studies of {name}, calibrated",
         )
 
     out = {ALL_STUDIES: model(np.arange(probs.shape[0]), ALL_STUDIES)}
@@ -237,8 +214,15 @@ def plan_criteria(
             rates = []
             for n in sizes:
                 rates.append(
-                    _pass_rate(
-                        criterion, model, n, n_simulations, n_resamples, ev.n_bins, ev.bootstrap.level, seed
+                    pass_rate(
+                        criterion,
+                        model,
+                        n,
+                        n_simulations=n_simulations,
+                        n_resamples=n_resamples,
+                        n_bins=ev.n_bins,
+                        level=ev.bootstrap.level,
+                        seed=seed,
                     )
                 )
                 done += 1
@@ -254,52 +238,6 @@ def _models_for(criterion: AcceptanceCriterion, models: Mapping[str, StudyModel]
     if criterion.scope == OVERALL and ALL_STUDIES in models:
         return {ALL_STUDIES: models[ALL_STUDIES]}
     return models
-
-
-def _pass_rate(
-    criterion: AcceptanceCriterion,
-    model: StudyModel,
-    n: int,
-    n_simulations: int,
-    n_resamples: int,
-    n_bins: int,
-    level: float,
-    seed: int,
-) -> float:
-    rng = np.random.default_rng([seed, n])
-    passes = 0
-    for i in range(n_simulations):  # a loop over simulated groups
-        probs, labels = model.draw(n, rng)
-        spec = BootstrapSpec(n_resamples=n_resamples, level=level, seed=seed + i, workers=1)
-        estimate, low, high = _interval(criterion.metric, probs, labels, n_bins, spec)
-        passes += group_verdict(criterion, estimate, low, high) == PASS
-    return passes / n_simulations
-
-
-def _interval(
-    name: str, probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, spec: BootstrapSpec
-) -> tuple[float, float, float]:
-    """The metric's estimate and interval as a run computes them (one study per patient)."""
-    if name == OE_RATIO.name:  # the recalibration analysis: O:E by the cluster bootstrap
-        oe = bootstrap_interval(
-            TopLabelOEStatistic(),
-            (probs, labels),
-            n_resamples=spec.n_resamples,
-            level=spec.level,
-            seed=spec.seed,
-        )
-        return oe.estimate, oe.low, oe.high
-    if name in (SLOPE.name, INTERCEPT.name):  # slope and intercept: cluster-robust Wald
-        fit = top_label_recalibration(probs, labels)
-        estimate, se = (fit.slope, fit.slope_se) if name == SLOPE.name else (fit.intercept, fit.intercept_se)
-        if estimate is None or se is None:
-            return math.nan, math.nan, math.nan
-        z = float(ndtri((1.0 + spec.level) / 2.0))
-        return estimate, estimate - z * se, estimate + z * se
-    res = bootstrap_metrics(
-        {"after": probs}, labels, clusters=None, metrics=(name,), n_bins=n_bins, spec=spec
-    ).get(name, "after")
-    return res.estimate, res.low, res.high
 
 
 def plan_models(

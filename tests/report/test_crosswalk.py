@@ -40,8 +40,10 @@ FINAL_SECTIONS = {
 }
 
 
-def _context(protocol: dict[str, Any], headings: dict[str, str]) -> Context:
-    inputs = ReportInputs({}, {}, {}, protocol)
+def _context(
+    protocol: dict[str, Any], headings: dict[str, str], evaluation: dict[str, Any] | None = None
+) -> Context:
+    inputs = ReportInputs(evaluation or {}, {}, {}, protocol)
     ctx = Context(inputs=inputs, styles=make_styles(register_fonts()), width=480, figures_dir=Path("."))
     ctx.headings.update(headings)
     return ctx
@@ -120,11 +122,13 @@ def test_governance_items_point_to_the_site_or_to_the_sign_off() -> None:
     )
 
 
-def test_every_item_appears_once_and_every_cited_section_exists(report: ReportArtifacts, text: str) -> None:
+def test_every_item_appears_once_and_every_cited_section_exists(
+    report: ReportArtifacts, text: str, raw: dict[str, Any]
+) -> None:
     outline = _outline(report.pdf)
     numbered = {(number, title) for number, title, _ in outline}
     assert [t for _, t, _ in outline][-2:] == ["Protocol as run", "Reporting-guideline crosswalk"]
-    ctx = _context({"name": "demo"}, _headings_of(report.pdf))
+    ctx = _context(raw["protocol"], _headings_of(report.pdf), raw["evaluation"])
     rows = crosswalk_rows(ctx)
     flat = squash(text)
     tripod = flat[flat.index("TRIPOD+AI (2024) items and where") : flat.index("CLAIM 2024 items and where")]
@@ -149,4 +153,38 @@ def test_answer_codes_are_all_understood(guideline: tuple[tuple[str, str, str], 
     for _, _, code in guideline:
         for piece in code.split(" + "):
             title = r"[A-Za-z :-]+(/[A-Za-z :-]+)?"
-            assert re.fullmatch(rf"dev|na:.+|by:.+|site:[a-z_]+|§{title}(\|{title})*", piece), piece
+            assert re.fullmatch(
+                rf"dev|na:.+|by:.+|site:[a-z_]+|design:[a-z_]+|§{title}(\|{title})*", piece
+            ), piece
+
+
+def test_study_size_and_design_items_point_at_their_text_when_the_run_has_it() -> None:
+    headings = {"Data": "2", "Data/Sources": "2.1", "Methods": "4", "Acceptance criteria": "8"}
+    without = {(g, i): a for g, i, _, a in crosswalk_rows(_context({"name": "x"}, headings))}
+    assert (
+        without["TRIPOD+AI (2024)", "10"].text
+        == "by the site: the sample-size calculation behind the study size"
+    )
+    assert (
+        without["CLAIM 2024", "21"].text
+        == "4 Methods; by the site: how the intended sample size was determined"
+    )
+    assert without["CLAIM 2024", "5"].text == (
+        "by the site: retrospective or prospective data collection (report.design.collection)"
+    )
+    assert (
+        without["CLAIM 2024", "13"].text
+        == "by the site: the image acquisition protocol (report.design.acquisition)"
+    )
+    planned = {"planning": {"target_power": 0.8}}
+    given = {"name": "x", "design": {"collection": "retrospective", "acquisition": "PA erect, 125 kVp"}}
+    rows = {
+        (g, i): a
+        for g, i, _, a in crosswalk_rows(
+            _context(given, {**headings, "Acceptance criteria/Study size": "8.1"}, planned)
+        )
+    }
+    assert rows["TRIPOD+AI (2024)", "10"].sections == (("8.1", "Study size"),)
+    assert rows["CLAIM 2024", "21"].text == "4 Methods; 8.1 Study size"
+    assert rows["CLAIM 2024", "5"].text == "2.1 Sources (retrospective or prospective data collection)"
+    assert rows["CLAIM 2024", "13"].sections == (("2.1", "Sources"),)

@@ -36,6 +36,7 @@ SECTIONS = [
     "Reliability diagrams",
     "Fairness",
     "Acceptance criteria",
+    "Study size",
     "Limitations",
     "Highest-confidence errors",
     "Sensitivity analyses",

@@ -30,7 +30,8 @@ def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[
     # leave-one-site-out rows gained the debiased ECE (a reported metric since); then the demo protocol's
     # criterion moved to the debiased ECE (which it now reports), the disparities gained their
     # size-matched flags and the site heterogeneity moved to REML with Hartung-Knapp; the demo protocol
-    # gained its slope criterion; schema_version 4 records the split's folds (null for one split)
+    # gained its slope criterion; schema_version 4 records the split's folds (null for one split); the
+    # judged rows gained their planned study size (and the document its planning settings)
     # Compared to 1e-12 rather than byte for byte: numpy's OpenBLAS picks its kernels by CPU (DYNAMIC_ARCH),
     # and another machine's kernels sum in another order, which moves the last bits of a least-squares
     # fit (measured: up to about 1e-15 relative; no reported digit moved)
@@ -128,7 +129,7 @@ def test_empirical_bayes_groups_get_the_interval_that_repeats_the_shrinkage(outc
 def test_the_document_keeps_its_key_order(outcomes: dict[str, Any]) -> None:
     doc = outcomes["per-scanner-refit"].document
     assert list(doc)[:4] == ["schema_version", "protocol", "class_names", "cohort_flow"]
-    assert list(doc)[-3:] == ["sensitivity", "characteristics", "highest_confidence_errors"]
+    assert list(doc)[-4:] == ["sensitivity", "characteristics", "highest_confidence_errors", "planning"]
     row = doc["subgroups"]["scanner"][0]
     assert list(row) == [
         "attribute",

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
-from sitecal.evaluation._disparities import attribute_disparities
+from sitecal.evaluation._disparities import attribute_disparities, refit_temperatures
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.evaluation._split import (
@@ -29,6 +29,7 @@ from sitecal.evaluation._split import (
     make_split,
     split_patients,
 )
+from sitecal.evaluation._study_size import plan_study_sizes
 from sitecal.metrics import reliability_curve, softmax
 from sitecal.protocol import Protocol
 from sitecal.results import (
@@ -213,17 +214,39 @@ def evaluate(
     global_interval = bootstrap_temperature(
         fit_rows.logits, fit_rows.labels, clusters=fit_rows.patients, spec=spec
     ).temperature
+    replicates = (
+        refit_temperatures(split, data.logits, data.labels, cal_groups, data.patient_keys, policy, spec)
+        if ev.bootstrap.refit and attributes and ev.disparity_metrics
+        else None
+    )
     disparities = {
         name: attribute_disparities(
-            name, prob_sets, labels, patients, data.attributes[name][held], protocol=protocol, spec=spec
+            name,
+            prob_sets,
+            labels,
+            patients,
+            data.attributes[name][held],
+            protocol=protocol,
+            spec=spec,
+            refit=None if replicates is None else (logits, replicates),
         )
-        for name in attributes
+        for name in tqdm(attributes, desc="Disparities", unit="attribute", disable=not progress)
     }
     sensitivity = sensitivity_analyses(protocol, data, split, temperatures)
     acceptance = [
         judge(c, overall, results, ev.bootstrap.level, sensitivity.recalibration) for c in protocol.acceptance
     ]
     verdict: Verdict = combine(a.verdict for a in acceptance) if acceptance else PASS
+    planned, planning = plan_study_sizes(
+        acceptance,
+        protocol.acceptance,
+        prob_sets,
+        {name: values[held] for name, values in data.attributes.items()},
+        settings=ev.planning,
+        n_bins=ev.n_bins,
+        seed=ev.bootstrap.seed,
+        progress=progress,
+    )
     warnings = [
         GroupWarning(
             code="small_group", attribute=g.attribute, group=g.group, n=g.n, min_group_size=ev.min_group_size
@@ -267,12 +290,13 @@ def evaluate(
         subgroups={name: tuple(groups) for name, groups in results.items()},
         attribute_labels={name: protocol.subgroups[name].label or name for name in attributes},
         disparities=disparities,
-        acceptance=tuple(acceptance),
+        acceptance=planned,
         verdict=verdict,
         warnings=tuple(warnings),
         sensitivity=sensitivity,
         characteristics=cohort_characteristics(protocol, data, split),
         highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
+        planning=planning,
     )
     return EvaluationOutcome(document=result.to_dict(), temperatures=temperatures, split=split, result=result)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from sitecal.evaluation._groups import patient_strata
+from sitecal.evaluation._split import Split, fold_fits
 from sitecal.protocol import Protocol
 from sitecal.results import BootstrapSummary, Disparity, DisparityStages, IntervalNote, NotCompared
 from sitecal.stats import (
@@ -15,11 +16,51 @@ from sitecal.stats import (
     BootstrapSpec,
     DisparityResult,
     GroupFlags,
+    TemperatureFit,
+    TemperatureReplicates,
     disparity_intervals,
+    refit_disparity_intervals,
     size_matched_flags,
 )
 
-__all__ = ["attribute_disparities"]
+__all__ = ["attribute_disparities", "refit_temperatures"]
+
+
+def refit_temperatures(
+    split: Split,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    cal_groups: np.ndarray,
+    patients: np.ndarray,
+    policy: Mapping[str, Any],
+    spec: BootstrapSpec,
+) -> TemperatureReplicates | None:
+    """Every evaluated row's temperature, to refit in each resample of the disparity bootstrap.
+
+    Each fit of the split (the fit part, or each fold's other folds) gives every calibration group of
+    the rows it calibrates either its own temperature (refitted on that group's fit rows) or the global
+    one (refitted on all its fit rows). None where some group's temperature is shrunk or empirical-Bayes
+    (their penalty or shrinkage is not repeated here): the after-calibration gaps then hold T fixed.
+    """
+    fits: list[TemperatureFit] = []
+    fit_rows, held_rows = split.fit, split.held
+    for fit, held, temps in fold_fits(split, logits, labels, cal_groups, patients, policy):
+        for group in np.unique(cal_groups[held]).tolist():
+            known = temps.groups.get(group)
+            source = "global_fallback" if known is None else known.source
+            if source not in ("own", "global_fallback"):
+                return None
+            rows = fit & (cal_groups == group) if source == "own" else fit
+            fits.append(TemperatureFit(rows[fit_rows], (held & (cal_groups == group))[held_rows]))
+    return TemperatureReplicates(
+        logits[fit_rows],
+        labels[fit_rows],
+        patients[fit_rows],
+        patients[held_rows],
+        fits,
+        shared=split.method == "crossfit",
+        spec=spec,
+    )
 
 
 def attribute_disparities(
@@ -31,11 +72,16 @@ def attribute_disparities(
     *,
     protocol: Protocol,
     spec: BootstrapSpec,
+    refit: tuple[np.ndarray, TemperatureReplicates] | None = None,
 ) -> dict[str, DisparityStages]:
     """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples.
 
     With fewer than two groups of ``min_group_size`` evaluation studies there is nothing to compare: each
     stage then records why, with every group's size (:func:`disparity_intervals` would refuse them).
+    ``refit``: the evaluated rows' logits and their temperatures' refits; given, the after-calibration
+    gaps and every group's after-calibration value are bootstrapped with each temperature refitted in
+    every resample (:func:`~sitecal.stats.refit_disparity_intervals`); the size-matched flags still hold
+    the temperatures fixed.
     """
     ev = protocol.evaluation
     names, counts = np.unique(np.asarray(values).astype(str), return_counts=True)
@@ -44,11 +90,28 @@ def attribute_disparities(
         note = NotCompared(note="too_few_groups", min_group_size=ev.min_group_size, sizes=sizes)
         return {metric: DisparityStages(before=note, after=note) for metric in ev.disparity_metrics}
     strata = patient_strata(patients, values)
+    refitted = (
+        None
+        if refit is None
+        else refit_disparity_intervals(
+            refit[0],
+            labels,
+            values,
+            clusters=patients,
+            strata=strata,
+            temperatures=refit[1],
+            metrics=ev.disparity_metrics,
+            n_bins=ev.n_bins,
+            min_group_size=ev.min_group_size,
+        )
+    )
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
         stages = {
             stage: _disparity(
-                disparity_intervals(
+                refitted[metric]
+                if refitted is not None and stage == "after"
+                else disparity_intervals(
                     probs,
                     labels,
                     values,
@@ -72,6 +135,7 @@ def attribute_disparities(
                     level=spec.level,
                     seed=spec.seed,
                 ),
+                refit=refitted is not None and stage == "after",
             )
             for stage, probs in prob_sets.items()
         }
@@ -79,7 +143,7 @@ def attribute_disparities(
     return out
 
 
-def _disparity(result: DisparityResult, flags: GroupFlags) -> Disparity:
+def _disparity(result: DisparityResult, flags: GroupFlags, *, refit: bool) -> Disparity:
     return Disparity(
         metric=result.metric,
         groups=tuple(result.groups),
@@ -93,6 +157,7 @@ def _disparity(result: DisparityResult, flags: GroupFlags) -> Disparity:
         adjusted_p=dict(flags.adjusted_p),
         flagged=dict(flags.flagged),
         n_permutations=flags.n_permutations,
+        refit=True if refit else None,
     )
 
 

@@ -133,6 +133,32 @@ def make_split(calibration: Any, patient_keys: np.ndarray, strata: np.ndarray) -
     return Split.from_fit_mask(fit)
 
 
+def fold_fits(
+    split: Split,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    patients: np.ndarray,
+    policy: Mapping[str, Any],
+    keep: np.ndarray | None = None,
+) -> list[tuple[np.ndarray, np.ndarray, GroupTemperatures]]:
+    """Each fit that calibrates some rows: (rows fitted on, rows evaluated with it, its temperatures).
+
+    ``patients``: each row's patient (the clusters of an empirical-Bayes variance). ``policy``:
+    ``min_group_size`` and ``fallback`` of :func:`~sitecal.calibration.fit_group_temperatures`. A fold
+    without fit rows or without evaluated rows is left out (its rows get no temperature).
+    """
+    out = []
+    for fit, held in split.pairs(keep):  # a loop over folds
+        if not held.any() or not fit.any():
+            continue
+        temps = fit_group_temperatures(
+            logits[fit], labels[fit], groups[fit], clusters=patients[fit], **policy
+        )
+        out.append((fit, held, temps))
+    return out
+
+
 def applied_temperatures(
     split: Split,
     logits: np.ndarray,
@@ -144,17 +170,10 @@ def applied_temperatures(
 ) -> np.ndarray:
     """The temperature each evaluated row (among ``keep``) gets from a fit that did not see it: shape (N,).
 
-    Rows not evaluated get NaN. ``patients``: each row's patient (the clusters of an empirical-Bayes
-    variance). ``policy``: ``min_group_size`` and ``fallback`` of
-    :func:`~sitecal.calibration.fit_group_temperatures`. A fold without fit rows leaves its rows NaN.
+    Rows not evaluated get NaN, and so do a fold's rows when the fold has no fit rows (:func:`fold_fits`).
     """
     out = np.full(labels.shape[0], np.nan)
-    for fit, held in split.pairs(keep):  # a loop over folds
-        if not held.any() or not fit.any():
-            continue
-        temps = fit_group_temperatures(
-            logits[fit], labels[fit], groups[fit], clusters=patients[fit], **policy
-        )
+    for _, held, temps in fold_fits(split, logits, labels, groups, patients, policy, keep):
         out[held] = temps.temperatures_for(groups[held])
     return out
 

@@ -401,7 +401,8 @@ def protocol_summary(loaded: LoadedProtocol) -> Mapping[str, Any]:
     """The protocol facts the report prints (plain data).
 
     ``governance`` maps each of ``report.governance``'s fields (ethics_approval, reference_standard,
-    interpretation, human_oversight) to its text, or to ``None`` where the protocol does not give it.
+    interpretation, human_oversight) to its text, or to ``None`` where the protocol does not give it;
+    ``design`` maps ``report.design``'s fields (collection, acquisition) likewise.
     """
     p = loaded.protocol
     return {
@@ -413,4 +414,5 @@ def protocol_summary(loaded: LoadedProtocol) -> Mapping[str, Any]:
         "sign_off": list(p.report.sign_off),
         "source_path": loaded.path.name,
         "governance": p.report.governance.model_dump(),
+        "design": p.report.design.model_dump(),
     }

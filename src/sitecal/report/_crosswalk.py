@@ -11,7 +11,8 @@ Item lists (numbers as published, topics paraphrased in a few words, not quoted)
 
 Each item's answer is a short code (see :func:`_answer`): ``§Title`` or ``§Title/Subtitle`` (a section of
 this report; ``|`` separates titles to try in order), ``dev`` (development-only), ``na:<reason>``,
-``site:<field>`` (a ``report.governance`` statement), ``by:<what>`` (for the site to supply elsewhere);
+``site:<field>`` (a ``report.governance`` statement), ``design:<field>`` (a ``report.design`` fact,
+printed in the Data section's Sources), ``by:<what>`` (for the site to supply elsewhere);
 several answers are joined with `` + ``. Section numbers are resolved from the headings as the document
 was built (``Context.headings``), so the crosswalk is the last builder.
 
@@ -23,18 +24,27 @@ from whoever produced the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reportlab.platypus import Flowable
 
 from ._context import Context
+from ._data import DESIGN_FIELDS, design_text
 from ._governance import GOVERNANCE_FIELDS, governance_text
 from ._model_outputs import predictions_record
 from ._styles import table
 
-__all__ = ["CLAIM_2024", "READ_FROM_FILE", "TRIPOD_AI", "Answer", "appendix_crosswalk", "crosswalk_rows"]
+__all__ = [
+    "CLAIM_2024",
+    "NOT_PLANNED",
+    "READ_FROM_FILE",
+    "TRIPOD_AI",
+    "Answer",
+    "appendix_crosswalk",
+    "crosswalk_rows",
+]
 
 DEV_ONLY = "not applicable: development-only item"
 TITLE_PAGE = "Title page"
@@ -59,9 +69,8 @@ TRIPOD_AI: tuple[tuple[str, str, str], ...] = (
     ("9a", "Choice of initial predictors", "dev"),
     ("9b", "Definition and measurement of predictors", "§Methods"),
     ("9c", "Qualifications of predictor assessors", "na:the predictors are the images; no reader"),
-    # the report gives every group's n, not why the study has that size: a sample-size calculation made
-    # before the data were collected is for the site to supply
-    ("10", "Study size and its justification", "by:the sample-size calculation behind the study size"),
+    # the planned size of every judged group (NOT_PLANNED where the run planned none)
+    ("10", "Study size and its justification", "§Acceptance criteria/Study size"),
     ("11", "Handling of missing data", "§Data/Flow|Data|Cohort flow"),
     ("12a", "How the data were used and partitioned", "§Methods"),
     ("12b", "Handling of predictors in the analysis", "dev"),
@@ -110,7 +119,7 @@ CLAIM_2024: tuple[tuple[str, str, str], ...] = (
     ("2", "Structured summary", "§Title page"),
     ("3", "Background, intended use and role of the AI", "§Intended use"),
     ("4", "Aims, objectives and hypotheses", "§Intended use"),
-    ("5", "Prospective or retrospective study", "by:whether the data were collected prospectively"),
+    ("5", "Prospective or retrospective study", "design:collection"),
     ("6", "Study goal", "§Intended use"),
     ("7", "Data sources", "§Data/Sources|Data|Cohort flow"),
     ("8", "Inclusion and exclusion criteria", "§Data/Eligibility|Data|Cohort flow"),
@@ -118,8 +127,7 @@ CLAIM_2024: tuple[tuple[str, str, str], ...] = (
     ("10", "Selection of data subsets", "§Data/Eligibility|Data|Cohort flow"),
     ("11", "De-identification", "§Provenance"),
     ("12", "Missing data", "§Data/Flow|Data|Cohort flow"),
-    # the cohort characteristics give scanners and sites, not exposure or reconstruction settings
-    ("13", "Image acquisition protocol", "by:the image acquisition protocol (exposure, reconstruction)"),
+    ("13", "Image acquisition protocol", "design:acquisition"),
     ("14", "Method used to obtain the reference standard", "site:reference_standard"),
     ("15", "Rationale for the reference standard", "site:reference_standard"),
     ("16", "Source of reference-standard annotations, annotators", "site:reference_standard"),
@@ -127,7 +135,7 @@ CLAIM_2024: tuple[tuple[str, str, str], ...] = (
     ("18", "Inter- and intra-rater variability", "site:reference_standard"),
     ("19", "How data were assigned to partitions", "§Methods"),
     ("20", "Level at which partitions are disjoint", "§Methods"),
-    ("21", "Intended sample size", "§Methods"),
+    ("21", "Intended sample size", "§Methods + §Acceptance criteria/Study size"),
     ("22", "Detailed description of the model", "dev"),
     ("23", "Software libraries, frameworks and packages", "§Provenance"),
     ("24", "Initialisation of model parameters", "dev"),
@@ -169,6 +177,12 @@ READ_FROM_FILE: dict[tuple[str, str], str] = {
     ("TRIPOD+AI (2024)", "9b"): f"§Methods + {_BY_SUPPLIER}",
     ("TRIPOD+AI (2024)", "12g"): f"§Methods + {_BY_SUPPLIER}",
     ("CLAIM 2024", "9"): f"§Methods + {_BY_SUPPLIER}",
+}
+
+#: (guideline, item) → answer code when the run planned no study size (``evaluation.planning`` absent)
+NOT_PLANNED: dict[tuple[str, str], str] = {
+    ("TRIPOD+AI (2024)", "10"): "by:the sample-size calculation behind the study size",
+    ("CLAIM 2024", "21"): "§Methods + by:how the intended sample size was determined",
 }
 
 
@@ -218,6 +232,14 @@ def _answer(ctx: Context, code: str) -> Answer:
                 parts.append(
                     f"by the site: {field.label.lower()}, required before sign-off ({field.protocol_field})"
                 )
+        elif piece.startswith("design:"):
+            what = DESIGN_FIELDS[piece[7:]]
+            found = _find(ctx, "Data/Sources")
+            if design_text(ctx.protocol, piece[7:]) is not None and found is not None:
+                sections.append(found)
+                parts.append(f"{found[0]} {found[1]} ({what})")
+            else:
+                parts.append(f"by the site: {what} (report.design.{piece[7:]})")
         elif piece == f"§{TITLE_PAGE}":
             parts.append(TITLE_PAGE)
         elif piece.startswith("§"):
@@ -236,7 +258,9 @@ def _answer(ctx: Context, code: str) -> Answer:
 
 def crosswalk_rows(ctx: Context) -> list[tuple[str, str, str, Answer]]:
     """Every item of both guidelines: ``(guideline, item, topic, answer)``, in checklist order."""
-    overrides = READ_FROM_FILE if predictions_record(ctx.provenance) is not None else {}
+    overrides = dict(READ_FROM_FILE) if predictions_record(ctx.provenance) is not None else {}
+    if not isinstance(ctx.evaluation.get("planning"), Mapping):
+        overrides |= NOT_PLANNED
     return [
         (guideline, item, topic, _answer(ctx, overrides.get((guideline, item), code)))
         for guideline, items in GUIDELINES

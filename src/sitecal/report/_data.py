@@ -21,7 +21,42 @@ from ._styles import table
 from ._text import NOT_RECORDED, format_count, para_text, words
 from .flow_figure import flow_figure, flow_steps
 
-__all__ = ["data_section"]
+__all__ = ["DESIGN_FIELDS", "data_section", "design_text"]
+
+#: ``report.design`` fields: (name, what the crosswalk calls it)
+DESIGN_FIELDS: dict[str, str] = {
+    "collection": "retrospective or prospective data collection",
+    "acquisition": "the image acquisition protocol",
+}
+
+
+def design_text(protocol: Mapping[str, Any], name: str) -> str | None:
+    """The protocol's ``report.design.<name>``, or ``None`` when not given."""
+    design = protocol.get("design")
+    value = design.get(name) if isinstance(design, Mapping) else None
+    return None if value is None or not str(value).strip() else str(value)
+
+
+def _design(ctx: Context) -> list[Flowable]:
+    """How the data were collected and acquired, as the protocol states it (``report.design``)."""
+    story: list[Flowable] = []
+    collection = design_text(ctx.protocol, "collection")
+    if collection is not None:
+        story.append(
+            ctx.p(
+                f"Data collection: <b>{para_text(collection)}</b> (as the protocol states it). "
+                + (
+                    "The studies were acquired before this validation was planned."
+                    if collection == "retrospective"
+                    else "The studies were acquired for this validation."
+                )
+            )
+        )
+    acquisition = design_text(ctx.protocol, "acquisition")
+    if acquisition is not None:
+        story.append(ctx.p(f"Image acquisition protocol, as the site states it: {para_text(acquisition)}"))
+    return story
+
 
 _SOURCE_KINDS = (
     ("sites", "Site (InstitutionName)"),
@@ -56,6 +91,7 @@ def data_section(ctx: Context) -> list[Flowable]:
         ]
     else:
         story += _sources(ctx, flow)
+    story += _design(ctx)
     story += _eligibility(ctx, record, no_dicom=no_dicom)
     story += _flow(ctx, flow, record, no_dicom=no_dicom)
     return story

@@ -102,13 +102,21 @@ def fairness(ctx: Context) -> list[Flowable]:
             "group differs from the rest, not why: a different case mix is enough. The spread (highest − "
             "lowest) is shown with its interval but is not a test: it is positive even with no disparity. "
             "A group's own interval here comes from the resamples shared by all the attribute's groups, "
-            "stratified by that attribute, with the temperatures held at their fitted values"
+            "stratified by that attribute"
             + (
-                ", so it can differ from the Results table's, where the temperature is refitted in every "
-                "resample; both are the same estimate. "
-                if get(ctx.evaluation, "bootstrap", "refit") is True
-                else ", so it can differ a little from the Results table's (other resamples); both are the "
-                "same estimate. "
+                "; after calibration every temperature is refitted in each of them on the drawn patients "
+                "it was fitted on, so the gaps' intervals include the temperatures' uncertainty (the flags "
+                "hold the temperatures at their fitted values). It can differ a little from the Results "
+                "table's (other resamples); both are the same estimate. "
+                if _refitted(disparities)
+                else ", with the temperatures held at their fitted values"
+                + (
+                    ", so it can differ from the Results table's, where the temperature is refitted in "
+                    "every resample; both are the same estimate. "
+                    if get(ctx.evaluation, "bootstrap", "refit") is True
+                    else ", so it can differ a little from the Results table's (other resamples); both "
+                    "are the same estimate. "
+                )
             )
             + "Intersections of attributes are compared like any attribute. Groups below the minimum size "
             f"({para_text(ctx.min_group_size())} studies) are not compared; they are listed at the end of "
@@ -123,6 +131,15 @@ def fairness(ctx: Context) -> list[Flowable]:
         story += _spread_table(ctx, disparities, metric, name)
     story += _too_small(ctx, disparities, metrics)
     return story
+
+
+def _refitted(disparities: Mapping[str, Any]) -> bool:
+    """Whether the after-calibration comparisons refitted the temperatures in every resample."""
+    return any(
+        isinstance(stages, Mapping) and get(stages, "after", "refit") is True
+        for by_metric in disparities.values()
+        for stages in (by_metric or {}).values()
+    )
 
 
 def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, name: str) -> list[Flowable]:

@@ -153,11 +153,33 @@ def _inconclusive(ctx: Context) -> list[Flowable]:
                     f"{para_text(margin_text(criterion))}; its estimate and interval "
                     f"{format_interval(result.get('estimate'), result.get('low'), result.get('high'))} "
                     f"straddle the margin (n = {format_count(result.get('n'))}), so the data show neither "
-                    "that it meets the criterion nor that it misses it. More studies would narrow the "
-                    "interval.",
+                    f"that it meets the criterion nor that it misses it. {_more_studies(result)}",
                 )
             )
     return out
+
+
+def _more_studies(result: Mapping[str, Any]) -> str:
+    """What more studies would do, with the planned size where the run planned one (Study size)."""
+    size = result.get("study_size")
+    n = result.get("n")
+    if not isinstance(size, Mapping) or not isinstance(n, int):
+        return "More studies would narrow the interval."
+    needed = size.get("needed")
+    if needed is None:
+        return (
+            "Even the largest planned size would pass less than 80% of the time if the group were "
+            "calibrated (Study size): more studies alone may not settle it."
+        )
+    if needed > n:
+        return (
+            f"A calibrated group like it would need about {format_count(needed)} evaluation studies to pass "
+            "at least 80% of the time (Study size)."
+        )
+    return (
+        f"A calibrated group like it passes at least 80% of the time with {format_count(needed)} studies "
+        "(Study size), fewer than it has: its calibration may be worse than the margin allows."
+    )
 
 
 def _unknown(ctx: Context) -> list[Flowable]:

@@ -267,6 +267,7 @@ def acceptance(ctx: Context) -> list[Flowable]:
     """Each criterion with its per-group values and verdicts, then the overall verdict."""
     ev = ctx.evaluation
     criteria = ev["acceptance"]
+    planning = ev.get("planning") if criteria and isinstance(ev.get("planning"), Mapping) else None
     story: list[Flowable] = []
     lead: list[Flowable] = [ctx.h1("Acceptance criteria")]
     if not criteria:
@@ -298,30 +299,30 @@ def acceptance(ctx: Context) -> list[Flowable]:
             f"scope: {scope_text}.</font>",
             ctx.styles.small,
         )
-        rows: list[list[Any]] = [
-            [
-                ctx.head("Group"),
-                ctx.head("n", right=True),
-                ctx.head("Estimate [interval]", right=True),
-                ctx.head("Margin", right=True),
-                ctx.head("Verdict"),
-            ]
+        head = [
+            ctx.head("Group"),
+            ctx.head("n", right=True),
+            ctx.head("Estimate [interval]", right=True),
+            ctx.head("Margin", right=True),
         ]
+        if planning is not None:
+            head.append(ctx.head(f"Needed n ({_percent(planning.get('target_power'))})", right=True))
+        rows: list[list[Any]] = [[*head, ctx.head("Verdict")]]
         extra: list[tuple[Any, ...]] = []
         for j, result in enumerate(criterion["results"], start=1):
-            shown = _estimate_interval(result)
-            rows.append(
-                [
-                    ctx.cell(result["group"]),
-                    ctx.cell(format_count(result.get("n")), style=ctx.styles.cell_num),
-                    ctx.cell(shown, style=ctx.styles.cell_num),
-                    ctx.p(rule, ctx.styles.cell_num),
-                    ctx.verdict_cell(result["verdict"]),
-                ]
-            )
-            extra.append(("BACKGROUND", (4, j), (4, j), verdict_text(result["verdict"])[2]))
+            cells = [
+                ctx.cell(result["group"]),
+                ctx.cell(format_count(result.get("n")), style=ctx.styles.cell_num),
+                ctx.cell(_estimate_interval(result), style=ctx.styles.cell_num),
+                ctx.p(rule, ctx.styles.cell_num),
+            ]
+            if planning is not None:
+                cells.append(ctx.cell(_needed_text(result, planning), style=ctx.styles.cell_num))
+            rows.append([*cells, ctx.verdict_cell(result["verdict"])])
+            extra.append(("BACKGROUND", (len(cells), j), (len(cells), j), verdict_text(result["verdict"])[2]))
         w = ctx.width
-        results_table = table(rows, [w * 0.4, w * 0.06, w * 0.24, w * 0.12, w * 0.18], extra=extra)
+        widths = [0.4, 0.06, 0.24, 0.12, 0.18] if planning is None else [0.38, 0.06, 0.18, 0.12, 0.09, 0.17]
+        results_table = table(rows, [w * f for f in widths], extra=extra)
         story.append(
             KeepTogether(
                 [
@@ -354,4 +355,66 @@ def acceptance(ctx: Context) -> list[Flowable]:
             ("LEFTPADDING", (0, 0), (-1, -1), 8),
         ],
     )
-    return [*lead, *story, box]
+    return [*lead, *story, box, *([] if planning is None else _study_size(ctx, planning))]
+
+
+def _percent(share: object) -> str:
+    return f"{share * 100:g}%" if isinstance(share, int | float) else NOT_RECORDED
+
+
+def _needed_text(result: Mapping[str, Any], planning: Mapping[str, Any]) -> str:
+    """A judged row's planned size ('400', or '> 1600' when no planned size reached the target); else '–'."""
+    size = result.get("study_size")
+    if not isinstance(size, Mapping):
+        return "\u2013"
+    needed = size.get("needed")
+    if needed is None:
+        sizes = planning.get("sizes") or [NOT_RECORDED]
+        return f"> {sizes[-1]}"
+    return str(needed)
+
+
+def _study_size(ctx: Context, planning: Mapping[str, Any]) -> list[Flowable]:
+    """How the Needed n column was obtained, and how to read it (TRIPOD+AI 10, CLAIM 21)."""
+    n_sim = planning.get("n_simulations")
+    target = planning.get("target_power")
+    sizes = ", ".join(str(n) for n in planning.get("sizes") or [])
+    mcse = (
+        " (Monte Carlo standard error about "
+        f"{(target * (1 - target) / n_sim) ** 0.5 * 100:.0f} percentage points)"
+        if isinstance(n_sim, int) and n_sim > 0 and isinstance(target, int | float)
+        else ""
+    )
+    miss = _percent(round(1 - target, 6)) if isinstance(target, int | float) else NOT_RECORDED
+    split = get(ctx.evaluation, "split")
+    fraction = split.get("fit_fraction") if isinstance(split, Mapping) else None
+    if isinstance(split, Mapping) and split.get("method") == "crossfit":
+        whole = "Under cross-fitting every study is evaluated, so the size is the group's whole size."
+    elif isinstance(fraction, int | float) and 0 < fraction < 1:
+        whole = (
+            "Only the evaluation part of the split counts: with a fit fraction of "
+            f"{fraction:g}, a group needs about {1 / (1 - fraction):.2g} times as many studies in all."
+        )
+    else:
+        whole = ""
+    sentences = [
+        "The <i>Needed n</i> column gives, for every judged group, the evaluation studies it would need for "
+        f"a chance of {_percent(target)} to pass its criterion if the model were calibrated, with that "
+        "group's own distribution of probabilities (the planning question of Riley et al., Stat Med 2021).",
+        f"It was simulated with this run's engine: {format_count(n_sim)} groups of each size were drawn from "
+        "the group's probabilities at the criterion's stage, each label drawn from its study's own "
+        "probabilities (so the model is calibrated by construction), and each was judged with the "
+        "criterion's rule on an interval computed as this run computes it "
+        f"({format_count(planning.get('n_resamples'))} bootstrap resamples each).",
+        f"The size shown is the smallest of {sizes} studies whose pass rate reached "
+        f"{_percent(target)}{mcse}; <i>&gt; n</i> means none did.",
+        "The temperature is taken as known, so a refitted interval is wider than planned: read each size as "
+        "a lower bound.",
+        whole,
+        "A group judged inconclusive with fewer studies than it needs lacked the evidence to pass, which is "
+        "not evidence of miscalibration; a calibrated group with at least the studies it needs fails to pass "
+        f"at most {miss} of the time.",
+        "The command <i>sitecal plan</i> gives the whole curve of pass rates, and plans before data "
+        "collection from an assumed prevalence and accuracy.",
+    ]
+    return [ctx.h2("Study size"), ctx.p(" ".join(s for s in sentences if s))]

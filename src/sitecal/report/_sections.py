@@ -184,7 +184,14 @@ def title_page(ctx: Context) -> list[Flowable]:
             Spacer(1, 5 * mm),
             ctx.p(
                 "<b>Acceptance criteria at a glance</b> (estimate [interval] of each group that does not "
-                f"pass; the intervals are two-sided {ctx.level_text()})",
+                f"pass; the intervals are two-sided {ctx.level_text()}"
+                + (
+                    "; <i>needed</i>: the evaluation studies a calibrated group like it would need for an "
+                    "80% chance to pass, where it has fewer (Acceptance criteria, Study size)"
+                    if isinstance(ev.get("planning"), Mapping)
+                    else ""
+                )
+                + ")",
                 ctx.styles.small,
             ),
             table(rows, [ctx.width * 0.42, ctx.width * 0.4, ctx.width * 0.18]),
@@ -210,7 +217,14 @@ def _not_passing(ctx: Context, criterion: Mapping[str, Any]) -> str:
         name = (
             "all studies" if criterion.get("scope") in (None, "overall") else name_text(result.get("group"))
         )
-        parts.append(f"{name}: {figure} ({para_text(verdict)})")
+        size = result.get("study_size")
+        needed = size.get("needed") if verdict == "inconclusive" and isinstance(size, Mapping) else None
+        planned = (
+            f"; n = {format_count(result.get('n'))}, about {format_count(needed)} needed"
+            if isinstance(needed, int) and isinstance(result.get("n"), int) and needed > result["n"]
+            else ""
+        )
+        parts.append(f"{name}: {figure} ({para_text(verdict)}{planned})")
     if not parts:
         unjudged = sum(r.get("verdict") == "insufficient data" for r in criterion.get("results") or [])
         return f"none ({unjudged} not judged: too few studies)" if unjudged else "none"

@@ -42,8 +42,10 @@ from sitecal.results._evaluation import (
     Evaluation,
     GroupWarning,
     NotCompared,
+    PlanningSettings,
     ProtocolRef,
     SplitSettings,
+    StudySize,
 )
 from sitecal.results._fields import JSON
 from sitecal.results._flow import CohortFlow, ExclusionCount, SourceMonths, Sources, ValueCount
@@ -121,6 +123,7 @@ __all__ = [
     "MixEntry",
     "NotCompared",
     "Note",
+    "PlanningSettings",
     "PooledSites",
     "Predictions",
     "ProtocolRef",
@@ -140,6 +143,7 @@ __all__ = [
     "SourceMonths",
     "Sources",
     "SplitSettings",
+    "StudySize",
     "TemperatureFitRecord",
     "TemperatureInterval",
     "UnpooledSites",

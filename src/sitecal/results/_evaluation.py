@@ -35,8 +35,10 @@ __all__ = [
     "Evaluation",
     "GroupWarning",
     "NotCompared",
+    "PlanningSettings",
     "ProtocolRef",
     "SplitSettings",
+    "StudySize",
 ]
 
 _Level = Annotated[float, Constraint(exclusive_minimum=0, exclusive_maximum=1)]
@@ -170,6 +172,10 @@ class Disparity(Record):
         control: ``adjusted_p <= 1 - level``.
     n_permutations : int
         Permutations of whole patients between the groups.
+    refit : bool, optional
+        True: the intervals of ``per_group``, ``range`` and ``versus_rest`` (after calibration) refit every
+        temperature in every resample, so they include its uncertainty; the flags still hold it fixed.
+        Absent: the temperatures were held fixed.
     """
 
     metric: str
@@ -184,6 +190,7 @@ class Disparity(Record):
     adjusted_p: Mapping[str, Share]
     flagged: Mapping[str, bool]
     n_permutations: Annotated[int, Constraint(minimum=1)]
+    refit: OrAbsent[Literal[True]] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +221,53 @@ class DisparityStages(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PlanningSettings(Record):
+    """How each judged group's study size was planned (the document's ``planning``).
+
+    For every judged group of every criterion, groups of each size were drawn from the group's own
+    probabilities at the criterion's stage, each label drawn from its study's probabilities (a calibrated
+    model by assumption), and judged with the run's rule on intervals computed as the run computes them
+    (``n_resamples`` resamples each). The temperature is taken as known.
+
+    Attributes
+    ----------
+    target_power : float
+        The pass rate a planned size must reach.
+    n_simulations : int
+        Simulated groups per size.
+    n_resamples : int
+        Bootstrap resamples of each simulated group's interval.
+    sizes : tuple of int
+        The sizes a planned size is chosen from (a bisection simulates only some of them).
+    seed : int
+        Seed of the simulations (the bootstrap's seed).
+    """
+
+    target_power: Share
+    n_simulations: Annotated[int, Constraint(minimum=1)]
+    n_resamples: Annotated[int, Constraint(minimum=1)]
+    sizes: Annotated[tuple[int, ...], Constraint(min_items=1)]
+    seed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudySize(Record):
+    """Evaluation studies a group would need for the planned chance to pass its criterion.
+
+    Attributes
+    ----------
+    needed : int or None
+        The smallest planned size whose simulated pass rate reached the target; null when none did
+        (more than the largest planned size is needed).
+    pass_rate : float
+        The simulated pass rate at ``needed``, or at the largest planned size when ``needed`` is null.
+    """
+
+    needed: Count | None
+    pass_rate: Share
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CriterionResult(Record):
     """One group judged by a criterion: its estimate and interval, and the verdict they give.
 
@@ -226,6 +280,8 @@ class CriterionResult(Record):
     verdict : str
         'pass' when the whole interval clears the margin, 'fail' when it lies wholly beyond it,
         'inconclusive' when it straddles it, 'insufficient data' for a small group or no interval.
+    study_size : StudySize, optional
+        The planned study size of a judged group (absent for an unjudged group, or when planning is off).
     """
 
     group: str
@@ -234,6 +290,7 @@ class CriterionResult(Record):
     low: float | None
     high: float | None
     verdict: Verdict
+    study_size: OrAbsent[StudySize] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,6 +399,9 @@ class Evaluation(Record):
         Points to note, one per small subgroup row (code 'small_group').
     sensitivity, characteristics, highest_confidence_errors : optional
         Absent in documents written before sitecal recorded them.
+    planning : PlanningSettings, optional
+        How the judged groups' study sizes were planned; absent when planning is off (or in documents
+        written before sitecal planned them).
     """
 
     SCHEMA_VERSION: ClassVar[int] = 4
@@ -374,6 +434,7 @@ class Evaluation(Record):
     sensitivity: OrAbsent[Sensitivity] = None
     characteristics: OrAbsent[Characteristics] = None
     highest_confidence_errors: OrAbsent[HighestConfidenceErrors] = None
+    planning: OrAbsent[PlanningSettings] = None
 
     def _problems(self) -> Iterator[tuple[str, str]]:
         if self.overall.attribute != "overall":

@@ -10,6 +10,7 @@ from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags
+from sitecal.stats._disparity_refit import TemperatureFit, TemperatureReplicates, refit_disparity_intervals
 from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
@@ -31,6 +32,8 @@ __all__ = [
     "RefitIntervals",
     "Statistic",
     "SufficientStatistic",
+    "TemperatureFit",
+    "TemperatureReplicates",
     "bootstrap_group_temperatures",
     "bootstrap_interval",
     "bootstrap_metrics",
@@ -40,5 +43,6 @@ __all__ = [
     "fit_stream_seed",
     "random_effects_meta_analysis",
     "refit_bootstrap",
+    "refit_disparity_intervals",
     "size_matched_flags",
 ]

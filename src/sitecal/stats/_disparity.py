@@ -21,7 +21,7 @@ from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._drawn_sums import DrawnSums
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import Draws, auto_chunk_size, make_plan, map_chunks
+from sitecal.stats._resample import ClusterPlan, Draws, auto_chunk_size, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DisparityResult", "disparity_intervals"]
@@ -133,7 +133,6 @@ def disparity_intervals(
         probs, labels, groups, metric, n_bins, min_group_size, func=func
     )
     names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
-    judged = grouped.judged.tolist()
     too_small = {str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size}
     plan = make_plan(p.shape[0], clusters, strata, func=func)
     terms = statistic.row_terms(p, y)  # (N, J)
@@ -173,6 +172,39 @@ def disparity_intervals(
         jk_group = _apply(statistic, left_out)
         jk_rest = _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out)
 
+    return assemble(
+        metric,
+        grouped,
+        too_small,
+        (est_group, est_rest),
+        (rep_group, rep_rest),
+        None if jk_group is None or jk_rest is None else (jk_group, jk_rest),
+        spec=spec,
+        plan=plan,
+    )
+
+
+def assemble(
+    metric: str,
+    grouped: Grouped,
+    too_small: Mapping[str, int],
+    estimates: tuple[NDArray[np.float64], NDArray[np.float64]],
+    replicates: tuple[NDArray[np.float64], NDArray[np.float64]],
+    jackknife: tuple[NDArray[np.float64], NDArray[np.float64]] | None,
+    *,
+    spec: BootstrapSpec,
+    plan: ClusterPlan,
+) -> DisparityResult:
+    """The comparison's intervals from every group's and its complement's values.
+
+    ``estimates``: (G,) each; ``replicates``: (B, G) each; ``jackknife``: (K, G) each, or None.
+    """
+    names, sizes = grouped.names, grouped.sizes
+    judged = grouped.judged.tolist()
+    est_group, est_rest = estimates
+    rep_group, rep_rest = replicates
+    jk_group, jk_rest = (None, None) if jackknife is None else jackknife
+
     def result(
         estimate: float, reps: NDArray[np.float64], jk: NDArray[np.float64] | None, n: int
     ) -> BootstrapResult:
@@ -184,7 +216,7 @@ def disparity_intervals(
     spread = rep_group[:, cols].max(axis=1) - rep_group[:, cols].min(axis=1)
     spread_jk = None if jk_group is None else jk_group[:, cols].max(axis=1) - jk_group[:, cols].min(axis=1)
     est = est_group[cols]
-    n_total = int(p.shape[0])
+    n_total = int(plan.n)
     return DisparityResult(
         metric=metric,
         groups=tuple(str(names[i]) for i in judged),

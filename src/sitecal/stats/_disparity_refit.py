@@ -1,0 +1,253 @@
+"""Disparities after calibration whose intervals include the temperatures' uncertainty.
+
+With ``bootstrap.refit`` the after-calibration gaps between groups are bootstrapped over the whole
+fit-then-evaluate procedure: in every resample each temperature is refitted on the drawn patients of the
+rows it was fitted on (:class:`TemperatureReplicates`), each evaluated row is calibrated with its own
+refitted temperature, and every group's metric, its complement's and the gaps come from that resample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sitecal._validation import check_labels, check_logits
+from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
+from sitecal.errors import DataError
+from sitecal.metrics import softmax
+from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
+from sitecal.stats._refit_result import fit_stream_seed
+from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
+from sitecal.stats._spec import BootstrapSpec
+
+__all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals"]
+
+
+@dataclass(frozen=True)
+class TemperatureFit:
+    """One temperature: the fit rows it is fitted on, and the evaluated rows it calibrates (boolean masks)."""
+
+    fit_rows: NDArray[np.bool_]
+    eval_rows: NDArray[np.bool_]
+
+
+class TemperatureReplicates:
+    """Each evaluated row's log temperature at the full data and refitted in every resample.
+
+    Parameters
+    ----------
+    fit_logits, fit_labels : arrays, shapes (N_f, C) and (N_f,)
+        Every row some temperature is fitted on.
+    fit_patients : array of str, shape (N_f,)
+    eval_patients : array of str, shape (N_e,)
+        The patient of each fit row and of each evaluated row.
+    fits : sequence of TemperatureFit
+        The temperatures; each evaluated row is calibrated by exactly one of them.
+    shared : bool
+        True when fit and evaluated rows are the same patients resampled together (cross-fitting: each
+        resample's one patient draw both refits every temperature and weights the evaluated rows);
+        False when they are disjoint (one split: the fit patients are drawn independently, from the
+        stream ``fit_stream_seed(seed)``, as :func:`~sitecal.stats.refit_bootstrap` draws them).
+    spec : BootstrapSpec
+    bounds : (float, float)
+        Bounds of T.
+    """
+
+    def __init__(
+        self,
+        fit_logits: ArrayLike,
+        fit_labels: ArrayLike,
+        fit_patients: ArrayLike,
+        eval_patients: ArrayLike,
+        fits: Sequence[TemperatureFit],
+        *,
+        shared: bool,
+        spec: BootstrapSpec,
+        bounds: tuple[float, float] = DEFAULT_BOUNDS,
+    ) -> None:
+        func = "TemperatureReplicates"
+        z = check_logits(fit_logits, func=func, name="fit_logits")
+        y = check_labels(fit_labels, n=z.shape[0], n_classes=z.shape[1], func=func, name="fit_labels")
+        fit_p = np.asarray(fit_patients).astype(str)
+        eval_p = np.asarray(eval_patients).astype(str)
+        n_eval = eval_p.shape[0]
+        cover = np.zeros(n_eval, dtype=np.int64)
+        for fit in fits:
+            cover += fit.eval_rows
+        if fit_p.shape != (z.shape[0],) or np.any(cover != 1):
+            raise DataError(f"{func}: every evaluated row must be calibrated by exactly one temperature.")
+        self.shared, self.spec, self.eval_patients = shared, spec, eval_p
+        # one patient index over both sets; the fit rows' draws index it (fit patients only, or everyone)
+        self.patients = np.unique(np.concatenate([fit_p, eval_p]))
+        fit_codes = np.searchsorted(self.patients, fit_p)
+        self.eval_codes = np.searchsorted(self.patients, eval_p)
+        self.fit_plan: ClusterPlan | None = None
+        if not shared:
+            if np.intersect1d(fit_p, eval_p).shape[0]:
+                raise DataError(f"{func}: with shared=False the fit and evaluated patients must be disjoint.")
+            self.fit_plan = make_plan(fit_p.shape[0], fit_p, None, func=func)
+            self.fit_plan_patients = _patient_of_cluster(self.fit_plan, fit_codes)
+        self.solvers: list[tuple[BatchedTemperatureSolver, NDArray[np.int64], NDArray[np.bool_]]] = []
+        self.s0 = np.empty(n_eval)
+        for fit in fits:  # a loop over temperatures
+            if not fit.eval_rows.any():
+                continue
+            used, local = np.unique(fit_codes[fit.fit_rows], return_inverse=True)
+            solver = BatchedTemperatureSolver(
+                z[fit.fit_rows], y[fit.fit_rows], local, used.shape[0], bounds=bounds, func=func
+            )
+            self.solvers.append((solver, used, fit.eval_rows))
+            self.s0[fit.eval_rows] = solver.fit.log_temperature
+
+    def chunks(
+        self, eval_draws: Iterator[Draws], eval_plan: ClusterPlan, chunk_size: int
+    ) -> Iterator[tuple[Draws, NDArray[np.float64]]]:
+        """For each chunk of evaluation draws: the draws and every evaluated row's log T_b, (size, N_e).
+
+        ``eval_draws`` come from ``eval_plan``, a plan of the evaluated rows whose clusters are
+        ``eval_patients``, ``chunk_size`` resamples at a time; the fit draws (one split) are taken in the
+        same chunks.
+        """
+        eval_to_all = _patient_of_cluster(eval_plan, self.eval_codes)
+        fit_draws = (
+            None
+            if self.fit_plan is None
+            else draw_chunks(
+                self.fit_plan,
+                seed=fit_stream_seed(self.spec.seed),
+                n_resamples=self.spec.n_resamples,
+                chunk_size=chunk_size,
+            )
+        )
+        for draws in eval_draws:  # a loop over chunks of resamples
+            weights = np.zeros((draws.size, self.patients.shape[0]))
+            if fit_draws is None:  # one draw of patients refits and weights alike
+                weights[:, eval_to_all] = draws.weights
+            else:
+                weights[:, self.fit_plan_patients] = next(fit_draws).weights
+            s = np.empty((draws.size, self.s0.shape[0]))
+            for solver, used, rows in self.solvers:  # a loop over temperatures
+                s[:, rows] = solver.solve(weights[:, used]).log_temperature[:, None]
+            yield draws, s
+
+
+def _patient_of_cluster(plan: ClusterPlan, patient_of_row: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The patient (its index) of each of the plan's clusters, which a plan numbers within its strata."""
+    out = np.empty(plan.n_clusters, dtype=np.int64)
+    out[plan.cluster_of_row] = patient_of_row
+    return out
+
+
+def refit_disparity_intervals(
+    logits: ArrayLike,
+    labels: ArrayLike,
+    groups: ArrayLike,
+    *,
+    clusters: ArrayLike,
+    strata: ArrayLike | None,
+    temperatures: TemperatureReplicates,
+    metrics: Sequence[str],
+    n_bins: int = 15,
+    min_group_size: int = 1,
+) -> dict[str, DisparityResult]:
+    """The after-calibration comparison of groups, every temperature refitted in every resample.
+
+    Parameters
+    ----------
+    logits, labels, groups, clusters, strata
+        The evaluated rows: as :func:`~sitecal.stats.disparity_intervals` takes them, logits instead of
+        probabilities; ``clusters`` (patients) as given to ``temperatures``.
+    temperatures : TemperatureReplicates
+        The evaluated rows' temperatures and their refits; its ``spec`` is the bootstrap's.
+    metrics : sequence of str
+        Metrics with a per-row sum form (as for :func:`~sitecal.stats.disparity_intervals`), compared on
+        the same resamples and refits.
+    n_bins, min_group_size
+        As for :func:`~sitecal.stats.disparity_intervals`.
+
+    Returns
+    -------
+    dict of str to DisparityResult
+        Per metric. Point estimates at the full-data temperatures; resample ``b`` draws the evaluated
+        patients (stream ``spec.seed``, within ``strata``: the draws :func:`disparity_intervals` makes),
+        refits the temperatures (:class:`TemperatureReplicates`), calibrates each row with its own and
+        computes every group's and complement's metric under the draw's weights. With
+        ``spec.method="bca"`` the acceleration comes from the evaluated patients left out one at a time
+        at the full-data temperatures (the temperatures' own jackknife is not repeated).
+    """
+    func = "refit_disparity_intervals"
+    spec = temperatures.spec
+    z = check_logits(logits, func=func)
+    s0 = temperatures.s0
+    if s0.shape[0] != z.shape[0]:
+        raise DataError(
+            f"{func}: 'temperatures' was built for {s0.shape[0]} evaluated rows, not {z.shape[0]}."
+        )
+    p0 = softmax(z, temperature=np.exp(s0))
+    checked = [checked_groups(p0, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics]
+    if not checked:
+        raise DataError(f"{func}: give at least one metric.")
+    _, y, _, grouped = checked[0]
+    statistics = [c[2] for c in checked]
+    too_small = {
+        str(grouped.names[i]): int(grouped.sizes[i])
+        for i in range(grouped.names.shape[0])
+        if grouped.sizes[i] < min_group_size
+    }
+    patients = np.asarray(clusters).astype(str)
+    if not np.array_equal(patients, temperatures.eval_patients):
+        raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
+    plan = make_plan(z.shape[0], patients, strata, func=func)
+    n_groups = grouped.names.shape[0]
+    rows_of = [grouped.codes == g for g in range(n_groups)]
+
+    def values(
+        s: NDArray[np.float64], row_weights: NDArray[np.float64]
+    ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+        """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
+        r, n = s.shape
+        probs = softmax(np.tile(z, (r, 1)), temperature=np.exp(s).reshape(-1))
+        labels_r = np.tile(y, r)
+        out = []
+        for statistic in statistics:  # a loop over metrics
+            terms = statistic.row_terms(probs, labels_r).reshape(r, n, -1)
+            sums = np.empty((r, n_groups, terms.shape[2]))
+            for g, rows in enumerate(rows_of):  # a loop over groups: plain sums, no BLAS
+                sums[:, g, :] = (row_weights[:, rows, None] * terms[:, rows, :]).sum(axis=1)
+            out.append((_apply(statistic, sums), _apply(statistic, sums.sum(axis=1, keepdims=True) - sums)))
+        return out
+
+    estimates = [(g[0], rest[0]) for g, rest in values(s0[None, :], np.ones((1, z.shape[0])))]
+    reps = [
+        (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
+    ]
+    width = max([z.shape[1]] + [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics])
+    chunk = spec.chunk_size or max(1, min(spec.n_resamples, CHUNK_ELEMENTS // (z.shape[0] * width)))
+    eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
+    start = 0
+    for draws, s in temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
+        stop = start + draws.size
+        for (group_reps, rest_reps), (group_v, rest_v) in zip(
+            reps, values(s, draws.weights[:, plan.cluster_of_row]), strict=True
+        ):
+            group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
+        start = stop
+    out = {}
+    for metric, statistic, estimate, replicates in zip(metrics, statistics, estimates, reps, strict=True):
+        jackknife = None
+        if spec.method == "bca" and plan.n_clusters > 1:
+            terms = statistic.row_terms(p0, y)
+            sums = np.zeros((plan.n_clusters, n_groups, terms.shape[1]))
+            np.add.at(sums, (plan.cluster_of_row, grouped.codes), terms)
+            left_out = sums.sum(axis=0, keepdims=True) - sums
+            jackknife = (
+                _apply(statistic, left_out),
+                _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out),
+            )
+        out[metric] = assemble(
+            metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
+        )
+    return out
