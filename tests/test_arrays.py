@@ -60,3 +60,20 @@ def test_the_report_says_the_scores_were_given_as_arrays(tmp_path: Path) -> None
 def test_bad_arrays_are_refused_by_name(kwargs: dict, message: str) -> None:
     with pytest.raises(DataError, match=message):
         evaluate_arrays(labels=np.array([0, 1, 0]), class_names=["no", "yes"], **kwargs)
+
+
+def test_notebooks_choose_the_split_the_fallback_and_the_refit_as_a_protocol_does() -> None:
+    logits, labels, site = _data(400)
+    common = {"labels": labels, "class_names": ["no", "yes"], "groups": {"site": site}, "n_resamples": 50}
+    result = evaluate_arrays(
+        logits=logits, calibrate_by="site", folds=4, fallback="empirical_bayes", refit=False, **common
+    )
+    doc = result.outcome.document
+    assert doc["split"]["method"] == "crossfit" and doc["split"]["folds"] == 4
+    assert doc["split"]["n_evaluation"] == 400  # every study evaluated once
+    assert {g.source for g in result.outcome.temperatures.groups.values()} == {"empirical_bayes"}
+    refit = evaluate_arrays(logits=logits, calibrate_by="site", refit=True, **common).outcome.document
+    assert refit["bootstrap"]["refit"] is True and refit["split"]["method"] == "patient"
+    assert all(g["refit"] for g in refit["subgroups"]["site"])
+    with pytest.raises(DataError, match=r"calibration\.fallback"):
+        evaluate_arrays(logits=logits, fallback="nearest", **common)

@@ -169,6 +169,9 @@ def evaluate_arrays(
     seed: int = 0,
     split_seed: int = 0,
     fit_fraction: float = 0.5,
+    folds: int | None = None,
+    fallback: str = "global",
+    refit: bool = False,
     n_bins: int = 15,
     min_group_size: int = 30,
     min_count_shown: int = 5,
@@ -202,6 +205,17 @@ def evaluate_arrays(
     split_seed, fit_fraction : int, float
         The seeded patient-level split: temperatures are fitted on ``fit_fraction`` of the patients and
         every metric is measured on the others.
+    folds : int, optional
+        Cross-fit instead (a protocol's ``split: {by: crossfit, folds: K}``, 2 to 20): each of ``folds``
+        patient folds is evaluated with temperatures fitted on the others; ``fit_fraction`` is then not
+        used.
+    fallback : {"global", "shrink", "empirical_bayes"}
+        What a calibration group with few fit studies gets (a protocol's ``calibration.fallback``):
+        ``empirical_bayes`` shrinks every group's log temperature toward their mean, by how much the
+        groups really differ.
+    refit : bool
+        Refit the temperatures in every bootstrap resample (a protocol's ``bootstrap.refit``), so the
+        after-calibration intervals include their uncertainty.
     n_bins, min_group_size, min_count_shown : int
         ECE bins; smallest group judged; smallest group shown by its own value.
 
@@ -265,6 +279,9 @@ def evaluate_arrays(
         seed=seed,
         split_seed=split_seed,
         fit_fraction=fit_fraction,
+        folds=folds,
+        fallback=fallback,
+        refit=refit,
         n_bins=n_bins,
         min_group_size=min_group_size,
         min_count_shown=min_count_shown,
@@ -324,6 +341,9 @@ def _protocol(
     seed: int,
     split_seed: int,
     fit_fraction: float,
+    folds: int | None,
+    fallback: str,
+    refit: bool,
     n_bins: int,
     min_group_size: int,
     min_count_shown: int,
@@ -341,12 +361,17 @@ def _protocol(
         "calibration": {
             "per": calibrate_by,
             "min_group_size": min(50, max(1, min_group_size)),
-            "split": {"seed": split_seed, "fit_fraction": fit_fraction},
+            "fallback": fallback,
+            "split": (
+                {"by": "patient", "seed": split_seed, "fit_fraction": fit_fraction}
+                if folds is None
+                else {"by": "crossfit", "seed": split_seed, "folds": folds}
+            ),
         },
         "evaluation": {
             "n_bins": n_bins,
             "min_group_size": min_group_size,
-            "bootstrap": {"n_resamples": n_resamples, "level": level, "seed": seed},
+            "bootstrap": {"n_resamples": n_resamples, "level": level, "seed": seed, "refit": refit},
         },
         "acceptance": [dict(c) for c in acceptance],
         "privacy": {"min_count_shown": min_count_shown},
