@@ -156,7 +156,9 @@ def test_the_title_page_words_warnings_and_criteria(tmp_path: Path, raw: dict[st
     # page 1 names the group that does not pass with its figure, and the margin
     result = next(r for r in evaluation["acceptance"][1]["results"] if r["verdict"] == "inconclusive")
     figure = f"{result['estimate']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
-    assert f"{result['group']}: {figure} (inconclusive)" in text
+    needed = result["study_size"]["needed"]
+    assert needed > result["n"]  # it has fewer studies than planned: page 1 says how many it would need
+    assert f"{result['group']}: {figure} (inconclusive; n = {result['n']}, about {needed} needed)" in text
     assert "margin: below 0.12" in text
     assert (
         "Scanner 'Fujifilm FDR Go PLUS' has 28 studies (< 30) in the evaluation split: its intervals are "
