@@ -37,6 +37,7 @@ LAYER = {
     "protocol": 3,
     "cohort": 3,
     "inference": 3,
+    "pacs": 3,
     "evaluation": 4,
     "report": 4,
     "run": 5,
@@ -99,12 +100,23 @@ ALLOWED = {
     # the predictions file turns probabilities into scores with the core's log_probabilities
     "cohort": {"protocol", "metrics"},
     "inference": {"protocol", "calibration"},  # the deployable wrapper applies fitted temperatures
+    "pacs": {"protocol"},  # retrieves what data.source asks for
     # an application on the core, like run: it may import the core; only cli imports it
     "demo": {"metrics", "stats", "calibration", "protocol", "cohort", "inference"},
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
     # the stages, each runnable alone; run composes them
-    "stages": {"protocol", "cohort", "inference", "evaluation", "report", "metrics", "stats", "calibration"},
+    "stages": {
+        "protocol",
+        "cohort",
+        "inference",
+        "pacs",
+        "evaluation",
+        "report",
+        "metrics",
+        "stats",
+        "calibration",
+    },
     # the notebook route: the evaluation stage on arrays, and the report stage's rendering
     "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "stages"},
     # `import sitecal` re-exports evaluate_arrays on first use (module __getattr__), loading nothing before
@@ -121,7 +133,8 @@ ALLOWED = {
         "stats",
         "calibration",
     },
-    "preflight": {"protocol", "cohort", "inference"},  # labels, mappings and the model, before the scan
+    # labels, mappings, the model and the PACS, before the scan
+    "preflight": {"protocol", "cohort", "inference", "pacs"},
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
     "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo", "planning"},
     # simulates criteria with the evaluation's own rule and the statistics engine

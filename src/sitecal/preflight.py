@@ -60,7 +60,12 @@ def preflight(
     device_problem = check_device(device)
     if device_problem:
         problems.append(f"--device: {device_problem}")
-    dicom_dir = loaded.dicom_dir
+    source = loaded.protocol.data.source
+    if source is not None:  # the studies come from a PACS: can it be asked?
+        from sitecal.pacs import source_problems
+
+        problems += source_problems(source, loaded.resolve)
+    dicom_dir = None if source is not None else loaded.dicom_dir
     if dicom_dir is not None and not dicom_dir.is_dir():
         problems.append(f"data.dicom_dir: folder not found: {dicom_dir}")
     elif dicom_dir is not None and _empty(dicom_dir):

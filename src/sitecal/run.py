@@ -298,6 +298,8 @@ def _provenance(
     )
     if model_run is None:
         document["predictions_file"] = _predictions_file_record(loaded, cohort)
+    if cohort.retrieval is not None:  # the query and what it returned: counts and hashes, no identifier
+        document["pacs"] = dict(cohort.retrieval)
     return document
 
 

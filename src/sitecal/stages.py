@@ -119,6 +119,13 @@ def scan(
             min_count_shown=protocol.privacy.min_count_shown,
             labels_from_file=loaded.labels_path is not None,
         )
+    retrieval = None
+    if data.source is not None:  # the studies come from a PACS, into the store the scan then reads
+        from sitecal.pacs import retrieve_studies
+
+        retrieval = retrieve_studies(
+            data.source, store=loaded.pacs_store, resolve=loaded.resolve, progress=progress
+        )
     found = scan_folder(
         loaded.dicom_dir,
         [s.tag for s in protocol.subgroups.values() if s.tag is not None],
@@ -127,7 +134,7 @@ def scan(
         max_pixels_per_image=protocol.inputs.max_pixels_per_image,
         read_timeout_s=data.read_timeout_s,
     )
-    return build_cohort(
+    cohort = build_cohort(
         found,
         labels,
         subgroups=protocol.subgroups,
@@ -138,7 +145,14 @@ def scan(
         min_count_shown=protocol.privacy.min_count_shown,
         predictions=table,
         labels_from_file=loaded.labels_path is not None,
+        unavailable=()
+        if retrieval is None
+        else [
+            Exclusion(stage="retrieve", reason=reason, study_uid=uid, unit="study")
+            for uid, reason in retrieval.failed
+        ],
     )
+    return cohort if retrieval is None else replace(cohort, retrieval=retrieval.summary)
 
 
 @dataclass(frozen=True)

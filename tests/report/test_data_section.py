@@ -58,7 +58,7 @@ def test_volume_flow_has_a_series_step_and_exclusions_beside_the_step_they_prece
     flow = evaluation["cohort_flow"]
     steps = flow_steps(flow)
     assert [(s.label, s.count, s.excluded_stage) for s in steps] == [
-        ("Files found", 130, None),
+        ("Files found", 130, "retrieve"),  # studies a PACS could not send, beside the first arrow
         ("DICOM image instances", 127, "scan"),
         ("Studies", 25, None),
         ("Series selected (one per study)", "24 of 40", "series"),

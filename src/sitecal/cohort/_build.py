@@ -40,6 +40,7 @@ def build_cohort(
     min_count_shown: int = _MIN_COUNT_SHOWN,
     predictions: PredictionTable | None = None,
     labels_from_file: bool = True,
+    unavailable: Sequence[Exclusion] = (),
 ) -> Cohort:
     """Assemble studies from scanned instances, attach subgroup attributes, labels and given predictions.
 
@@ -70,6 +71,9 @@ def build_cohort(
         The model's outputs from a predictions file, joined on ``key`` (or on the study pseudonym, for a
         file sitecal wrote): each study gets its row's logits and column subgroups; a study without a
         row, a row without a study and an unusable row are exclusions.
+    unavailable : sequence of Exclusion, optional
+        Studies that never reached the folder (a PACS could not send them): listed first among the
+        exclusions, and their labels are accounted for by them.
 
     Returns
     -------
@@ -92,11 +96,14 @@ def build_cohort(
             )
     exclusions = [
         replace(e, key=pseudonymize("study", e.study_uid)) if e.study_uid and e.key is None else e
-        for e in scan.exclusions
+        for e in (*unavailable, *scan.exclusions)
     ]
-    # a label of a study whose only file was excluded is accounted for by that file's exclusion
+    # a label of a study whose only file was excluded (or that never arrived) is accounted for by that
+    # exclusion
     excluded_keys = (
-        {e.study_uid for e in scan.exclusions if e.study_uid} if key == "StudyInstanceUID" else set()
+        {e.study_uid for e in (*unavailable, *scan.exclusions) if e.study_uid}
+        if key == "StudyInstanceUID"
+        else set()
     )
     studies: list[Study] = []
     matched: set[str] = set()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -96,6 +96,7 @@ class Cohort:
     n_series_found: int | None = None  # volumes: series considered, and those chosen (one per study)
     n_series_selected: int | None = None
     predictions_file: PredictionsFileSummary | None = None  # when the model's outputs came from a file
+    retrieval: Mapping[str, Any] | None = None  # when the studies came from a PACS: what was asked, and got
 
     def exclusion_counts(self) -> list[dict[str, object]]:
         """Exclusions counted by (stage, reason), in order of first appearance."""

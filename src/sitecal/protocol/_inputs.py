@@ -19,6 +19,7 @@ from sitecal.protocol._base import (
     unbandable_tag,
     unshown_tag,
 )
+from sitecal.protocol._pacs import DIMSE_NOT_YET, DicomwebSource, DimseSource
 from sitecal.protocol._transforms import transform_problem
 
 
@@ -197,7 +198,8 @@ class SeriesRules(_Strict):
 class DataSettings(_Strict):
     """Where the studies, the model's outputs and the ground truth are.
 
-    Two routes: the model is run here on ``dicom_dir`` (``model.format`` and ``model.path`` given), or its
+    Two routes: the model is run here on ``dicom_dir`` (``model.format`` and ``model.path`` given) or on
+    the studies ``source`` retrieves from a PACS (:mod:`sitecal.protocol._pacs`), or its
     outputs are read from ``predictions`` (a CSV or Parquet file, one row per study; see
     :mod:`sitecal.cohort.predictions_file`). With ``predictions``, ``dicom_dir`` is optional: given, the
     studies' headers supply tag subgroups and are joined to the file on ``key``; absent, subgroups come from
@@ -236,6 +238,38 @@ class DataSettings(_Strict):
         le=3600,
         description="seconds one file's header read may take before the file is excluded (a hung share)",
     )
+    source: DicomwebSource | DimseSource | None = Field(
+        default=None,
+        description="a PACS to retrieve the studies from (DICOMweb or DIMSE), instead of dicom_dir",
+    )
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            kinds = [k for k in ("dicomweb", "dimse") if k in value]
+            if len(kinds) != 1:
+                raise ValueError(
+                    "give exactly one of 'dicomweb: URL' (QIDO-RS and WADO-RS) or 'dimse: {host, port, "
+                    "ae_title}' (C-FIND and C-GET or C-MOVE)"
+                    + (f"; got {' and '.join(kinds)}" if kinds else "")
+                )
+            if kinds == ["dimse"]:
+                raise ValueError(DIMSE_NOT_YET)
+            return DicomwebSource.model_validate(dict(value))
+        return value
+
+    @model_validator(mode="after")
+    def _folder_or_pacs(self) -> DataSettings:
+        if self.source is not None and self.dicom_dir is not None:
+            raise ValueError(
+                "give data.dicom_dir (a folder of exported studies) or data.source (a PACS), not both"
+            )
+        if self.source is not None and self.predictions is not None:
+            raise ValueError(
+                "data.source retrieves studies to run the model on; it does not go with predictions"
+            )
+        return self
 
 
 class SubgroupSettings(_Strict):

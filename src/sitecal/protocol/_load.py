@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from sitecal.errors import ProtocolError
 from sitecal.protocol._base import _ReferenceError, _spelling_guess
+from sitecal.protocol._pacs import source_id
 from sitecal.protocol._schema import Protocol
 
 __all__ = [
@@ -62,8 +63,22 @@ class LoadedProtocol:
 
     @property
     def dicom_dir(self) -> Path | None:
-        """The folder of DICOM files to scan (``None`` for a predictions file without DICOM)."""
+        """The folder of DICOM files to scan (``None`` for a predictions file without DICOM).
+
+        With ``data.source`` (a PACS): the store the studies are retrieved into,
+        ``<output_dir>/.sitecal-pacs/<source id>/files``.
+        """
+        source = self.protocol.data.source
+        if source is not None:
+            return self.pacs_store / "files"
         return self._optional(self.protocol.data.dicom_dir)
+
+    @property
+    def pacs_store(self) -> Path:
+        """The local store of a PACS source's studies (whether or not the protocol has one)."""
+        source = self.protocol.data.source
+        name = "none" if source is None else source_id(source)
+        return self.output_root / ".sitecal-pacs" / name
 
     @property
     def labels_path(self) -> Path | None:

@@ -520,15 +520,21 @@ def _check_route(protocol: Protocol) -> None:
             (("model", "path"), model.path),
             (
                 ("data", "dicom_dir"),
-                data.dicom_dir,
+                data.dicom_dir if data.source is None else "retrieved from data.source",
             ),
             (("data", "labels"), data.labels),
         ):
             if value is None:
+                pacs = (
+                    " (a folder of exported studies, or data.source: a PACS to retrieve them from)"
+                    if field == ("data", "dicom_dir")
+                    else ""
+                )
                 raise _ReferenceError(
                     field,
-                    "required to run the model here; or give data.predictions (a file of the model's outputs "
-                    "per study) to evaluate a model that is not run here",
+                    f"required to run the model here{pacs}; or give "
+                    "data.predictions (a file of the model's outputs per study) to evaluate a model that is "
+                    "not run here",
                 )
         if data.patient_column is not None:
             raise _ReferenceError(

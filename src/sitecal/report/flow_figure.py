@@ -77,7 +77,8 @@ def flow_steps(
             FlowStep("Studies analysed", flow.get("analysed"), "inference"),
         ]
     steps = [
-        FlowStep("Files found", flow.get("files_found"), None),
+        # studies a PACS listed but could not send are drawn beside the arrow into the files found
+        FlowStep("Files found", flow.get("files_found"), "retrieve"),
         FlowStep("DICOM image instances", flow.get("dicom_instances"), "scan"),
     ]
     if flow.get("series_found") is not None:

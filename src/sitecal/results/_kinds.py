@@ -78,7 +78,9 @@ IntervalMethod: TypeAlias = Literal["percentile", "bca"]
 #: all groups (empirical Bayes).
 TemperatureSource: TypeAlias = Literal["own", "global_fallback", "shrunk", "global", "empirical_bayes"]
 #: The pipeline stage that dropped something.
-ExclusionStage: TypeAlias = Literal["scan", "studies", "series", "labels", "predictions", "inference"]
+ExclusionStage: TypeAlias = Literal[
+    "retrieve", "scan", "studies", "series", "labels", "predictions", "inference"
+]
 #: What was left out; only ``study`` removes a study from the flow.
 ExclusionUnit: TypeAlias = Literal["file", "image", "series", "study", "label", "prediction"]
 

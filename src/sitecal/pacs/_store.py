@@ -1,0 +1,107 @@
+"""A local, content-addressed store of retrieved instances that an interrupted retrieval resumes from.
+
+Layout under the store's root (``<output_dir>/.sitecal-pacs/<source id>/``)::
+
+    files/ab/ab12...ef.dcm     one instance, named by the sha256 of its bytes (written atomically)
+    index.json                 sha256(SOPInstanceUID) -> object hash; sha256(StudyInstanceUID) of the
+                               studies retrieved whole -> their instances' keys
+
+No UID is stored in clear: the index names instances and studies by the sha256 of their UID, which is
+enough to know what is already here and not enough to read a UID back. ``files/`` is what the scan
+reads (as it reads ``data.dicom_dir``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from sitecal.errors import DataError
+
+__all__ = ["InstanceStore", "uid_key"]
+
+
+def uid_key(uid: str) -> str:
+    """The store's name for a UID: its sha256, hex (the UID itself is never written)."""
+    return hashlib.sha256(uid.strip().encode("ascii", "replace")).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class InstanceStore:
+    """Instances by content, and which instances and studies are already complete (thread-safe)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files = root / "files"
+        self._index_path = root / "index.json"
+        self._lock = threading.Lock()
+        self.instances: dict[str, str] = {}
+        self.studies: dict[str, list[str]] = {}
+        if self._index_path.is_file():
+            try:
+                index = json.loads(self._index_path.read_text(encoding="utf-8"))
+                self.instances = {str(k): str(v) for k, v in index["instances"].items()}
+                self.studies = {str(k): [str(i) for i in v] for k, v in index["studies"].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise DataError(
+                    f"{self._index_path}: the retrieval index cannot be read ({exc!r}). Delete the folder "
+                    f"{root} to retrieve the studies again."
+                ) from None
+        # an object listed in the index but gone from disk is retrieved again
+        self.instances = {k: v for k, v in self.instances.items() if self.object_path(v).is_file()}
+        self.studies = {s: keys for s, keys in self.studies.items() if all(k in self.instances for k in keys)}
+
+    def object_path(self, digest: str) -> Path:
+        return self.files / digest[:2] / f"{digest}.dcm"
+
+    def has_study(self, study_uid: str) -> bool:
+        return uid_key(study_uid) in self.studies
+
+    def has_instance(self, sop_uid: str) -> bool:
+        return uid_key(sop_uid) in self.instances
+
+    def put(self, sop_uid: str, data: bytes) -> str:
+        """Store one instance's Part-10 bytes; its object hash."""
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.object_path(digest)
+        if not path.is_file():
+            _atomic_write(path, data)
+        with self._lock:
+            self.instances[uid_key(sop_uid)] = digest
+        return digest
+
+    def complete_study(self, study_uid: str, sop_uids: list[str]) -> None:
+        """Record a study as retrieved whole, and save the index (so a restart skips it)."""
+        with self._lock:
+            self.studies[uid_key(study_uid)] = sorted(uid_key(u) for u in sop_uids)
+            self._save()
+
+    def save(self) -> None:
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
+        data = json.dumps({"instances": self.instances, "studies": self.studies}, sort_keys=True)
+        _atomic_write(self._index_path, data.encode("utf-8"))
+
+    def objects_digest(self, study_keys: list[str]) -> str:
+        """sha256 over the sorted object hashes of these studies' instances: names what was retrieved."""
+        digests = sorted(self.instances[k] for s in study_keys for k in self.studies.get(s, []))
+        return hashlib.sha256("\n".join(digests).encode()).hexdigest()

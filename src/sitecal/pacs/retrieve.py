@@ -1,0 +1,217 @@
+"""Retrieve the protocol's studies from a PACS into the local store the scan reads.
+
+:func:`retrieve_studies` runs the query of ``data.source``, fetches every study not already complete in
+the store (at most ``max_connections`` at once, with a progress bar) and returns what the run records:
+the folder to scan, the studies that could not be fetched (each becomes an exclusion with its reason),
+and a summary for ``provenance.json`` that names the query and what it returned (counts and hashes,
+never a UID, an accession number or a credential).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from sitecal.errors import DataError
+from sitecal.pacs._credentials import load_credentials
+from sitecal.pacs._dicomweb import DicomwebPeer, PacsError, StudyRef
+from sitecal.pacs._store import InstanceStore, uid_key
+from sitecal.protocol._pacs import DIMSE_NOT_YET, DicomwebSource, DimseSource, PacsQuery
+
+__all__ = ["Retrieval", "query_filters", "retrieve_studies", "source_problems"]
+
+logger = logging.getLogger(__name__)
+
+#: Largest worklist CSV read (accession numbers).
+MAX_WORKLIST_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What a retrieval did: the folder to scan, the studies it could not fetch, and its summary."""
+
+    folder: Path
+    failed: tuple[tuple[str, str], ...]  # (StudyInstanceUID, reason): in memory only
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _worklist(path: Path) -> list[str]:
+    where = f"data.source.query.accession_numbers {path}"
+    try:
+        if path.stat().st_size > MAX_WORKLIST_BYTES:
+            raise DataError(f"{where}: larger than 64 MiB.")
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "AccessionNumber" not in reader.fieldnames:
+                raise DataError(
+                    f"{where}: needs a column named AccessionNumber (one accession number a row)."
+                )
+            values = sorted({(row.get("AccessionNumber") or "").strip() for row in reader} - {""})
+    except FileNotFoundError:
+        raise DataError(f"{where}: not found.") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{where}: cannot be read as UTF-8 CSV ({type(exc).__name__}).") from None
+    if not values:
+        raise DataError(f"{where}: lists no accession number.")
+    return values
+
+
+def query_filters(query: PacsQuery, resolve: Callable[[str], Path]) -> list[list[dict[str, str]]]:
+    """The QIDO searches of a query: one list per field, whose results are joined; the fields intersect.
+
+    Within a field the values are alternatives (one search each); a study must match every field given.
+    Station and institution names are matched at series level (where the PACS indexes them).
+    """
+    base: dict[str, str] = {}
+    if query.study_dates is not None:
+        first, last = query.study_dates
+        base["StudyDate"] = f"{first:%Y%m%d}-{last:%Y%m%d}"
+    fields: list[list[dict[str, str]]] = []
+    if query.modalities:
+        fields.append([{**base, "ModalitiesInStudy": m} for m in query.modalities])
+    if query.accession_numbers is not None:
+        fields.append([{**base, "AccessionNumber": a} for a in _worklist(resolve(query.accession_numbers))])
+    if query.station_names:
+        fields.append([{**base, "StationName": s, "_level": "series"} for s in query.station_names])
+    if query.institutions:
+        fields.append([{**base, "InstitutionName": s, "_level": "series"} for s in query.institutions])
+    return fields or [[dict(base)]]
+
+
+def _find(peer: DicomwebPeer, query: PacsQuery, resolve: Callable[[str], Path]) -> list[StudyRef]:
+    chosen: set[str] | None = None
+    for searches in query_filters(query, resolve):
+        found = {s.study_uid for s in peer.find_studies([dict(f) for f in searches])}
+        chosen = found if chosen is None else chosen & found
+    return [StudyRef(uid) for uid in sorted(chosen or ())]
+
+
+def _fetch_study(peer: DicomwebPeer, store: InstanceStore, study: StudyRef) -> int:
+    """Fetch a study's missing instances; the instances fetched. Raises PacsError."""
+    instances = peer.instances(study)
+    if not instances:
+        raise PacsError("the PACS lists no instance for this study")
+    fetched = 0
+    for series_uid, sop_uid in instances:
+        if not store.has_instance(sop_uid):
+            store.put(sop_uid, peer.fetch(study, series_uid, sop_uid))
+            fetched += 1
+    store.complete_study(study.study_uid, [sop for _, sop in instances])
+    return fetched
+
+
+def retrieve_studies(
+    source: DicomwebSource | DimseSource,
+    *,
+    store: Path,
+    resolve: Callable[[str], Path],
+    progress: bool = True,
+) -> Retrieval:
+    """Query the PACS and bring every matching study into ``store`` (resuming a previous retrieval).
+
+    ``store``: the source's folder (``LoadedProtocol.pacs_store``); ``resolve`` turns protocol paths into
+    paths (credentials, worklist, TLS files).
+    """
+    if isinstance(source, DimseSource):
+        raise DataError(f"data.source.dimse: {DIMSE_NOT_YET}")
+    credentials = load_credentials(
+        None if source.credentials_file is None else resolve(source.credentials_file)
+    )
+    instances = InstanceStore(store)
+    instances.files.mkdir(parents=True, exist_ok=True)
+    peer = DicomwebPeer(source, credentials, resolve)
+    try:
+        studies = _find(peer, source.query, resolve)
+    except PacsError as exc:
+        raise DataError(f"data.source: the PACS query failed. {exc}") from None
+    todo = [s for s in studies if not instances.has_study(s.study_uid)]
+    logger.info(
+        "PACS query: %d studies; %d already in the local store, %d to retrieve",
+        len(studies),
+        len(studies) - len(todo),
+        len(todo),
+    )
+    failed: list[tuple[str, str]] = []
+    fetched = 0
+    bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
+    with ThreadPoolExecutor(max_workers=source.max_connections) as pool:
+        futures = {pool.submit(_fetch_study, peer, instances, s): s for s in todo}
+        for future in as_completed(futures):  # a loop over studies as they finish
+            study = futures[future]
+            try:
+                fetched += future.result()
+            except PacsError as exc:
+                failed.append((study.study_uid, f"not retrieved from the PACS: {exc}"))
+            bar.update()
+    bar.close()
+    instances.save()
+    if failed:
+        logger.warning(
+            "%d of %d studies could not be retrieved; each is listed as an exclusion",
+            len(failed),
+            len(studies),
+        )
+    retrieved = [uid_key(s.study_uid) for s in studies if instances.has_study(s.study_uid)]
+    reasons: dict[str, int] = {}
+    for _, reason in failed:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    summary = {
+        "route": "dicomweb",
+        "service": _service(source.dicomweb),
+        "query": source.query.model_dump(mode="json", exclude_none=True),
+        "studies_found": len(studies),
+        "studies_retrieved_now": len(todo) - len(failed),
+        "studies_from_store": len(studies) - len(todo),
+        "studies_failed": len(failed),
+        "failures": [{"reason": r, "count": n} for r, n in sorted(reasons.items())],
+        "instances_fetched": fetched,
+        "requests": peer.requests,
+        "max_connections": source.max_connections,
+        "objects_sha256": instances.objects_digest(retrieved),
+        "store": instances.root.name,
+    }
+    return Retrieval(folder=instances.files, failed=tuple(sorted(failed)), summary=summary)
+
+
+def _service(url: str) -> str:
+    """The service URL as recorded: scheme, host, port and path (the protocol holds no user in it)."""
+    return url
+
+
+def source_problems(source: DicomwebSource | DimseSource, resolve: Callable[[str], Path]) -> list[str]:
+    """What a run would refuse of ``data.source``, found in seconds: one line each (for ``sitecal check``).
+
+    Reads the credentials, the worklist and the TLS files, then asks the PACS one study-level query
+    limited to one answer (so that a wrong URL, a stopped server or refused credentials show here).
+    """
+    if isinstance(source, DimseSource):
+        return [f"data.source.dimse: {DIMSE_NOT_YET}"]
+    problems = []
+    tls = source.tls
+    for name in ("ca_file", "cert_file", "key_file"):
+        value = None if tls is None else getattr(tls, name)
+        if value is not None and not resolve(value).is_file():
+            problems.append(f"data.source.tls.{name}: file not found: {resolve(value)}")
+    try:
+        credentials = load_credentials(
+            None if source.credentials_file is None else resolve(source.credentials_file)
+        )
+        query_filters(source.query, resolve)
+    except DataError as exc:
+        return [*problems, str(exc)]
+    if problems:
+        return problems
+    peer = DicomwebPeer(source, credentials, resolve)
+    try:
+        client = peer._client()
+        peer._call("QIDO-RS study search", lambda: client.search_for_studies(limit=1))
+    except PacsError as exc:
+        return [f"data.source: {exc}"]
+    return []

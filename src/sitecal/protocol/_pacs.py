@@ -1,0 +1,190 @@
+"""Protocol schema of a PACS data source: ``data.source`` (DICOMweb or DIMSE) and the query it runs.
+
+A source names its peer and what to ask for; it never holds a secret. Credentials come from the
+environment (``SITECAL_PACS_USERNAME`` / ``SITECAL_PACS_PASSWORD``, or ``SITECAL_PACS_TOKEN``) or from a
+file the source names (``credentials_file``), outside the protocol and never copied into any output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sitecal.protocol._base import _Strict
+
+__all__ = ["DicomwebSource", "DimseSource", "PacsQuery", "PeerSettings", "TlsSettings", "source_id"]
+
+#: An AE title: 1 to 16 characters of the DICOM default repertoire, no backslash, not only spaces.
+_AE_TITLE = re.compile(r"^(?! *$)[\x20-\x5b\x5d-\x7e]{1,16}$")
+#: Why a DIMSE source is refused (its settings are defined; its retrieval is not built yet).
+DIMSE_NOT_YET = (
+    "DIMSE retrieval (C-FIND, C-GET / C-MOVE) is not available in this version; use data.source.dicomweb "
+    "(QIDO-RS and WADO-RS), or export the studies and give data.dicom_dir"
+)
+#: Most concurrent associations or HTTP connections a retrieval may open.
+MAX_CONNECTIONS = 16
+
+
+def _ae_title(value: str) -> str:
+    if not _AE_TITLE.match(value):
+        raise ValueError(
+            f"{value!r} is not an AE title: 1 to 16 printable ASCII characters, no backslash, not all spaces"
+        )
+    return value
+
+
+class TlsSettings(_Strict):
+    """TLS for a DICOMweb URL or a DIMSE association: which authority to trust, and our own certificate.
+
+    Attributes
+    ----------
+    ca_file : str, optional
+        PEM bundle of the authorities to trust (default: the system's).
+    cert_file, key_file : str, optional
+        Client certificate and its private key, for a peer that asks for one (given together).
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give cert_file and key_file together (a client certificate and its key)")
+        return self
+
+
+class PacsQuery(_Strict):
+    """Which studies to ask the PACS for (every given field narrows the query).
+
+    Attributes
+    ----------
+    study_dates : [first, last], optional
+        Study dates, inclusive (``YYYY-MM-DD``).
+    modalities : list of str, optional
+        ModalitiesInStudy, e.g. ``[CR, DX]``.
+    station_names, institutions : list of str, optional
+        StationName / InstitutionName values; a study matches any of them.
+    accession_numbers : str, optional
+        A CSV file (relative to the protocol) with a column ``AccessionNumber``: the worklist.
+    max_studies : int
+        Refuse a query that matches more studies (a query too wide by mistake), default 100000.
+    """
+
+    study_dates: tuple[dt.date, dt.date] | None = None
+    modalities: list[str] | None = Field(default=None, min_length=1)
+    station_names: list[str] | None = Field(default=None, min_length=1)
+    institutions: list[str] | None = Field(default=None, min_length=1)
+    accession_numbers: str | None = Field(
+        default=None, description="worklist CSV with a column AccessionNumber"
+    )
+    max_studies: int = Field(default=100_000, ge=1, le=10_000_000)
+
+    @field_validator("study_dates")
+    @classmethod
+    def _ordered(cls, value: tuple[dt.date, dt.date] | None) -> tuple[dt.date, dt.date] | None:
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"give [first, last] with first <= last; got {value[0]} after {value[1]}")
+        return value
+
+    @field_validator("modalities")
+    @classmethod
+    def _modality_codes(cls, value: list[str] | None) -> list[str] | None:
+        for code in value or []:
+            if not re.fullmatch(r"[A-Z0-9_]{1,16}", code):
+                raise ValueError(f"{code!r} is not a modality code (e.g. CR, DX, CT)")
+        return value
+
+
+class PeerSettings(_Strict):
+    """A DIMSE peer: where it listens and its AE title."""
+
+    host: str = Field(min_length=1, max_length=253)
+    port: int = Field(ge=1, le=65535)
+    ae_title: str
+
+    _title = field_validator("ae_title")(_ae_title)
+
+
+class _Source(_Strict):
+    credentials_file: str | None = Field(
+        default=None,
+        description="a file holding username and password (or token), readable by its owner only",
+    )
+    tls: TlsSettings | None = None
+    query: PacsQuery = Field(default_factory=PacsQuery)
+    max_connections: int = Field(default=4, ge=1, le=MAX_CONNECTIONS)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+
+class DicomwebSource(_Source):
+    """A DICOMweb server: QIDO-RS finds the studies, WADO-RS fetches each instance.
+
+    Attributes
+    ----------
+    dicomweb : str
+        The service's base URL, e.g. ``https://pacs.example.org/dicom-web`` (http only on loopback).
+    """
+
+    dicomweb: str
+
+    @field_validator("dicomweb")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        match = re.fullmatch(r"(https?)://([^/:?#@]+)(:\d{1,5})?(/[^?#]*)?", value)
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not an http(s) URL of a DICOMweb service (no user, query or fragment)"
+            )
+        scheme, host = match.group(1), match.group(2)
+        if scheme == "http" and host not in ("localhost", "127.0.0.1", "::1", "[::1]"):
+            raise ValueError(
+                "plain http sends studies and credentials in clear: use https (with tls.ca_file for a "
+                "site authority); http is accepted on loopback only"
+            )
+        return value.rstrip("/")
+
+
+class DimseSource(_Source):
+    """A DIMSE peer: C-FIND finds the studies, C-GET (default) or C-MOVE to our storage SCP fetches them.
+
+    Attributes
+    ----------
+    dimse : PeerSettings
+        The PACS: host, port and AE title.
+    calling_ae : str
+        Our AE title, as the PACS knows it.
+    retrieve : {"get", "move"}
+        C-GET on the same association, or C-MOVE to ``move_port`` where sitecal listens as ``calling_ae``.
+    move_port : int, optional
+        The port of our storage SCP for C-MOVE (the PACS must know ``calling_ae`` at this host and port).
+    """
+
+    dimse: PeerSettings
+    calling_ae: str = "SITECAL"
+    retrieve: Literal["get", "move"] = "get"
+    move_port: int | None = Field(default=None, ge=1, le=65535)
+
+    _title = field_validator("calling_ae")(_ae_title)
+
+    @model_validator(mode="after")
+    def _move_needs_port(self) -> DimseSource:
+        if self.retrieve == "move" and self.move_port is None:
+            raise ValueError("retrieve: move needs move_port (where sitecal's storage SCP listens)")
+        if self.retrieve == "get" and self.move_port is not None:
+            raise ValueError(
+                "move_port is for retrieve: move; C-GET returns the studies on its own association"
+            )
+        return self
+
+
+def source_id(source: DicomwebSource | DimseSource) -> str:
+    """A short name of the source and its query (not its credentials, connections or timeout)."""
+    settings = source.model_dump(mode="json", exclude={"credentials_file", "max_connections", "timeout_s"})
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
