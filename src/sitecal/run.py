@@ -350,11 +350,20 @@ def _nothing_to_analyse(
             f" None of the {cohort.n_studies_found} studies found matches a label row by data.key "
             f"({data.key}, labels column '{key_column}'): check data.key and data.key_column."
         )
+    elif not cohort.files_found and cohort.retrieval is not None:
+        found = cohort.retrieval.get("studies_found")
+        hint = (
+            f" The PACS query returned {found} studies and none could be retrieved: check data.source.query "
+            "(dates, modalities, worklist) and the exclusions."
+            if found
+            else " The PACS query returned no study: check data.source.query (dates, modalities, worklist)."
+        )
     elif not cohort.files_found:
         hint = f" {loaded.dicom_dir} holds no files: check data.dicom_dir."
     elif not cohort.dicom_instances:
         hint = f" None of the {cohort.files_found} files under data.dicom_dir is a usable DICOM image."
+    where = "data.source" if cohort.retrieval is not None else loaded.dicom_dir
     return DataError(
-        f"{loaded.dicom_dir}: no study could be analysed ({top}).{hint} Every exclusion is listed in "
+        f"{where}: no study could be analysed ({top}).{hint} Every exclusion is listed in "
         f"{folder / 'exclusions.csv'}."
     )
