@@ -16,6 +16,7 @@ from tests.conftest import write_demo_protocol
 from tests.pacs.orthanc import PASSWORD, USER, running_orthanc
 
 from sitecal.demo import generate_demo
+from sitecal.errors import DataError
 from sitecal.pacs import retrieve_studies, source_problems
 from sitecal.pacs._dicomweb import DicomwebPeer, PacsError
 from sitecal.protocol import load_protocol
@@ -174,4 +175,16 @@ def test_check_names_a_wrong_password_and_a_stopped_server(pacs: Any, tmp_path: 
     (problem,) = source_problems(DicomwebSource.model_validate(_source(pacs, dicomweb=url)), Path)
     assert (
         "cannot connect to 127.0.0.1" in problem and "Check that the DICOMweb service is running" in problem
+    )
+
+
+def test_a_query_that_matches_nothing_says_so(pacs: Any, tmp_path: Path) -> None:
+    source = _source(pacs, query={"study_dates": ["1990-01-01", "1990-12-31"]})
+    loaded = load_protocol(_protocol(tmp_path / "empty", pacs, source=source))
+    with pytest.raises(DataError) as caught:
+        run_protocol(loaded, progress=False)
+    message = str(caught.value)
+    assert message.startswith("data.source: no study could be analysed")
+    assert (
+        "The PACS query returned no study: check data.source.query (dates, modalities, worklist)." in message
     )
