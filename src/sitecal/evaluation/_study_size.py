@@ -32,7 +32,7 @@ from sitecal.metrics import TopLabelOEStatistic, top_label_recalibration
 from sitecal.metrics.registry import INTERCEPT, OE_RATIO, SLOPE
 from sitecal.protocol import AcceptanceCriterion
 from sitecal.protocol import PlanningSettings as PlanSettings
-from sitecal.protocol._schema import DEFAULT_PLAN_SIZES
+from sitecal.protocol._planning import DEFAULT_PLAN_SIZES
 from sitecal.results import Criterion, PlanningSettings, StudySize
 from sitecal.stats import BootstrapSpec, bootstrap_interval, bootstrap_metrics
 

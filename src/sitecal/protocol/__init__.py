@@ -22,16 +22,15 @@ from sitecal.protocol._inputs import (
     TransformSettings,
 )
 from sitecal.protocol._load import LoadedProtocol, YamlExcess, load_protocol, protocol_summary, yaml_excess
+from sitecal.protocol._planning import PlanningSettings
+from sitecal.protocol._report import DesignSettings, GovernanceSettings, ReportSettings
 from sitecal.protocol._schema import (
     AcceptanceCriterion,
     BootstrapSettings,
     CalibrationSettings,
     EvaluationSettings,
-    GovernanceSettings,
-    PlanningSettings,
     PrivacySettings,
     Protocol,
-    ReportSettings,
     SplitSettings,
 )
 from sitecal.protocol._transforms import TRANSFORM_ALLOWLIST, transform_problem
@@ -42,6 +41,7 @@ __all__ = [
     "BootstrapSettings",
     "CalibrationSettings",
     "DataSettings",
+    "DesignSettings",
     "EvaluationSettings",
     "GovernanceSettings",
     "InputSettings",

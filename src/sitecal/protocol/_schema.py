@@ -26,6 +26,8 @@ from sitecal.protocol._inputs import (
     SubgroupSettings,
     _check_intersections,
 )
+from sitecal.protocol._planning import PlanningSettings
+from sitecal.protocol._report import ReportSettings
 
 _DEFAULT_METRICS: tuple[MetricName, ...] = metric_names(default=True)
 _ECE_ONLY: tuple[MetricName, ...] = (ECE.name,)
@@ -144,60 +146,6 @@ class BootstrapSettings(_Strict):
         )
 
 
-#: Group sizes the study-size planning simulates by default.
-DEFAULT_PLAN_SIZES: tuple[int, ...] = (50, 100, 200, 300, 400, 600, 800, 1200, 1600)
-#: Most simulated groups per size: each is a bootstrap of one simulated group.
-MAX_PLAN_SIMULATIONS = 5000
-
-
-class PlanningSettings(_Strict):
-    """The study-size column of the acceptance tables: studies a group needs for an 80 % chance to pass.
-
-    After the run, for every judged group of every criterion, groups of each size in ``sizes`` are drawn
-    from the group's own calibrated probabilities (each label drawn from its study's probabilities, so the
-    model is calibrated by assumption) and judged as the run judges; the smallest size that passes in at
-    least 80 % of ``simulations`` groups is reported. ``simulations: 0`` leaves the column out.
-
-    Attributes
-    ----------
-    simulations : int
-        Simulated groups per size (0, or 20 to 5000). 100 give the pass rate to about ±4 percentage points.
-    resamples : int
-        Bootstrap resamples of each simulated group's interval (50 to 10000; fewer than a run's, which
-        moves an interval's ends by little).
-    sizes : list of int
-        The group sizes simulated (10 to 100000 studies each); the reported size is one of them.
-    """
-
-    simulations: int = Field(
-        default=100, ge=0, description="simulated groups per size; 0: no study-size column"
-    )
-    resamples: int = Field(
-        default=200, ge=50, le=10_000, description="bootstrap resamples per simulated group"
-    )
-    sizes: list[int] = Field(default_factory=lambda: list(DEFAULT_PLAN_SIZES), min_length=1, max_length=30)
-
-    @field_validator("simulations")
-    @classmethod
-    def _simulations_range(cls, value: int) -> int:
-        if 0 < value < 20:
-            raise ValueError(
-                f"give 0 (no study-size column) or at least 20 simulated groups per size (100 give the pass "
-                f"rate to about ±4 percentage points). Got {value}"
-            )
-        return _at_most(
-            value, MAX_PLAN_SIMULATIONS, "each is a bootstrap of a simulated group; 100 to 1000 is usual"
-        )
-
-    @field_validator("sizes")
-    @classmethod
-    def _sizes_range(cls, value: list[int]) -> list[int]:
-        wrong = [n for n in value if not 10 <= n <= 100_000]
-        if wrong:
-            raise ValueError(f"each size must lie between 10 and 100000 studies. Got {wrong}")
-        return sorted(set(value))
-
-
 class EvaluationSettings(_Strict):
     """What is measured on the evaluation split."""
 
@@ -306,111 +254,6 @@ class AcceptanceCriterion(_Strict):
         if self.within is not None:
             return self.within
         return (None, self.below) if self.below is not None else (self.above, None)
-
-
-class GovernanceSettings(_Strict):
-    """Statements only the site can make; the report is marked DRAFT until all four are given.
-
-    Each field is free text, printed literally in the report's sign-off section. Leave a field out
-    (or set it to ``null``) while it is not yet known: the report then shows it as a required placeholder.
-    An empty or blank text is refused, so that a placeholder cannot pass for a statement.
-
-    Attributes
-    ----------
-    ethics_approval : str, optional
-        The ethics committee or institutional review board that approved (or waived approval of) this
-        validation, with its reference, and how informed consent was handled.
-    reference_standard : str, optional
-        How the labels were obtained: who assessed the studies (qualifications), with what information,
-        blinded to what, how disagreements were resolved.
-    interpretation : str, optional
-        The site's overall interpretation of the results for the intended use, including any fairness
-        concerns.
-    human_oversight : str, optional
-        How people oversee the model in use: who sees its output, who may override it, how failures are
-        reported and monitored.
-    """
-
-    ethics_approval: str | None = Field(
-        default=None, description="ethics committee / IRB approval or waiver, with reference and consent"
-    )
-    reference_standard: str | None = Field(
-        default=None, description="how the labels were obtained: assessors, information, blinding"
-    )
-    interpretation: str | None = Field(
-        default=None, description="the site's interpretation of the results for the intended use"
-    )
-    human_oversight: str | None = Field(
-        default=None, description="who oversees the model in use, who may override it, how it is monitored"
-    )
-
-    @field_validator("ethics_approval", "reference_standard", "interpretation", "human_oversight")
-    @classmethod
-    def _not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError(
-                "must be a non-empty text; leave the field out while it is not yet known (the report is "
-                "then a DRAFT)"
-            )
-        return value
-
-
-class DesignSettings(_Strict):
-    """How the data were collected and acquired: facts the reporting guidelines ask for (CLAIM 5 and 13).
-
-    Optional: the Data section prints each one given, and the guideline crosswalk points at it; one left
-    out is listed there as for the site to supply.
-
-    Attributes
-    ----------
-    collection : {"retrospective", "prospective"}, optional
-        Whether the studies were collected before the validation was planned (retrospective) or for it.
-    acquisition : str, optional
-        The image acquisition protocol in a few lines: e.g. exposure, reconstruction, slice thickness,
-        contrast, as the site's protocols set them.
-    """
-
-    collection: Literal["retrospective", "prospective"] | None = Field(
-        default=None, description="retrospective or prospective data collection"
-    )
-    acquisition: str | None = Field(
-        default=None, description="the image acquisition protocol, in a few lines"
-    )
-
-    @field_validator("acquisition")
-    @classmethod
-    def _not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("must be a non-empty text; leave the field out while it is not yet known")
-        return value
-
-
-class ReportSettings(_Strict):
-    """Where the run folder goes and what the PDF says.
-
-    Attributes
-    ----------
-    output_dir : str
-        Folder that receives the run folders (relative to the protocol file).
-    title : str
-        Title of the PDF report.
-    sign_off : list of str
-        Roles that sign the report, one signature row each.
-    page_size : {"A4", "Letter"}
-        Paper size of the PDF.
-    governance : GovernanceSettings
-        The statements only the site can make (ethics approval, reference standard, interpretation, human
-        oversight); the report is a DRAFT while any is missing.
-    design : DesignSettings
-        How the data were collected and acquired (optional facts the Data section prints).
-    """
-
-    output_dir: str = "reports"
-    title: str = "Calibration validation report"
-    sign_off: list[str] = Field(default_factory=list)
-    page_size: Literal["A4", "Letter"] = "A4"
-    governance: GovernanceSettings = Field(default_factory=GovernanceSettings)
-    design: DesignSettings = Field(default_factory=DesignSettings)
 
 
 class PrivacySettings(_Strict):
