@@ -16,6 +16,7 @@ model with a binary outcome." Stat Med 40, 2021.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,19 +233,17 @@ def needed_size(
     the search then returns one of the sizes that reach it, never one that does not.
     """
     grid = sorted(set(sizes))
-    runs = {
-        n: _Simulations(
-            criterion,
-            model,
-            n,
-            n_simulations=n_simulations,
-            n_resamples=n_resamples,
-            n_bins=n_bins,
-            level=level,
-            seed=seed,
-        )
-        for n in grid
-    }
+    simulations = functools.partial(
+        _Simulations,
+        criterion,
+        model,
+        n_simulations=n_simulations,
+        n_resamples=n_resamples,
+        n_bins=n_bins,
+        level=level,
+        seed=seed,
+    )
+    runs = {n: simulations(n) for n in grid}
     low, high = -1, len(grid)  # invariant: grid[high] reaches the target (or high = len); grid[low] does not
     while high - low > 1:
         mid = (low + high) // 2

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 
+from sitecal._io import write_bytes_atomic, write_json_atomic
 from sitecal.errors import DataError
 
 __all__ = ["InstanceStore", "uid_key"]
@@ -28,20 +27,6 @@ __all__ = ["InstanceStore", "uid_key"]
 def uid_key(uid: str) -> str:
     """The store's name for a UID: its sha256, hex (the UID itself is never written)."""
     return hashlib.sha256(uid.strip().encode("ascii", "replace")).hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class InstanceStore:
@@ -82,7 +67,7 @@ class InstanceStore:
         digest = hashlib.sha256(data).hexdigest()
         path = self.object_path(digest)
         if not path.is_file():
-            _atomic_write(path, data)
+            write_bytes_atomic(path, data)
         with self._lock:
             self.instances[uid_key(sop_uid)] = digest
         return digest
@@ -98,8 +83,7 @@ class InstanceStore:
             self._save()
 
     def _save(self) -> None:
-        data = json.dumps({"instances": self.instances, "studies": self.studies}, sort_keys=True)
-        _atomic_write(self._index_path, data.encode("utf-8"))
+        write_json_atomic(self._index_path, {"instances": self.instances, "studies": self.studies})
 
     def objects_digest(self, study_keys: list[str]) -> str:
         """sha256 over the sorted object hashes of these studies' instances: names what was retrieved."""
