@@ -133,6 +133,7 @@ def scan(
         progress=progress,
         max_pixels_per_image=protocol.inputs.max_pixels_per_image,
         read_timeout_s=data.read_timeout_s,
+        only=None if retrieval is None else retrieval.files,
     )
     cohort = build_cohort(
         found,

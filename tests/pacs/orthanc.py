@@ -8,6 +8,7 @@ instruction rather than skip.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -97,7 +98,10 @@ def running_orthanc(folder: Path, *, modalities: dict[str, list[object]] | None 
     path = folder / "orthanc.json"
     path.write_text(json.dumps(config, indent=1))
     log = open(folder / "orthanc.log", "wb")
-    process = subprocess.Popen([binary, str(path)], stdout=log, stderr=subprocess.STDOUT)
+    # DCMTK (Orthanc's DICOM layer) leaves Nagle's algorithm on unless TCP_NODELAY is set: each DIMSE
+    # answer would then wait about 40 ms for a delayed acknowledgement
+    env = {**os.environ, "TCP_NODELAY": "1"}
+    process = subprocess.Popen([binary, str(path)], stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Orthanc(http_port, dicom_port, process, folder)
     try:
         deadline = time.monotonic() + 60

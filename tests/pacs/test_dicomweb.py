@@ -4,18 +4,14 @@ and errors a PACS administrator can act on."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import pydicom
 import pytest
 import yaml
-from tests.conftest import write_demo_protocol
 from tests.pacs.orthanc import PASSWORD, USER, running_orthanc
+from tests.pacs.routes import demo_protocol, leaks, numbers
 
-from sitecal.demo import generate_demo
 from sitecal.errors import DataError
 from sitecal.pacs import retrieve_studies, source_problems
 from sitecal.pacs._dicomweb import DicomwebPeer, PacsError
@@ -26,73 +22,24 @@ from sitecal.run import run_protocol
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def pacs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """An Orthanc loaded with a generated demo cohort, and a folder of exactly the studies it accepted."""
-    root = tmp_path_factory.mktemp("pacs")
-    manifest = generate_demo(root / "data", n_studies=120, seed=5)
-    accepted = root / "accepted"
-    with running_orthanc(root / "orthanc") as server:
-        for path in sorted(p for p in manifest.dicom_dir.rglob("*") if p.is_file()):
-            if server.upload(path) == "Success":  # not the planted junk, nor a second copy of an instance
-                target = accepted / path.relative_to(manifest.dicom_dir)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
-        credentials = root / "pacs-credentials.yaml"
-        credentials.write_text(yaml.safe_dump({"username": USER, "password": PASSWORD}))
-        credentials.chmod(0o600)
-        yield SimpleNamespace(
-            server=server, manifest=manifest, accepted=accepted, credentials=credentials, root=root
-        )
-
-
 def _source(pacs: Any, **changes: Any) -> dict[str, Any]:
     return {"dicomweb": pacs.server.dicomweb, "credentials_file": str(pacs.credentials), **changes}
 
 
-def _protocol(root: Path, pacs: Any, *, source: dict[str, Any] | None) -> Path:
-    cohort = SimpleNamespace(dicom_dir=pacs.accepted, labels_csv=pacs.manifest.labels_csv)
-    root.mkdir(parents=True)
-    path = write_demo_protocol(root, cohort, n_resamples=100)
-    raw = yaml.safe_load(path.read_text())
-    raw["evaluation"]["planning"] = {"simulations": 0}
-    if source is not None:
-        del raw["data"]["dicom_dir"]
-        raw["data"]["source"] = source
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
-def _numbers(folder: Path) -> dict[str, Any]:
-    document = json.loads((folder / "evaluation.json").read_text())
-    del document["protocol"]  # the two protocols differ in their data section, so in their sha256
-    return document
-
-
-def test_the_dicomweb_route_gives_the_folder_routes_numbers(pacs: Any, tmp_path: Path) -> None:
-    by_folder = run_protocol(load_protocol(_protocol(tmp_path / "folder", pacs, source=None)), progress=False)
+def test_the_dicomweb_route_gives_the_folder_routes_numbers(
+    pacs: Any, by_folder: dict[str, Any], tmp_path: Path
+) -> None:
     by_pacs = run_protocol(
-        load_protocol(_protocol(tmp_path / "pacs", pacs, source=_source(pacs))), progress=False
+        load_protocol(demo_protocol(tmp_path / "pacs", pacs, source=_source(pacs))), progress=False
     )
-    assert _numbers(by_pacs.folder) == _numbers(by_folder.folder)
+    assert numbers(by_pacs.folder) == by_folder
     record = json.loads((by_pacs.folder / "provenance.json").read_text())["pacs"]
     studies = len(pacs.server.studies())
     assert record["studies_found"] == studies and record["studies_failed"] == 0
     assert record["studies_retrieved_now"] == studies and record["route"] == "dicomweb"
     # no identifier of the cohort and no credential in any file the run wrote, nor in the store's index
-    identifiers = set()
-    for path in (p for p in pacs.accepted.rglob("*") if p.is_file()):
-        ds = pydicom.dcmread(path, stop_before_pixels=True)
-        identifiers |= {
-            str(ds.get(k, "")) for k in ("StudyInstanceUID", "SOPInstanceUID", "PatientID", "AccessionNumber")
-        }
-    identifiers.discard("")
-    written = [p for p in by_pacs.folder.rglob("*") if p.is_file() and p.suffix != ".png"]
-    written.append(load_protocol(tmp_path / "pacs" / "protocol.yaml").pacs_store / "index.json")
-    for path in written:
-        text = path.read_bytes().decode("latin-1")
-        assert PASSWORD not in text, path.name
-        assert not [i for i in identifiers if i in text], path.name
+    store = load_protocol(tmp_path / "pacs" / "protocol.yaml").pacs_store
+    assert leaks(pacs.accepted, [by_pacs.folder, store / "index.json"], PASSWORD) == []
 
 
 def test_a_retrieval_stopped_half_way_fetches_only_what_is_missing(
@@ -180,7 +127,7 @@ def test_check_names_a_wrong_password_and_a_stopped_server(pacs: Any, tmp_path: 
 
 def test_a_query_that_matches_nothing_says_so(pacs: Any, tmp_path: Path) -> None:
     source = _source(pacs, query={"study_dates": ["1990-01-01", "1990-12-31"]})
-    loaded = load_protocol(_protocol(tmp_path / "empty", pacs, source=source))
+    loaded = load_protocol(demo_protocol(tmp_path / "empty", pacs, source=source))
     with pytest.raises(DataError) as caught:
         run_protocol(loaded, progress=False)
     message = str(caught.value)

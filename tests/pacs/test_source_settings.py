@@ -14,7 +14,7 @@ from sitecal.errors import DataError
 from sitecal.pacs._credentials import load_credentials
 from sitecal.pacs.retrieve import query_filters
 from sitecal.protocol import Protocol
-from sitecal.protocol._pacs import DicomwebSource, PacsQuery
+from sitecal.protocol._pacs import DicomwebSource, DimseSource, PacsQuery
 
 
 def _protocol(data: dict) -> Protocol:
@@ -32,7 +32,25 @@ def _protocol(data: dict) -> Protocol:
             "plain http sends studies and credentials",
         ),
         ({"source": {"dicomweb": "https://user:pw@pacs.example/x"}}, "is not an http(s) URL"),
-        ({"source": {"dimse": {"host": "pacs", "port": 104, "ae_title": "PACS"}}}, "DIMSE retrieval"),
+        (
+            {"source": {"dimse": {"host": "pacs", "port": 104, "ae_title": "PACS"}, "retrieve": "move"}},
+            "retrieve: move needs move_port",
+        ),
+        (
+            {"source": {"dimse": {"host": "pacs", "port": 104, "ae_title": "A\\B"}}},
+            "is not an AE title",
+        ),
+        (
+            {
+                "source": {
+                    "dimse": {"host": "pacs", "port": 104, "ae_title": "PACS"},
+                    "retrieve": "move",
+                    "move_port": 11112,
+                    "tls": {"ca_file": "ca.pem"},
+                }
+            },
+            "retrieve: move over TLS needs tls.cert_file",
+        ),
         ({"source": {"url": "https://pacs.example"}}, "give exactly one of 'dicomweb: URL'"),
         ({"source": {"dicomweb": "https://p.example/dw", "password": "x"}}, "Extra inputs are not permitted"),
         ({"source": {"dicomweb": "https://p.example/dw", "max_connections": 99}}, "less than or equal to 16"),
@@ -43,6 +61,18 @@ def test_a_bad_source_is_refused_by_field(data: dict, said: str) -> None:
     with pytest.raises(ValidationError) as caught:
         _protocol(data)
     assert said in str(caught.value)
+
+
+def test_a_dimse_source_is_read_with_its_defaults() -> None:
+    protocol = _protocol({"source": {"dimse": {"host": "pacs", "port": 104, "ae_title": "PACS"}}})
+    source = protocol.data.source
+    assert isinstance(source, DimseSource)
+    assert (source.calling_ae, source.retrieve, source.move_port, source.max_connections) == (
+        "SITECAL",
+        "get",
+        None,
+        4,
+    )
 
 
 def test_a_loopback_source_runs_the_model_on_the_retrieved_studies() -> None:

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -131,6 +131,7 @@ def scan_folder(
     progress: bool = False,
     max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE,
     read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S,
+    only: Collection[Path] | None = None,
 ) -> ScanResult:
     """Read the header of every file under ``root``.
 
@@ -154,6 +155,9 @@ def scan_folder(
         Seconds one file's header read may take before the file is excluded; default
         :data:`DEFAULT_READ_TIMEOUT_S`; ``None`` waits for ever. A read stuck in the kernel (a hard-mounted
         share that never answers) keeps its thread until the share answers, but the scan goes on.
+    only : collection of Path, optional
+        Paths relative to ``root``: read these files and ignore the others (a PACS store holds more than
+        the query's complete studies).
 
     Returns
     -------
@@ -180,6 +184,9 @@ def scan_folder(
             f"Got {read_timeout_s!r}."
         )
     entries = sorted(walk(root))
+    if only is not None:
+        wanted_paths = set(only)
+        entries = [(path, problem) for path, problem in entries if path.relative_to(root) in wanted_paths]
     paths = [path for path, problem in entries if problem is None]
     wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
     limits = _Limits(max_pixels_per_image, read_timeout_s)

@@ -35,10 +35,13 @@ class Credentials:
     token: str | None = field(default=None, repr=False)
 
 
-def load_credentials(path: Path | None) -> Credentials | None:
-    """The credentials of ``path`` (a YAML file, owner-only), else of the environment, else None."""
+def load_credentials(path: Path | None, field: str = "data.source.credentials_file") -> Credentials | None:
+    """The credentials of ``path`` (a YAML file, owner-only), else of the environment, else None.
+
+    ``field``: the protocol field that named the file, for messages.
+    """
     if path is not None:
-        return _from_file(path)
+        return _from_file(path, field)
     env = os.environ
     if env.get(ENV_TOKEN):
         return Credentials("environment (SITECAL_PACS_TOKEN)", token=env[ENV_TOKEN])
@@ -54,8 +57,8 @@ def load_credentials(path: Path | None) -> Credentials | None:
     return None
 
 
-def _from_file(path: Path) -> Credentials:
-    where = f"data.source.credentials_file {path}"
+def _from_file(path: Path, field: str) -> Credentials:
+    where = f"{field} {path}"
     try:
         mode = path.stat().st_mode
         if not stat.S_ISREG(mode):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from sitecal._scrub import safe_text
-from sitecal.errors import DataError
 from sitecal.pacs._credentials import Credentials
+from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
+from sitecal.pacs._store import InstanceStore
 from sitecal.protocol._pacs import DicomwebSource
 
 __all__ = ["DicomwebPeer", "PacsError", "StudyRef", "http_problem"]
@@ -30,17 +30,6 @@ __all__ = ["DicomwebPeer", "PacsError", "StudyRef", "http_problem"]
 _STUDY_UID = "0020000D"
 _SERIES_UID = "0020000E"
 _SOP_UID = "00080018"
-
-
-class PacsError(Exception):
-    """A PACS request failed; the message says what to check (no credential, no UID)."""
-
-
-@dataclass(frozen=True)
-class StudyRef:
-    """A study the query returned (its UID in memory only)."""
-
-    study_uid: str
 
 
 class _Counted(HTTPAdapter):
@@ -101,6 +90,8 @@ def http_problem(exc: BaseException, url: str, what: str) -> str:
 class DicomwebPeer:
     """A DICOMweb service: find studies (QIDO-RS), list and fetch their instances (QIDO-RS, WADO-RS)."""
 
+    route = "dicomweb"
+
     def __init__(
         self,
         source: DicomwebSource,
@@ -111,6 +102,24 @@ class DicomwebPeer:
         self._local = threading.local()
         self._lock = threading.Lock()
         self.requests = 0
+        self.connections = 0  # HTTP sessions (one a worker thread)
+        self._sessions: list[requests.Session] = []
+
+    def __enter__(self) -> DicomwebPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for session in self._sessions:
+            session.close()
+
+    def probe(self) -> None:
+        """One QIDO-RS study search limited to one answer."""
+        client = self._client()
+        self._call("QIDO-RS study search", lambda: client.search_for_studies(limit=1))
+
+    def describe(self) -> str:
+        """The service URL (the protocol holds no user in it)."""
+        return self.source.dicomweb
 
     def _count(self) -> None:
         with self._lock:
@@ -122,6 +131,9 @@ class DicomwebPeer:
             from dicomweb_client.api import DICOMwebClient
 
             session = requests.Session()
+            with self._lock:
+                self._sessions.append(session)
+                self.connections += 1
             adapter = _Counted(self.source.timeout_s, self._count)
             session.mount("http://", adapter)
             session.mount("https://", adapter)
@@ -166,10 +178,7 @@ class DicomwebPeer:
                 if uid:
                     found.add(uid)
                 if len(found) > self.source.query.max_studies:
-                    raise DataError(
-                        f"the PACS query matches more than data.source.query.max_studies "
-                        f"({self.source.query.max_studies}) studies: narrow the query, or raise the limit."
-                    )
+                    raise too_many_studies(self.source.query.max_studies)
         return [StudyRef(uid) for uid in sorted(found)]
 
     def instances(self, study: StudyRef) -> list[tuple[str, str]]:
@@ -185,6 +194,19 @@ class DicomwebPeer:
             if series and sop:
                 out.append((series, sop))
         return sorted(set(out))
+
+    def fetch_study(self, study: StudyRef, store: InstanceStore) -> int:
+        """Fetch a study's missing instances (one WADO-RS request each); how many were fetched."""
+        instances = self.instances(study)
+        if not instances:
+            raise PacsError("the PACS lists no instance for this study")
+        fetched = 0
+        for series_uid, sop_uid in instances:
+            if not store.has_instance(sop_uid):
+                store.put(sop_uid, self.fetch(study, series_uid, sop_uid))
+                fetched += 1
+        store.complete_study(study.study_uid, [sop for _, sop in instances])
+        return fetched
 
     def fetch(self, study: StudyRef, series_uid: str, sop_uid: str) -> bytes:
         """One instance as Part-10 bytes (WADO-RS, the server's transfer syntax)."""

@@ -85,6 +85,10 @@ class InstanceStore:
     def _save(self) -> None:
         write_json_atomic(self._index_path, {"instances": self.instances, "studies": self.studies})
 
+    def object_digests(self, study_keys: list[str]) -> list[str]:
+        """The sorted object hashes of these studies' instances."""
+        return sorted({self.instances[k] for s in study_keys for k in self.studies.get(s, [])})
+
     def objects_digest(self, study_keys: list[str]) -> str:
         """sha256 over the sorted object hashes of these studies' instances: names what was retrieved."""
         digests = sorted(self.instances[k] for s in study_keys for k in self.studies.get(s, []))

@@ -20,10 +20,10 @@ from typing import Any
 from tqdm import tqdm
 
 from sitecal.errors import DataError
-from sitecal.pacs._credentials import load_credentials
-from sitecal.pacs._dicomweb import DicomwebPeer, PacsError, StudyRef
+from sitecal.pacs._credentials import Credentials, load_credentials
+from sitecal.pacs._peer import PacsError, Peer, StudyRef
 from sitecal.pacs._store import InstanceStore, uid_key
-from sitecal.protocol._pacs import DIMSE_NOT_YET, DicomwebSource, DimseSource, PacsQuery
+from sitecal.protocol._pacs import DicomwebSource, DimseSource, PacsQuery
 
 __all__ = ["Retrieval", "query_filters", "retrieve_studies", "source_problems"]
 
@@ -35,9 +35,15 @@ MAX_WORKLIST_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Retrieval:
-    """What a retrieval did: the folder to scan, the studies it could not fetch, and its summary."""
+    """What a retrieval did: the store's folder, the files of the query's studies, the failed studies.
+
+    ``files`` (relative to ``folder``) are the instances of the studies the query returned and that are
+    complete in the store: what the scan reads (not a study the PACS no longer returns, nor the part of
+    a study that failed). ``summary`` is what provenance records.
+    """
 
     folder: Path
+    files: frozenset[Path]
     failed: tuple[tuple[str, str], ...]  # (StudyInstanceUID, reason): in memory only
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -85,7 +91,7 @@ def query_filters(query: PacsQuery, resolve: Callable[[str], Path]) -> list[list
     return fields or [[dict(base)]]
 
 
-def _find(peer: DicomwebPeer, query: PacsQuery, resolve: Callable[[str], Path]) -> list[StudyRef]:
+def _find(peer: Peer, query: PacsQuery, resolve: Callable[[str], Path]) -> list[StudyRef]:
     chosen: set[str] | None = None
     for searches in query_filters(query, resolve):
         found = {s.study_uid for s in peer.find_studies([dict(f) for f in searches])}
@@ -93,18 +99,19 @@ def _find(peer: DicomwebPeer, query: PacsQuery, resolve: Callable[[str], Path]) 
     return [StudyRef(uid) for uid in sorted(chosen or ())]
 
 
-def _fetch_study(peer: DicomwebPeer, store: InstanceStore, study: StudyRef) -> int:
-    """Fetch a study's missing instances; the instances fetched. Raises PacsError."""
-    instances = peer.instances(study)
-    if not instances:
-        raise PacsError("the PACS lists no instance for this study")
-    fetched = 0
-    for series_uid, sop_uid in instances:
-        if not store.has_instance(sop_uid):
-            store.put(sop_uid, peer.fetch(study, series_uid, sop_uid))
-            fetched += 1
-    store.complete_study(study.study_uid, [sop for _, sop in instances])
-    return fetched
+def _peer(
+    source: DicomwebSource | DimseSource,
+    credentials: Credentials | None,
+    resolve: Callable[[str], Path],
+    store: InstanceStore | None = None,
+) -> Peer:
+    if isinstance(source, DimseSource):
+        from sitecal.pacs._dimse import DimsePeer
+
+        return DimsePeer(source, credentials, resolve, store)
+    from sitecal.pacs._dicomweb import DicomwebPeer
+
+    return DicomwebPeer(source, credentials, resolve)
 
 
 def retrieve_studies(
@@ -119,18 +126,29 @@ def retrieve_studies(
     ``store``: the source's folder (``LoadedProtocol.pacs_store``); ``resolve`` turns protocol paths into
     paths (credentials, worklist, TLS files).
     """
-    if isinstance(source, DimseSource):
-        raise DataError(f"data.source.dimse: {DIMSE_NOT_YET}")
     credentials = load_credentials(
         None if source.credentials_file is None else resolve(source.credentials_file)
     )
     instances = InstanceStore(store)
     instances.files.mkdir(parents=True, exist_ok=True)
-    peer = DicomwebPeer(source, credentials, resolve)
+    try:
+        with _peer(source, credentials, resolve, instances) as peer:
+            return _retrieve(peer, source, instances, resolve, progress)
+    except PacsError as exc:
+        raise DataError(f"data.source: {exc}") from None
+
+
+def _retrieve(
+    peer: Peer,
+    source: DicomwebSource | DimseSource,
+    instances: InstanceStore,
+    resolve: Callable[[str], Path],
+    progress: bool,
+) -> Retrieval:
     try:
         studies = _find(peer, source.query, resolve)
     except PacsError as exc:
-        raise DataError(f"data.source: the PACS query failed. {exc}") from None
+        raise PacsError(f"the PACS query failed. {exc}") from None
     todo = [s for s in studies if not instances.has_study(s.study_uid)]
     logger.info(
         "PACS query: %d studies; %d already in the local store, %d to retrieve",
@@ -142,7 +160,7 @@ def retrieve_studies(
     fetched = 0
     bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
     with ThreadPoolExecutor(max_workers=source.max_connections) as pool:
-        futures = {pool.submit(_fetch_study, peer, instances, s): s for s in todo}
+        futures = {pool.submit(peer.fetch_study, s, instances): s for s in todo}
         for future in as_completed(futures):  # a loop over studies as they finish
             study = futures[future]
             try:
@@ -163,8 +181,8 @@ def retrieve_studies(
     for _, reason in failed:
         reasons[reason] = reasons.get(reason, 0) + 1
     summary = {
-        "route": "dicomweb",
-        "service": _service(source.dicomweb),
+        "route": peer.route,
+        "service": peer.describe(),
         "query": source.query.model_dump(mode="json", exclude_none=True),
         "studies_found": len(studies),
         "studies_retrieved_now": len(todo) - len(failed),
@@ -173,26 +191,24 @@ def retrieve_studies(
         "failures": [{"reason": r, "count": n} for r, n in sorted(reasons.items())],
         "instances_fetched": fetched,
         "requests": peer.requests,
+        "connections": peer.connections,
         "max_connections": source.max_connections,
         "objects_sha256": instances.objects_digest(retrieved),
         "store": instances.root.name,
     }
-    return Retrieval(folder=instances.files, failed=tuple(sorted(failed)), summary=summary)
-
-
-def _service(url: str) -> str:
-    """The service URL as recorded: scheme, host, port and path (the protocol holds no user in it)."""
-    return url
+    files = frozenset(
+        instances.object_path(d).relative_to(instances.files) for d in instances.object_digests(retrieved)
+    )
+    return Retrieval(folder=instances.files, files=files, failed=tuple(sorted(failed)), summary=summary)
 
 
 def source_problems(source: DicomwebSource | DimseSource, resolve: Callable[[str], Path]) -> list[str]:
     """What a run would refuse of ``data.source``, found in seconds: one line each (for ``sitecal check``).
 
-    Reads the credentials, the worklist and the TLS files, then asks the PACS one study-level query
-    limited to one answer (so that a wrong URL, a stopped server or refused credentials show here).
+    Reads the credentials, the worklist and the TLS files, then asks the PACS once (DICOMweb: a study
+    search limited to one answer; DIMSE: an association offering the query and retrieval it needs), so
+    that a wrong URL or AE title, a stopped server or refused credentials show here.
     """
-    if isinstance(source, DimseSource):
-        return [f"data.source.dimse: {DIMSE_NOT_YET}"]
     problems = []
     tls = source.tls
     for name in ("ca_file", "cert_file", "key_file"):
@@ -208,10 +224,9 @@ def source_problems(source: DicomwebSource | DimseSource, resolve: Callable[[str
         return [*problems, str(exc)]
     if problems:
         return problems
-    peer = DicomwebPeer(source, credentials, resolve)
     try:
-        client = peer._client()
-        peer._call("QIDO-RS study search", lambda: client.search_for_studies(limit=1))
+        with _peer(source, credentials, resolve) as peer:
+            peer.probe()
     except PacsError as exc:
         return [f"data.source: {exc}"]
     return []

@@ -19,7 +19,7 @@ from sitecal.protocol._base import (
     unbandable_tag,
     unshown_tag,
 )
-from sitecal.protocol._pacs import DIMSE_NOT_YET, DicomwebSource, DimseSource
+from sitecal.protocol._pacs import DicomwebSource, DimseSource, one_peer_kind
 from sitecal.protocol._transforms import transform_problem
 
 
@@ -246,18 +246,7 @@ class DataSettings(_Strict):
     @field_validator("source", mode="before")
     @classmethod
     def _one_kind(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            kinds = [k for k in ("dicomweb", "dimse") if k in value]
-            if len(kinds) != 1:
-                raise ValueError(
-                    "give exactly one of 'dicomweb: URL' (QIDO-RS and WADO-RS) or 'dimse: {host, port, "
-                    "ae_title}' (C-FIND and C-GET or C-MOVE)"
-                    + (f"; got {' and '.join(kinds)}" if kinds else "")
-                )
-            if kinds == ["dimse"]:
-                raise ValueError(DIMSE_NOT_YET)
-            return DicomwebSource.model_validate(dict(value))
-        return value
+        return one_peer_kind(value, (DicomwebSource, DimseSource))
 
     @model_validator(mode="after")
     def _folder_or_pacs(self) -> DataSettings:

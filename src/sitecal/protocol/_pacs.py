@@ -11,21 +11,31 @@ import datetime as dt
 import hashlib
 import json
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from sitecal.protocol._base import _Strict
 
-__all__ = ["DicomwebSource", "DimseSource", "PacsQuery", "PeerSettings", "TlsSettings", "source_id"]
+__all__ = [
+    "DicomwebDestination",
+    "DicomwebService",
+    "DicomwebSource",
+    "DimseDestination",
+    "DimseService",
+    "DimseSource",
+    "PacsQuery",
+    "PeerSettings",
+    "TlsSettings",
+    "one_peer_kind",
+    "source_id",
+]
 
 #: An AE title: 1 to 16 characters of the DICOM default repertoire, no backslash, not only spaces.
 _AE_TITLE = re.compile(r"^(?! *$)[\x20-\x5b\x5d-\x7e]{1,16}$")
-#: Why a DIMSE source is refused (its settings are defined; its retrieval is not built yet).
-DIMSE_NOT_YET = (
-    "DIMSE retrieval (C-FIND, C-GET / C-MOVE) is not available in this version; use data.source.dicomweb "
-    "(QIDO-RS and WADO-RS), or export the studies and give data.dicom_dir"
-)
+#: Host names taken as this machine (plain http and an unencrypted move port are accepted only there).
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 #: Most concurrent associations or HTTP connections a retrieval may open.
 MAX_CONNECTIONS = 16
 
@@ -112,19 +122,22 @@ class PeerSettings(_Strict):
     _title = field_validator("ae_title")(_ae_title)
 
 
-class _Source(_Strict):
+class _Connection(_Strict):
     credentials_file: str | None = Field(
         default=None,
         description="a file holding username and password (or token), readable by its owner only",
     )
     tls: TlsSettings | None = None
-    query: PacsQuery = Field(default_factory=PacsQuery)
-    max_connections: int = Field(default=4, ge=1, le=MAX_CONNECTIONS)
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
 
-class DicomwebSource(_Source):
-    """A DICOMweb server: QIDO-RS finds the studies, WADO-RS fetches each instance.
+class _Retrieval(_Strict):
+    query: PacsQuery = Field(default_factory=PacsQuery)
+    max_connections: int = Field(default=4, ge=1, le=MAX_CONNECTIONS)
+
+
+class DicomwebService(_Connection):
+    """A DICOMweb service and how to reach it.
 
     Attributes
     ----------
@@ -143,7 +156,7 @@ class DicomwebSource(_Source):
                 f"{value!r} is not an http(s) URL of a DICOMweb service (no user, query or fragment)"
             )
         scheme, host = match.group(1), match.group(2)
-        if scheme == "http" and host not in ("localhost", "127.0.0.1", "::1", "[::1]"):
+        if scheme == "http" and host not in LOOPBACK:
             raise ValueError(
                 "plain http sends studies and credentials in clear: use https (with tls.ca_file for a "
                 "site authority); http is accepted on loopback only"
@@ -151,8 +164,8 @@ class DicomwebSource(_Source):
         return value.rstrip("/")
 
 
-class DimseSource(_Source):
-    """A DIMSE peer: C-FIND finds the studies, C-GET (default) or C-MOVE to our storage SCP fetches them.
+class DimseService(_Connection):
+    """A DIMSE peer and how to reach it.
 
     Attributes
     ----------
@@ -160,18 +173,34 @@ class DimseSource(_Source):
         The PACS: host, port and AE title.
     calling_ae : str
         Our AE title, as the PACS knows it.
+
+    Credentials, when given, go in the association request as a user identity (username and password,
+    or a token as a JWT); a PACS that does not ask for one ignores it.
+    """
+
+    dimse: PeerSettings
+    calling_ae: str = "SITECAL"
+
+    _title = field_validator("calling_ae")(_ae_title)
+
+
+class DicomwebSource(DicomwebService, _Retrieval):
+    """A DICOMweb server to retrieve from: QIDO-RS finds the studies, WADO-RS fetches each instance."""
+
+
+class DimseSource(DimseService, _Retrieval):
+    """A DIMSE peer to retrieve from: C-FIND finds the studies, C-GET (default) or C-MOVE fetches them.
+
+    Attributes
+    ----------
     retrieve : {"get", "move"}
         C-GET on the same association, or C-MOVE to ``move_port`` where sitecal listens as ``calling_ae``.
     move_port : int, optional
         The port of our storage SCP for C-MOVE (the PACS must know ``calling_ae`` at this host and port).
     """
 
-    dimse: PeerSettings
-    calling_ae: str = "SITECAL"
     retrieve: Literal["get", "move"] = "get"
     move_port: int | None = Field(default=None, ge=1, le=65535)
-
-    _title = field_validator("calling_ae")(_ae_title)
 
     @model_validator(mode="after")
     def _move_needs_port(self) -> DimseSource:
@@ -181,7 +210,37 @@ class DimseSource(_Source):
             raise ValueError(
                 "move_port is for retrieve: move; C-GET returns the studies on its own association"
             )
+        if self.retrieve == "move" and self.tls is not None and self.tls.cert_file is None:
+            raise ValueError(
+                "retrieve: move over TLS needs tls.cert_file and tls.key_file: the certificate sitecal's "
+                "storage SCP presents to the PACS"
+            )
         return self
+
+
+class DicomwebDestination(DicomwebService):
+    """Where ``report.dcm`` is sent by STOW-RS (``sitecal send``, or after the run with ``after_run``)."""
+
+    after_run: bool = False
+
+
+class DimseDestination(DimseService):
+    """Where ``report.dcm`` is sent by C-STORE (``sitecal send``, or after the run with ``after_run``)."""
+
+    after_run: bool = False
+
+
+def one_peer_kind(value: Any, kinds: tuple[type[BaseModel], type[BaseModel]]) -> Any:
+    """Validate a mapping as the DICOMweb or the DIMSE model of ``kinds``, by its one key naming a peer."""
+    if not isinstance(value, Mapping):
+        return value
+    given = [k for k in ("dicomweb", "dimse") if k in value]
+    if len(given) != 1:
+        raise ValueError(
+            "give exactly one of 'dicomweb: URL' or 'dimse: {host, port, ae_title}'"
+            + (f"; got {' and '.join(given)}" if given else "")
+        )
+    return (kinds[0] if given == ["dicomweb"] else kinds[1]).model_validate(dict(value))
 
 
 def source_id(source: DicomwebSource | DimseSource) -> str:

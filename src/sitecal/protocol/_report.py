@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from sitecal.protocol._base import _Strict
+from sitecal.protocol._pacs import DicomwebDestination, DimseDestination, one_peer_kind
 
 __all__ = ["DesignSettings", "GovernanceSettings", "ReportSettings"]
 
@@ -106,6 +107,9 @@ class ReportSettings(_Strict):
         oversight); the report is a DRAFT while any is missing.
     design : DesignSettings
         How the data were collected and acquired (optional facts the Data section prints).
+    send_to : DicomwebDestination or DimseDestination, optional
+        The archive that receives ``report.dcm`` (STOW-RS or C-STORE) with ``sitecal send RUN_DIR``, or
+        after every run that wrote a report when ``after_run: true``.
     """
 
     output_dir: str = "reports"
@@ -114,3 +118,11 @@ class ReportSettings(_Strict):
     page_size: Literal["A4", "Letter"] = "A4"
     governance: GovernanceSettings = Field(default_factory=GovernanceSettings)
     design: DesignSettings = Field(default_factory=DesignSettings)
+    send_to: DicomwebDestination | DimseDestination | None = Field(
+        default=None, description="the archive report.dcm is sent to (DICOMweb STOW-RS or DIMSE C-STORE)"
+    )
+
+    @field_validator("send_to", mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        return one_peer_kind(value, (DicomwebDestination, DimseDestination))

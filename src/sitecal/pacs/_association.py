@@ -1,0 +1,289 @@
+"""DIMSE associations with a PACS (pynetdicom), and messages a PACS administrator can act on.
+
+:func:`associate` opens an association as ``calling_ae`` to the configured peer with the presentation
+contexts asked for, its timeouts, TLS and user identity, and turns every way it can fail into a
+:class:`PacsError` that names it: rejected (with the result, the source and the reason code), aborted,
+no answer, or an abstract syntax the PACS did not accept. :func:`status_problem` does the same for a
+DIMSE status.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sitecal.pacs._credentials import Credentials
+from sitecal.pacs._peer import PacsError
+from sitecal.protocol._pacs import DimseService, TlsSettings
+
+__all__ = [
+    "STORAGE_SYNTAXES",
+    "associate",
+    "check_reachable",
+    "no_delay",
+    "status_problem",
+    "tls_context",
+]
+
+
+def _run_log_only(record: logging.LogRecord) -> bool:
+    record.run_log_only = True  # the console shows sitecal's own message about the same failure
+    return True
+
+
+# pynetdicom logs every association and every message at INFO (the run log's level): keep its warnings
+# and errors, in run.log only
+_pynetdicom = logging.getLogger("pynetdicom")
+_pynetdicom.setLevel(logging.WARNING)
+if _run_log_only not in _pynetdicom.filters:
+    _pynetdicom.addFilter(_run_log_only)
+
+#: Transfer syntaxes proposed for instances received (uncompressed first, then the usual compressions).
+STORAGE_SYNTAXES = (
+    "1.2.840.10008.1.2.1",  # Explicit VR Little Endian
+    "1.2.840.10008.1.2",  # Implicit VR Little Endian
+    "1.2.840.10008.1.2.4.70",  # JPEG Lossless, SV1
+    "1.2.840.10008.1.2.4.50",  # JPEG Baseline
+    "1.2.840.10008.1.2.4.51",  # JPEG Extended
+    "1.2.840.10008.1.2.4.57",  # JPEG Lossless
+    "1.2.840.10008.1.2.4.80",  # JPEG-LS Lossless
+    "1.2.840.10008.1.2.4.81",  # JPEG-LS Near-lossless
+    "1.2.840.10008.1.2.4.90",  # JPEG 2000 Lossless
+    "1.2.840.10008.1.2.4.91",  # JPEG 2000
+    "1.2.840.10008.1.2.5",  # RLE Lossless
+    "1.2.840.10008.1.2.1.99",  # Deflated Explicit VR Little Endian
+)
+
+#: A-ASSOCIATE-RJ (result source, reason) -> what it means (PS3.8 Table 9-21).
+_REJECTED = {
+    (1, 1): "no reason given",
+    (1, 2): "application context name not supported",
+    (1, 3): "calling AE title not recognised",
+    (1, 7): "called AE title not recognised",
+    (2, 1): "no reason given",
+    (2, 2): "protocol version not supported",
+    (3, 1): "temporary congestion",
+    (3, 2): "local limit exceeded",
+}
+_SOURCE = {1: "the PACS (service user)", 2: "its ACSE provider", 3: "its presentation provider"}
+
+#: DIMSE status -> what it means (PS3.4 C.4 and B.2, PS3.7 C).
+_STATUS = {
+    0x0110: "processing failure",
+    0x0122: "SOP class not supported",
+    0x0124: "not authorised",
+    0x0211: "unrecognised operation",
+    0xA700: "out of resources",
+    0xA701: "out of resources: unable to calculate the number of matches",
+    0xA702: "out of resources: unable to perform sub-operations",
+    0xA801: "move destination unknown",
+    0xA900: "identifier does not match SOP class",
+    0xAA00: "none of the requested instances were found",
+    0xB000: "sub-operations complete, one or more failures",
+    0xFE00: "cancelled",
+}
+
+
+def status_problem(code: int) -> str:
+    """``0xA702 (out of resources: unable to perform sub-operations)``: a status and its meaning."""
+    meaning = _STATUS.get(code)
+    if meaning is None and 0xC000 <= code <= 0xCFFF:
+        meaning = "unable to process"
+    return f"status 0x{code:04X}" + (f" ({meaning})" if meaning else "")
+
+
+def _where(service: DimseService) -> str:
+    peer = service.dimse
+    return f"{peer.ae_title} at {peer.host}:{peer.port}"
+
+
+def tls_context(tls: TlsSettings, resolve: Callable[[str], Path], *, server: bool = False) -> ssl.SSLContext:
+    """An SSL context: the site authority to trust (or the system's), and our certificate if given."""
+    purpose = ssl.Purpose.CLIENT_AUTH if server else ssl.Purpose.SERVER_AUTH
+    cafile = None if tls.ca_file is None else str(resolve(tls.ca_file))
+    context = ssl.create_default_context(purpose, cafile=cafile)
+    if tls.cert_file is not None and tls.key_file is not None:
+        context.load_cert_chain(str(resolve(tls.cert_file)), str(resolve(tls.key_file)))
+    return context
+
+
+def no_delay(event: Any) -> None:
+    """Send each PDU at once (TCP_NODELAY) on a connection just opened (an EVT_CONN_OPEN handler).
+
+    pynetdicom writes a message's command and dataset as separate segments; with Nagle's algorithm the
+    second waits for the peer's delayed acknowledgement, about 40 ms a request.
+    """
+    sock = getattr(getattr(event.assoc.dul, "socket", None), "socket", None)
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # not a TCP socket: nothing to tune
+            pass
+
+
+def _identity(credentials: Credentials | None) -> list[Any]:
+    if credentials is None:
+        return []
+    from pynetdicom.pdu_primitives import UserIdentityNegotiation
+
+    item = UserIdentityNegotiation()
+    if credentials.token is not None:
+        item.user_identity_type, item.primary_field = 5, credentials.token.encode()
+    elif credentials.username is not None and credentials.password is not None:
+        item.user_identity_type = 2
+        item.primary_field = credentials.username.encode()
+        item.secondary_field = credentials.password.encode()
+    else:
+        return []
+    return [item]
+
+
+def associate(
+    service: DimseService,
+    credentials: Credentials | None,
+    resolve: Callable[[str], Path],
+    *,
+    what: str,
+    contexts: Sequence[str],
+    receive: Sequence[str] = (),
+    on_store: Callable[[Any], int] | None = None,
+    field: str = "data.source",
+) -> Any:
+    """An established association to ``service`` that accepted every abstract syntax of ``contexts``.
+
+    ``receive``: storage SOP classes we accept instances of on this association (C-GET, SCP role);
+    ``on_store`` handles each. Raises :class:`PacsError` naming what failed and what to check.
+    """
+    from pynetdicom import AE, build_role, evt
+    from pynetdicom.presentation import build_context
+
+    ae = AE(ae_title=service.calling_ae)
+    for name in ("acse_timeout", "dimse_timeout", "network_timeout", "connection_timeout"):
+        setattr(ae, name, service.timeout_s)
+    ae.maximum_pdu_size = 0  # no limit on what we receive
+    requested = [build_context(uid) for uid in contexts]
+    requested += [build_context(uid, list(STORAGE_SYNTAXES)) for uid in receive]
+    if len(requested) > 128:
+        raise PacsError(f"{what}: more than 128 SOP classes in one association.")
+    ae.requested_contexts = requested
+    ext_neg = [build_role(uid, scp_role=True) for uid in receive] + _identity(credentials)
+    seen: dict[str, bool] = {}
+
+    def opened(event: Any) -> None:
+        seen["connected"] = True
+        no_delay(event)
+
+    handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened)]
+    if on_store is not None:
+        handlers.append((evt.EVT_C_STORE, on_store))
+    peer = service.dimse
+    tls_args = None
+    if service.tls is not None:
+        try:
+            tls_args = (tls_context(service.tls, resolve), peer.host)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise PacsError(
+                f"{what}: the TLS files of {field}.tls cannot be used ({type(exc).__name__}: "
+                f"{getattr(exc, 'strerror', None) or exc}). Check ca_file, cert_file and key_file."
+            ) from None
+    started = time.monotonic()
+    assoc = ae.associate(
+        peer.host,
+        peer.port,
+        ae_title=peer.ae_title,
+        ext_neg=ext_neg or None,
+        evt_handlers=handlers,
+        tls_args=tls_args,
+    )
+    if assoc.is_established:
+        accepted = {c.abstract_syntax for c in assoc.accepted_contexts}
+        refused = [uid for uid in contexts if uid not in accepted]
+        if refused:
+            assoc.release()
+            names = ", ".join(_sop_name(uid) for uid in refused)
+            raise PacsError(
+                f"{what}: {_where(service)} accepted the association but not {names}. Ask the PACS "
+                f"administrator to allow it for {service.calling_ae}"
+                + (", or use retrieve: move" if "Get" in names else "")
+                + "."
+            )
+        return assoc
+    if assoc.is_rejected:
+        raise PacsError(_rejection(service, assoc, what, field))
+    secured = "; or the TLS handshake failed (check tls and that the port speaks TLS)" if service.tls else ""
+    if not seen.get("connected"):
+        raise PacsError(
+            f"{what}: cannot connect to {_where(service)} (connection refused, host unreachable, or no "
+            f"answer within {field}.timeout_s, {service.timeout_s:g} s){secured}. Check that the PACS is "
+            f"running and that {field}.dimse names its host and DICOM port."
+        )
+    if time.monotonic() - started >= 0.95 * service.timeout_s:  # our own ACSE timeout ended it
+        raise PacsError(
+            f"{what}: {_where(service)} accepted the connection but did not answer the association "
+            f"request within {field}.timeout_s ({service.timeout_s:g} s){secured}. Check that "
+            f"{field}.dimse.port is the PACS's DICOM port."
+        )
+    raise PacsError(
+        f"{what}: {_where(service)} closed the connection without accepting the association "
+        f"(A-ABORT or a dropped connection){secured}. Check that the PACS knows {service.calling_ae} "
+        f"({field}.calling_ae) and accepts associations from this host, and that the port is its DICOM port."
+    )
+
+
+def check_reachable(service: DimseService, what: str, field: str = "data.source") -> None:
+    """Open and close one TCP connection to the peer; raises PacsError saying precisely why it failed.
+
+    (``sitecal check`` asks this before associating: it tells a refused port from a wrong host name or
+    a filtered network, which an association attempt reports alike.)
+    """
+    peer = service.dimse
+    try:
+        with socket.create_connection((peer.host, peer.port), timeout=service.timeout_s):
+            return
+    except socket.gaierror:
+        why = f"host name {peer.host!r} not found"
+    except TimeoutError:
+        why = f"no answer within {field}.timeout_s ({service.timeout_s:g} s): a firewall may drop it"
+    except ConnectionRefusedError:
+        why = f"connection refused: nothing listens on port {peer.port}"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    raise PacsError(
+        f"{what}: cannot connect to {_where(service)} ({why}). Check that the PACS is running and that "
+        f"{field}.dimse names its host and DICOM port."
+    )
+
+
+def _rejection(service: DimseService, assoc: Any, what: str, field: str) -> str:
+    primitive = assoc.acceptor.primitive
+    result, source, reason = (
+        int(getattr(primitive, name, 0) or 0) for name in ("result", "result_source", "diagnostic")
+    )
+    meaning = _REJECTED.get((source, reason), "reason not defined by the standard")
+    kind = {1: "permanently", 2: "for now (transient)"}.get(result, "")
+    head = (
+        f"{what}: {_where(service)} rejected the association {kind}: {meaning} (reason {reason}, from "
+        f"{_SOURCE.get(source, f'source {source}')})"
+    )
+    hint = {
+        (1, 7): f"Check {field}.dimse.ae_title: it must be the PACS's own AE title.",
+        (1, 3): (
+            f"Ask the PACS administrator to register {service.calling_ae} ({field}.calling_ae) for this "
+            "host, or set calling_ae to the title the PACS knows."
+        ),
+        (3, 1): "The PACS is busy: try again later, or lower data.source.max_connections.",
+        (3, 2): "The PACS allows fewer associations: lower data.source.max_connections.",
+    }.get((source, reason), "Ask the PACS administrator what its log says about this association.")
+    return f"{head}. {hint}"
+
+
+def _sop_name(uid: str) -> str:
+    from pydicom.uid import UID
+
+    name = UID(uid).name
+    return name if name != uid else f"SOP class {uid}"
