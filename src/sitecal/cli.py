@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{run,check,predict,evaluate,report,plan,demo}"
+        dest="command", required=True, metavar="{run,check,predict,evaluate,report,send,plan,demo}"
     )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
@@ -78,6 +78,18 @@ def _parser() -> argparse.ArgumentParser:
         help="render a finished run folder's report again from its stored results (no recomputation)",
     )
     report.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+
+    send = sub.add_parser(
+        "send",
+        help="send a run folder's report.dcm to the archive of report.send_to (STOW-RS or C-STORE)",
+    )
+    send.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+    send.add_argument(
+        "--protocol",
+        type=Path,
+        default=None,
+        help="take report.send_to from this protocol instead of the run's own protocol.yaml",
+    )
 
     plan = sub.add_parser(
         "plan",
@@ -186,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args.run_dir)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "send":
+            return _send(args.run_dir, args.protocol)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -354,6 +368,23 @@ def _report(folder: Path) -> int:
     return EXIT_PASS
 
 
+def _send(folder: Path, protocol: Path | None) -> int:
+    from sitecal._run_folder import attach_log, detach_log
+    from sitecal.pacs.send import SENT_LOG, run_destination, send_report
+
+    if not (folder / "report.dcm").is_file():
+        raise _InputError(f"{folder}: not a run folder with a report.dcm (the folder `sitecal run` wrote).")
+    destination, resolve = run_destination(folder, protocol)
+    attached = attach_log(folder / "run.log")
+    try:
+        record = send_report(folder, destination, resolve)
+    finally:
+        detach_log(attached)
+    print(f"Sent:    report.dcm to {record['to']} by {record['how']}: {record['answer']}")
+    print(f"Record:  {folder / SENT_LOG}")
+    return EXIT_PASS
+
+
 def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     from sitecal.protocol import LoadedProtocol
     from sitecal.run import run_protocol
@@ -372,6 +403,8 @@ def _run(path: Path, args: argparse.Namespace, argv: Sequence[str] | None) -> in
     _print_exclusions(result.evaluation)
     print(f"Verdict: {result.verdict.upper()}")
     print(f"Report:  {result.report_pdf}")
+    if result.sent is not None:
+        print(f"Sent:    report.dcm to {result.sent['to']} by {result.sent['how']}: {result.sent['answer']}")
     return _VERDICT_EXIT[result.verdict]
 
 

@@ -65,6 +65,11 @@ def preflight(
         from sitecal.pacs import source_problems
 
         problems += source_problems(source, loaded.resolve)
+    destination = loaded.protocol.report.send_to
+    if destination is not None and destination.after_run:  # the archive the report goes to: can it?
+        from sitecal.pacs.send import destination_problems
+
+        problems += destination_problems(destination, loaded.resolve)
     dicom_dir = None if source is not None else loaded.dicom_dir
     if dicom_dir is not None and not dicom_dir.is_dir():
         problems.append(f"data.dicom_dir: folder not found: {dicom_dir}")

@@ -51,6 +51,7 @@ class RunResult:
     folder: Path
     verdict: str
     evaluation: dict[str, Any]
+    sent: dict[str, Any] | None = None  # the record of report.dcm sent after the run (report.send_to)
 
     @property
     def report_pdf(self) -> Path:
@@ -140,7 +141,12 @@ def run_protocol(
         write_json_atomic(folder / REPORT_CONTEXT, report_context(loaded))
         render_run(folder)
         logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
-        return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document)
+        return RunResult(
+            folder=folder,
+            verdict=outcome.verdict,
+            evaluation=outcome.document,
+            sent=_send_after_run(loaded, folder),
+        )
     except KeyboardInterrupt:
         logger.error("run interrupted; nothing was judged (start it again: finished logits are cached)")
         raise
@@ -157,6 +163,21 @@ def run_protocol(
         raise
     finally:
         detach_log(handler)
+
+
+def _send_after_run(loaded: LoadedProtocol, folder: Path) -> dict[str, Any] | None:
+    """Send report.dcm when ``report.send_to.after_run``; a failure is a warning (the verdict stands)."""
+    destination = loaded.protocol.report.send_to
+    if destination is None or not destination.after_run:
+        return None
+    from sitecal.errors import DataError
+    from sitecal.pacs.send import send_report
+
+    try:
+        return send_report(folder, destination, loaded.resolve)
+    except DataError:  # send_report logged why; the run's result stands
+        logger.warning("report.dcm was not sent; send it with `sitecal send %s`", folder)
+        return None
 
 
 @dataclass(frozen=True)

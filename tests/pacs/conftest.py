@@ -13,7 +13,7 @@ from tests.pacs.routes import demo_protocol, numbers
 
 from sitecal.demo import generate_demo
 from sitecal.protocol import load_protocol
-from sitecal.run import run_protocol
+from sitecal.run import RunResult, run_protocol
 
 #: Our AE title as Orthanc knows it (a C-MOVE destination at the move port the fixture picks).
 CALLING_AE = "SITECAL"
@@ -50,8 +50,13 @@ def pacs(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="session")
-def by_folder(pacs: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The folder route's evaluation.json on the studies Orthanc holds."""
+def folder_run(pacs: Any, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """The folder route's run on the studies Orthanc holds (its run folder: read it, do not change it)."""
     root = tmp_path_factory.mktemp("folder-route")
-    result = run_protocol(load_protocol(demo_protocol(root / "run", pacs, source=None)), progress=False)
-    return numbers(result.folder)
+    return run_protocol(load_protocol(demo_protocol(root / "run", pacs, source=None)), progress=False)
+
+
+@pytest.fixture(scope="session")
+def by_folder(folder_run: RunResult) -> dict[str, Any]:
+    """The folder route's evaluation.json on the studies Orthanc holds."""
+    return numbers(folder_run.folder)

@@ -31,17 +31,9 @@ __all__ = [
 ]
 
 
-def _run_log_only(record: logging.LogRecord) -> bool:
-    record.run_log_only = True  # the console shows sitecal's own message about the same failure
-    return True
-
-
-# pynetdicom logs every association and every message at INFO (the run log's level): keep its warnings
-# and errors, in run.log only
-_pynetdicom = logging.getLogger("pynetdicom")
-_pynetdicom.setLevel(logging.WARNING)
-if _run_log_only not in _pynetdicom.filters:
-    _pynetdicom.addFilter(_run_log_only)
+# pynetdicom logs every association and message at INFO and its failures as errors; sitecal's own
+# message names each failure it meets (in run.log and on the console), so its lines would only repeat them
+logging.getLogger("pynetdicom").setLevel(logging.CRITICAL)
 
 #: Transfer syntaxes proposed for instances received (uncompressed first, then the usual compressions).
 STORAGE_SYNTAXES = (
@@ -149,15 +141,18 @@ def associate(
     resolve: Callable[[str], Path],
     *,
     what: str,
-    contexts: Sequence[str],
+    contexts: Sequence[str] = (),
+    send: Sequence[tuple[str, str]] = (),
     receive: Sequence[str] = (),
     on_store: Callable[[Any], int] | None = None,
     field: str = "data.source",
 ) -> Any:
-    """An established association to ``service`` that accepted every abstract syntax of ``contexts``.
+    """An established association to ``service`` that accepted every abstract syntax asked for.
 
-    ``receive``: storage SOP classes we accept instances of on this association (C-GET, SCP role);
-    ``on_store`` handles each. Raises :class:`PacsError` naming what failed and what to check.
+    ``contexts``: SOP classes we use as SCU (query, retrieve), in the default transfer syntaxes;
+    ``send``: (SOP class, transfer syntax) of instances we send (C-STORE); ``receive``: storage SOP classes
+    we accept instances of on this association (C-GET, SCP role), each handled by ``on_store``.
+    Raises :class:`PacsError` naming what failed and what to check.
     """
     from pynetdicom import AE, build_role, evt
     from pynetdicom.presentation import build_context
@@ -167,6 +162,7 @@ def associate(
         setattr(ae, name, service.timeout_s)
     ae.maximum_pdu_size = 0  # no limit on what we receive
     requested = [build_context(uid) for uid in contexts]
+    requested += [build_context(uid, [syntax]) for uid, syntax in send]
     requested += [build_context(uid, list(STORAGE_SYNTAXES)) for uid in receive]
     if len(requested) > 128:
         raise PacsError(f"{what}: more than 128 SOP classes in one association.")
@@ -202,7 +198,7 @@ def associate(
     )
     if assoc.is_established:
         accepted = {c.abstract_syntax for c in assoc.accepted_contexts}
-        refused = [uid for uid in contexts if uid not in accepted]
+        refused = [uid for uid in [*contexts, *(u for u, _ in send)] if uid not in accepted]
         if refused:
             assoc.release()
             names = ", ".join(_sop_name(uid) for uid in refused)
@@ -277,7 +273,7 @@ def _rejection(service: DimseService, assoc: Any, what: str, field: str) -> str:
             "host, or set calling_ae to the title the PACS knows."
         ),
         (3, 1): "The PACS is busy: try again later, or lower data.source.max_connections.",
-        (3, 2): "The PACS allows fewer associations: lower data.source.max_connections.",
+        (3, 2): "The PACS allows fewer associations at once: lower data.source.max_connections.",
     }.get((source, reason), "Ask the PACS administrator what its log says about this association.")
     return f"{head}. {hint}"
 

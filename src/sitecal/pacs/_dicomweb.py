@@ -23,7 +23,7 @@ from sitecal._scrub import safe_text
 from sitecal.pacs._credentials import Credentials
 from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
 from sitecal.pacs._store import InstanceStore
-from sitecal.protocol._pacs import DicomwebSource
+from sitecal.protocol._pacs import DicomwebService, DicomwebSource
 
 __all__ = ["DicomwebPeer", "PacsError", "StudyRef", "http_problem"]
 
@@ -94,7 +94,7 @@ class DicomwebPeer:
 
     def __init__(
         self,
-        source: DicomwebSource,
+        source: DicomwebService,
         credentials: Credentials | None,
         resolve: Callable[[str], Path],
     ) -> None:
@@ -177,8 +177,9 @@ class DicomwebPeer:
                 uid = _value(item, _STUDY_UID)
                 if uid:
                     found.add(uid)
-                if len(found) > self.source.query.max_studies:
-                    raise too_many_studies(self.source.query.max_studies)
+                limit = self.source.query.max_studies if isinstance(self.source, DicomwebSource) else None
+                if limit is not None and len(found) > limit:
+                    raise too_many_studies(limit)
         return [StudyRef(uid) for uid in sorted(found)]
 
     def instances(self, study: StudyRef) -> list[tuple[str, str]]:
@@ -194,6 +195,11 @@ class DicomwebPeer:
             if series and sop:
                 out.append((series, sop))
         return sorted(set(out))
+
+    def store(self, dataset: Any) -> Any:
+        """STOW-RS one instance; the server's reply (a dataset of referenced and failed instances)."""
+        client = self._client()
+        return self._call("STOW-RS", lambda: client.store_instances([dataset]))
 
     def fetch_study(self, study: StudyRef, store: InstanceStore) -> int:
         """Fetch a study's missing instances (one WADO-RS request each); how many were fetched."""
