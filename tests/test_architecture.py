@@ -124,6 +124,7 @@ ALLOWED = {
     "run": {
         "_run_folder",
         "stages",
+        "pacs",  # sends report.dcm to the archive of report.send_to
         "protocol",
         "cohort",
         "inference",

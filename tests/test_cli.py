@@ -36,7 +36,7 @@ def test_run_exit_code_follows_verdict(
         sitecal.run,
         "run_protocol",
         lambda loaded, **kw: SimpleNamespace(
-            verdict=verdict, report_pdf=tmp_path / "report.pdf", evaluation={"cohort_flow": {}}
+            verdict=verdict, report_pdf=tmp_path / "report.pdf", evaluation={"cohort_flow": {}}, sent=None
         ),
     )
     assert main(["run", str(_protocol_with_inputs(tmp_path)), "--no-progress"]) == code

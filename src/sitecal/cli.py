@@ -369,19 +369,11 @@ def _report(folder: Path) -> int:
 
 
 def _send(folder: Path, protocol: Path | None) -> int:
-    from sitecal._run_folder import attach_log, detach_log
-    from sitecal.pacs.send import SENT_LOG, run_destination, send_report
+    from sitecal.run import send_run
 
-    if not (folder / "report.dcm").is_file():
-        raise _InputError(f"{folder}: not a run folder with a report.dcm (the folder `sitecal run` wrote).")
-    destination, resolve = run_destination(folder, protocol)
-    attached = attach_log(folder / "run.log")
-    try:
-        record = send_report(folder, destination, resolve)
-    finally:
-        detach_log(attached)
+    record = send_run(folder, protocol)
     print(f"Sent:    report.dcm to {record['to']} by {record['how']}: {record['answer']}")
-    print(f"Record:  {folder / SENT_LOG}")
+    print(f"Record:  {folder / 'sent.json'}")
     return EXIT_PASS
 
 

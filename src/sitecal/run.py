@@ -39,7 +39,7 @@ from sitecal.stages import (
     scan,
 )
 
-__all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol"]
+__all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol", "send_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,30 @@ def run_protocol(
         )
         exc.add_note(f"The run log is {folder / 'run.log'}.")
         raise
+    finally:
+        detach_log(handler)
+
+
+def send_run(folder: Path, protocol: Path | None = None) -> dict[str, Any]:
+    """Send a finished run folder's ``report.dcm`` to ``report.send_to`` (``sitecal send RUN_DIR``).
+
+    The destination is that of ``protocol``, or of the run's own ``protocol.yaml``; the attempt is
+    logged in the folder's ``run.log`` and recorded in its ``sent.json``. Returns the record.
+
+    Raises
+    ------
+    DataError
+        No report in the folder, no ``report.send_to``, or the archive did not store it.
+    """
+    from sitecal.errors import DataError
+    from sitecal.pacs.send import run_destination, send_report
+
+    if not (folder / "report.dcm").is_file():
+        raise DataError(f"{folder}: not a run folder with a report.dcm (the folder `sitecal run` wrote).")
+    destination, resolve = run_destination(folder, protocol)
+    handler = attach_log(folder / "run.log")
+    try:
+        return send_report(folder, destination, resolve)
     finally:
         detach_log(handler)
 

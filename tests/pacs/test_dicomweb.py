@@ -11,6 +11,7 @@ import pytest
 import yaml
 from tests.pacs.orthanc import PASSWORD, USER, running_orthanc
 from tests.pacs.routes import demo_protocol, leaks, numbers
+from tqdm import tqdm
 
 from sitecal.errors import DataError
 from sitecal.pacs import retrieve_studies, source_problems
@@ -71,6 +72,29 @@ def test_a_retrieval_stopped_half_way_fetches_only_what_is_missing(
     # ... and the restart asked, per missing study only, its instance search (two pages) and one retrieval
     assert summary["requests"] - third["requests"] == 3 * (total - 40)
     assert third["objects_sha256"] == summary["objects_sha256"]
+
+
+def test_ctrl_c_stops_the_retrieval_without_fetching_the_queued_studies(
+    pacs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = DicomwebSource.model_validate(_source(pacs, max_connections=2))
+    fetch = DicomwebPeer.fetch
+    calls = {"n": 0}
+
+    def counted(self: DicomwebPeer, *args: Any) -> bytes:
+        calls["n"] += 1
+        return fetch(self, *args)
+
+    class InterruptedBar(tqdm):  # type: ignore[misc]  # the operator presses Ctrl-C after the first study
+        def update(self, n: float | None = 1) -> bool | None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(DicomwebPeer, "fetch", counted)
+    monkeypatch.setattr("sitecal.pacs.retrieve.tqdm", InterruptedBar)
+    with pytest.raises(KeyboardInterrupt):
+        retrieve_studies(source, store=tmp_path / "store", resolve=Path, progress=False)
+    # the first study, and at most the two in flight when the main thread stopped; not the other 100+
+    assert 1 <= calls["n"] <= 3 < len(pacs.server.studies())
 
 
 def test_a_study_that_cannot_be_fetched_is_an_exclusion_and_the_retrieval_goes_on(

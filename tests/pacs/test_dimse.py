@@ -10,6 +10,7 @@ from typing import Any
 import pydicom
 import pytest
 from pydicom.uid import generate_uid
+from pypdf import PdfReader
 from tests.pacs.conftest import CALLING_AE
 from tests.pacs.orthanc import AE_TITLE, free_port, running_orthanc
 from tests.pacs.routes import demo_protocol, leaks, numbers
@@ -51,6 +52,14 @@ def test_the_dimse_routes_give_the_folder_routes_numbers(
     # one association for the query and one a worker: never more than max_connections fetching at once
     assert 2 <= record["connections"] <= 1 + 4
     assert leaks(pacs.accepted, [by_pacs.folder, loaded.pacs_store / "index.json"]) == []
+    # the report's Data section says where the studies came from and what the query returned
+    text = " ".join(" ".join(p.extract_text() for p in PdfReader(by_pacs.report_pdf).pages).split())
+    assert (
+        f"The studies were retrieved by DIMSE from the PACS {record['service']}, with the query of "
+        f"data.source (no filter). It matched {studies} studies: {studies} retrieved in this run and 0 from "
+        "the local store of an earlier retrieval; none failed." in text
+    )
+    assert "Every instance retrieved from the PACS for the query's studies is read." in text
 
 
 def test_a_dimse_retrieval_stopped_half_way_fetches_only_what_is_missing(

@@ -159,7 +159,8 @@ def _retrieve(
     failed: list[tuple[str, str]] = []
     fetched = 0
     bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
-    with ThreadPoolExecutor(max_workers=source.max_connections) as pool:
+    pool = ThreadPoolExecutor(max_workers=source.max_connections)
+    try:
         futures = {pool.submit(peer.fetch_study, s, instances): s for s in todo}
         for future in as_completed(futures):  # a loop over studies as they finish
             study = futures[future]
@@ -168,7 +169,11 @@ def _retrieve(
             except PacsError as exc:
                 failed.append((study.study_uid, f"not retrieved from the PACS: {exc}"))
             bar.update()
-    bar.close()
+    finally:
+        # on Ctrl-C (or any failure) the studies not started are dropped, not fetched on the way out;
+        # those in flight finish, and every complete study is already in the store's index
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
     instances.save()
     if failed:
         logger.warning(

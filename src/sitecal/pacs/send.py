@@ -28,7 +28,7 @@ __all__ = ["SENT_LOG", "destination_problems", "run_destination", "send_report"]
 
 logger = logging.getLogger(__name__)
 
-#: Encapsulated PDF Storage, the SOP class of ``report.dcm``.
+#: Encapsulated PDF Storage, the SOP class of ``report.dcm`` (``report.dicom_pdf``, a layer above).
 ENCAPSULATED_PDF = "1.2.840.10008.5.1.4.1.1.104.1"
 #: The run folder's record of every send.
 SENT_LOG = "sent.json"

@@ -58,6 +58,53 @@ def _design(ctx: Context) -> list[Flowable]:
     return story
 
 
+_QUERY_FIELDS = (
+    ("study_dates", "study dates"),
+    ("modalities", "modalities"),
+    ("station_names", "station names"),
+    ("institutions", "institutions"),
+    ("accession_numbers", "accession numbers of the worklist"),
+)
+
+
+def _retrieval(ctx: Context) -> list[Flowable]:
+    """Where the studies were retrieved from when they came from a PACS (``provenance.pacs``)."""
+    pacs = ctx.provenance.get("pacs")
+    if not isinstance(pacs, Mapping):
+        return []
+    how = {"dicomweb": "DICOMweb (QIDO-RS, WADO-RS)", "dimse": "DIMSE"}.get(str(pacs.get("route")), "")
+    query = pacs.get("query")
+    query = query if isinstance(query, Mapping) else {}
+    asked = []
+    for name, label in _QUERY_FIELDS:
+        value = query.get(name)
+        if value is None or value == []:
+            continue
+        if name == "study_dates":
+            shown = " to ".join(map(str, value))
+        else:
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        asked.append(f"{label} {para_text(shown)}")
+    failed = int(pacs.get("studies_failed") or 0)
+    now = format_count(pacs.get("studies_retrieved_now"))
+    stored = format_count(pacs.get("studies_from_store"))
+    text = (
+        f"The studies were retrieved by {how} from the PACS {para_text(pacs.get('service'))}, with the "
+        f"query of data.source ({'; '.join(asked) if asked else 'no filter'}). It matched "
+        f"{format_count(pacs.get('studies_found'))} studies: {now} retrieved in this run and {stored} from "
+        "the local store of an earlier retrieval"
+        + (
+            f"; {format_count(failed)} could not be retrieved and are listed as exclusions at the "
+            "retrieve stage"
+            if failed
+            else "; none failed"
+        )
+        + f". The objects analysed are named by sha256 {para_text(str(pacs.get('objects_sha256'))[:16])}… "
+        "(provenance.json, pacs)."
+    )
+    return [ctx.p(text)]
+
+
 _SOURCE_KINDS = (
     ("sites", "Site (InstitutionName)"),
     ("scanners", "Scanner (Manufacturer, model)"),
@@ -91,6 +138,7 @@ def data_section(ctx: Context) -> list[Flowable]:
         ]
     else:
         story += _sources(ctx, flow)
+    story += _retrieval(ctx)
     story += _design(ctx)
     story += _eligibility(ctx, record, no_dicom=no_dicom)
     story += _flow(ctx, flow, record, no_dicom=no_dicom)
@@ -150,6 +198,20 @@ def _sources(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
     return story
 
 
+def _instances_rule(ctx: Context) -> str:
+    """Which files are read: the DICOM folder's, or the instances retrieved for the query's studies."""
+    read = (
+        "Every instance retrieved from the PACS for the query's studies is read"
+        if isinstance(ctx.provenance.get("pacs"), Mapping)
+        else "Every file under the DICOM folder is read"
+    )
+    return (
+        f"<b>Instances.</b> {read}. A file that is not DICOM, is truncated, has no pixel data or a "
+        "transfer syntax that cannot be decoded, or repeats an SOPInstanceUID already found, is excluded "
+        "with that reason."
+    )
+
+
 def _eligibility(ctx: Context, record: Mapping[str, Any] | None, *, no_dicom: bool) -> list[Flowable]:
     if record is not None:
         return _eligibility_from_file(ctx, record, no_dicom=no_dicom)
@@ -160,9 +222,7 @@ def _eligibility(ctx: Context, record: Mapping[str, Any] | None, *, no_dicom: bo
     labels = eligibility.get("labels_file")
     classes = get(ctx.evaluation, "class_names") or []
     rules = [
-        "<b>Instances.</b> Every file under the DICOM folder is read. A file that is not DICOM, is "
-        "truncated, has no pixel data or a transfer syntax that cannot be decoded, or repeats an "
-        "SOPInstanceUID already found, is excluded with that reason.",
+        _instances_rule(ctx),
         "<b>Images.</b> "
         + para_text(protocol.get("image_selection") or "One image per study; the others are excluded."),
         f"<b>Labels.</b> A study is eligible when it has a ground-truth label, joined by {para_text(key)} "
@@ -207,9 +267,7 @@ def _eligibility_from_file(ctx: Context, record: Mapping[str, Any], *, no_dicom:
         rules.append(rows_rule + " Each usable row is one study.")
     else:
         rules += [
-            "<b>Instances.</b> Every file under the DICOM folder is read. A file that is not DICOM, is "
-            "truncated, has no pixel data or a transfer syntax that cannot be decoded, or repeats an "
-            "SOPInstanceUID already found, is excluded with that reason.",
+            _instances_rule(ctx),
             "<b>Images.</b> "
             + para_text(protocol.get("image_selection") or "One image per study; the others are excluded."),
             rows_rule
