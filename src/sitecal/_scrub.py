@@ -16,6 +16,8 @@ __all__ = ["ScrubFilter", "safe_text", "scrub"]
 
 #: DICOM UIDs: dot-separated numbers, four components or more (``1.2.840.10008...``).
 _UID = re.compile(r"(?<![\w.])\d+(?:\.\d+){3,}(?![\w])")
+#: An IPv4 address with its port (``127.0.0.1:11112``): a PACS's address, kept in messages about it.
+_ADDRESS = re.compile(r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}")
 #: Quoted values in library messages (``Invalid value for VR PN: 'DOE^JANE'``), after a VR name or 'value'.
 _QUOTED_VALUE = re.compile(r"""(\b(?:VR|value|Value)\b[^'"\n]{0,40}?)(['"])(?:(?!\2).){1,200}\2""")
 
@@ -61,9 +63,20 @@ def scrub(text: str) -> str:
     "Invalid value for VR UI: '<value>'"
     >>> scrub("study 1.2.3.4.5 excluded")
     'study <UID> excluded'
+
+    An IPv4 address followed by a port is kept (a PACS's address in a message about it); four numbers
+    without a port are scrubbed like a UID:
+
+    >>> scrub("cannot connect to PACS at 10.1.2.3:104; study 1.2.3.4 excluded")
+    'cannot connect to PACS at 10.1.2.3:104; study <UID> excluded'
     """
     text = _QUOTED_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}<value>{m.group(2)}", text)
-    return _UID.sub("<UID>", text)
+    return _UID.sub(_uid_or_address, text)
+
+
+def _uid_or_address(match: re.Match[str]) -> str:
+    followed_by_port = re.match(r":\d", match.string[match.end() : match.end() + 2]) is not None
+    return match.group(0) if followed_by_port and _ADDRESS.fullmatch(match.group(0)) else "<UID>"
 
 
 class ScrubFilter(logging.Filter):
