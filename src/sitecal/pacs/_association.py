@@ -209,6 +209,7 @@ def associate(
                 + "."
             )
         return assoc
+    _close(assoc)
     if assoc.is_rejected:
         raise PacsError(_rejection(service, assoc, what, field))
     secured = "; or the TLS handshake failed (check tls and that the port speaks TLS)" if service.tls else ""
@@ -224,23 +225,48 @@ def associate(
             f"request within {field}.timeout_s ({service.timeout_s:g} s){secured}. Check that "
             f"{field}.dimse.port is the PACS's DICOM port."
         )
+    plain = f" (a port that expects TLS needs {field}.tls)" if service.tls is None else ""
     raise PacsError(
         f"{what}: {_where(service)} closed the connection without accepting the association "
         f"(A-ABORT or a dropped connection){secured}. Check that the PACS knows {service.calling_ae} "
-        f"({field}.calling_ae) and accepts associations from this host, and that the port is its DICOM port."
+        f"({field}.calling_ae) and accepts associations from this host, and that the port is its DICOM "
+        f"port{plain}."
     )
 
 
-def check_reachable(service: DimseService, what: str, field: str = "data.source") -> None:
-    """Open and close one TCP connection to the peer; raises PacsError saying precisely why it failed.
+def _close(assoc: Any) -> None:
+    """Close the socket of an association that failed (pynetdicom can leave it open)."""
+    transport = getattr(assoc.dul, "socket", None)
+    sock = getattr(transport, "socket", None)
+    if sock is not None:
+        sock.close()
 
-    (``sitecal check`` asks this before associating: it tells a refused port from a wrong host name or
-    a filtered network, which an association attempt reports alike.)
+
+def check_reachable(
+    service: DimseService,
+    what: str,
+    field: str = "data.source",
+    resolve: Callable[[str], Path] = Path,
+) -> None:
+    """Open and close one TCP connection (and TLS handshake) to the peer; raises PacsError saying why not.
+
+    (``sitecal check`` asks this before associating: it tells a refused port from a wrong host name, a
+    filtered network or an untrusted certificate, which an association attempt reports alike.)
     """
     peer = service.dimse
     try:
-        with socket.create_connection((peer.host, peer.port), timeout=service.timeout_s):
-            return
+        with socket.create_connection((peer.host, peer.port), timeout=service.timeout_s) as sock:
+            if service.tls is None:
+                return
+            context = tls_context(service.tls, resolve)
+            with context.wrap_socket(sock, server_hostname=peer.host):
+                return
+    except ssl.SSLError as exc:
+        raise PacsError(
+            f"{what}: TLS handshake with {_where(service)} failed ({exc.reason or type(exc).__name__}): "
+            f"the PACS's certificate is not trusted, does not name {peer.host}, or the port does not speak "
+            f"TLS. Give the site authority as {field}.tls.ca_file, or check the port."
+        ) from None
     except socket.gaierror:
         why = f"host name {peer.host!r} not found"
     except TimeoutError:

@@ -33,15 +33,21 @@ _SOP_UID = "00080018"
 
 
 class _Counted(HTTPAdapter):
-    """An adapter with a default timeout that counts the requests it sends."""
+    """An adapter with a default timeout that counts the requests it sends.
 
-    def __init__(self, timeout: float, counter: Callable[[], None]) -> None:
+    ``ca_file``, when given, is the authority every request verifies against: set here because requests
+    lets ``REQUESTS_CA_BUNDLE`` in the environment override a session's own ``verify``.
+    """
+
+    def __init__(self, timeout: float, counter: Callable[[], None], ca_file: str | None = None) -> None:
         super().__init__(max_retries=0)
-        self._timeout, self._counter = timeout, counter
+        self._timeout, self._counter, self._ca_file = timeout, counter, ca_file
 
     def send(self, request: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         if kwargs.get("timeout") is None:
             kwargs["timeout"] = self._timeout
+        if self._ca_file is not None:
+            kwargs["verify"] = self._ca_file
         self._counter()
         return super().send(request, **kwargs)
 
@@ -134,12 +140,11 @@ class DicomwebPeer:
             with self._lock:
                 self._sessions.append(session)
                 self.connections += 1
-            adapter = _Counted(self.source.timeout_s, self._count)
+            tls = self.source.tls
+            ca_file = None if tls is None or tls.ca_file is None else str(self.resolve(tls.ca_file))
+            adapter = _Counted(self.source.timeout_s, self._count, ca_file)
             session.mount("http://", adapter)
             session.mount("https://", adapter)
-            tls = self.source.tls
-            if tls is not None and tls.ca_file is not None:
-                session.verify = str(self.resolve(tls.ca_file))
             if tls is not None and tls.cert_file is not None and tls.key_file is not None:
                 session.cert = (str(self.resolve(tls.cert_file)), str(self.resolve(tls.key_file)))
             creds = self.credentials

@@ -104,7 +104,7 @@ class DimsePeer:
         """
         from pydicom.dataset import Dataset
 
-        check_reachable(self.source, "association")
+        check_reachable(self.source, "association", resolve=self.resolve)
         identifier = Dataset()
         identifier.QueryRetrieveLevel = "STUDY"
         identifier.StudyInstanceUID = "2.25.0"

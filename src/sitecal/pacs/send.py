@@ -165,7 +165,7 @@ def _c_store(
 ) -> str:
     from sitecal.pacs._association import associate, check_reachable, status_problem
 
-    check_reachable(destination, "C-STORE association", _FIELD)  # names why a connection fails
+    check_reachable(destination, "C-STORE association", _FIELD, resolve)  # why a connection fails
     assoc = associate(
         destination,
         credentials,
@@ -229,7 +229,7 @@ def destination_problems(
         else:
             from sitecal.pacs._association import associate, check_reachable
 
-            check_reachable(destination, "C-STORE association", _FIELD)
+            check_reachable(destination, "C-STORE association", _FIELD, resolve)
             assoc = associate(
                 destination,
                 credentials,
