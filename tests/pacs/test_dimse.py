@@ -51,6 +51,8 @@ def test_the_dimse_routes_give_the_folder_routes_numbers(
     assert record["service"] == f"{AE_TITLE}@127.0.0.1:{pacs.server.dicom_port} (C-FIND, C-{route.upper()})"
     # one association for the query and one a worker: never more than max_connections fetching at once
     assert 2 <= record["connections"] <= 1 + 4
+    # the study search, then per study an image-level C-FIND and one study-level retrieval
+    assert record["requests"] == 1 + 2 * studies
     assert leaks(pacs.accepted, [by_pacs.folder, loaded.pacs_store / "index.json"]) == []
     # the report's Data section says where the studies came from and what the query returned
     text = " ".join(" ".join(p.extract_text() for p in PdfReader(by_pacs.report_pdf).pages).split())
