@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from sitecal.errors import DataError
+from sitecal.protocol._pacs import TlsSettings
 
-__all__ = ["Credentials", "load_credentials"]
+__all__ = ["Credentials", "load_credentials", "missing_tls_files"]
 
 ENV_USERNAME = "SITECAL_PACS_USERNAME"
 ENV_PASSWORD = "SITECAL_PACS_PASSWORD"
@@ -83,3 +85,13 @@ def _from_file(path: Path, field: str) -> Credentials:
     if set(values) == {"username", "password"}:
         return Credentials(where, username=values["username"], password=values["password"])
     raise DataError(f"{where}: give 'username' and 'password', or 'token' (and nothing else).")
+
+
+def missing_tls_files(tls: TlsSettings | None, resolve: Callable[[str], Path], field: str) -> list[str]:
+    """One line per TLS file the settings name that does not exist (``field``: e.g. ``data.source``)."""
+    problems = []
+    for name in ("ca_file", "cert_file", "key_file"):
+        value = None if tls is None else getattr(tls, name)
+        if value is not None and not resolve(value).is_file():
+            problems.append(f"{field}.tls.{name}: file not found: {resolve(value)}")
+    return problems

@@ -20,7 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from sitecal.errors import DataError
-from sitecal.pacs._credentials import Credentials, load_credentials
+from sitecal.pacs._credentials import Credentials, load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError, Peer, StudyRef
 from sitecal.pacs._store import InstanceStore, uid_key
 from sitecal.protocol._pacs import DicomwebSource, DimseSource, PacsQuery
@@ -211,15 +211,11 @@ def source_problems(source: DicomwebSource | DimseSource, resolve: Callable[[str
     """What a run would refuse of ``data.source``, found in seconds: one line each (for ``sitecal check``).
 
     Reads the credentials, the worklist and the TLS files, then asks the PACS once (DICOMweb: a study
-    search limited to one answer; DIMSE: an association offering the query and retrieval it needs), so
-    that a wrong URL or AE title, a stopped server or refused credentials show here.
+    search limited to one answer; DIMSE: a TCP connection and TLS handshake, an association offering the
+    query and the retrieval, and a C-FIND that matches nothing; C-MOVE: the move port is free), so that
+    a wrong URL or AE title, a stopped server, an untrusted certificate or refused credentials show here.
     """
-    problems = []
-    tls = source.tls
-    for name in ("ca_file", "cert_file", "key_file"):
-        value = None if tls is None else getattr(tls, name)
-        if value is not None and not resolve(value).is_file():
-            problems.append(f"data.source.tls.{name}: file not found: {resolve(value)}")
+    problems = missing_tls_files(source.tls, resolve, "data.source")
     try:
         credentials = load_credentials(
             None if source.credentials_file is None else resolve(source.credentials_file)

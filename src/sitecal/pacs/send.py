@@ -20,7 +20,7 @@ from typing import Any
 
 from sitecal._io import write_json_atomic
 from sitecal.errors import DataError
-from sitecal.pacs._credentials import load_credentials
+from sitecal.pacs._credentials import load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError
 from sitecal.protocol._pacs import DicomwebDestination, DimseDestination
 
@@ -208,12 +208,7 @@ def destination_problems(
     Reads the credentials and TLS files, then asks the archive once: DICOMweb, a study search limited to
     one answer; DIMSE, a TCP connection and an association offering Encapsulated PDF Storage.
     """
-    problems = []
-    tls = destination.tls
-    for name in ("ca_file", "cert_file", "key_file"):
-        value = None if tls is None else getattr(tls, name)
-        if value is not None and not resolve(value).is_file():
-            problems.append(f"{_FIELD}.tls.{name}: file not found: {resolve(value)}")
+    problems = missing_tls_files(destination.tls, resolve, _FIELD)
     try:
         credentials = _credentials(destination, resolve)
     except DataError as exc:
