@@ -43,6 +43,7 @@ LAYER = {
     "run": 5,
     "stages": 5,
     "planning": 5,
+    "apply": 5,
     "arrays": 5,
     "demo": 5,
     "preflight": 5,
@@ -137,9 +138,11 @@ ALLOWED = {
     # labels, mappings, the model and the PACS, before the scan
     "preflight": {"protocol", "cohort", "inference", "pacs"},
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
-    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo", "planning"},
+    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo", "planning", "apply"},
     # simulates criteria with the evaluation's own rule and the statistics engine
     "planning": {"protocol", "evaluation", "metrics", "stats"},
+    # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
+    "apply": {"calibration", "cohort", "metrics", "results"},
 }
 
 
@@ -152,7 +155,7 @@ ALLOWED_MODULES = {
 # Parts only the listed parts may import, whatever the layers say (applies once the part exists).
 IMPORTED_ONLY_BY = {
     # the typed documents are handed on by the stages that make and read them
-    "results": {"evaluation", "report", "run", "stages", "arrays", "cli"},
+    "results": {"evaluation", "report", "run", "stages", "arrays", "cli", "apply"},
 }
 
 # Calls that import or run code chosen at run time. Every one in src/sitecal is listed in DYNAMIC_IMPORTS.

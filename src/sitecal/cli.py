@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{run,check,predict,evaluate,report,send,plan,demo}"
+        dest="command", required=True, metavar="{run,check,predict,evaluate,report,send,apply,plan,demo}"
     )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
@@ -89,6 +89,21 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="take report.send_to from this protocol instead of the run's own protocol.yaml",
+    )
+
+    apply = sub.add_parser(
+        "apply",
+        help="calibrate scores made elsewhere (a vendor's logits or probabilities) with a calibration.json",
+    )
+    apply.add_argument("calibration", type=Path, help="a run's calibration.json")
+    apply.add_argument("scores", type=Path, help="CSV or Parquet: logit:<class> or prob:<class> columns")
+    apply.add_argument(
+        "--group-column",
+        default=None,
+        help="the column of group values (default: the subgroup the temperatures were fitted per)",
+    )
+    apply.add_argument(
+        "--output", type=Path, default=None, help="where to write (default: <scores>-calibrated.csv)"
     )
 
     plan = sub.add_parser(
@@ -200,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(args)
         if args.command == "send":
             return _send(args.run_dir, args.protocol)
+        if args.command == "apply":
+            return _apply(args)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -365,6 +382,20 @@ def _report(folder: Path) -> int:
 
     pdf = render_run(folder)
     print(f"Report:  {pdf}")
+    return EXIT_PASS
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from sitecal.apply import apply_calibration_file
+
+    output = args.output or args.scores.with_name(f"{args.scores.stem}-calibrated.csv")
+    done = apply_calibration_file(args.calibration, args.scores, output, group_column=args.group_column)
+    left = f"; {len(done.bad_rows)} rows left out (scores that cannot be used)" if done.bad_rows else ""
+    print(
+        f"Calibrated: {done.n_calibrated} of {done.n_rows} rows ({done.n_global} with the global temperature)"
+        f"{left}"
+    )
+    print(f"Written: {done.output}")
     return EXIT_PASS
 
 

@@ -51,7 +51,9 @@ __all__ = [
     "SUM_TOLERANCE",
     "PredictionRow",
     "PredictionTable",
+    "ScoreRows",
     "read_predictions",
+    "read_scores",
     "write_predictions",
 ]
 
@@ -238,6 +240,74 @@ def read_predictions(
         pseudonymised=pseudonymised,
         key_column=key_column,
         has_patient=patient_column is not None,
+        numbered_by=numbered_by,
+    )
+
+
+@dataclass(frozen=True)
+class ScoreRows:
+    """The usable rows of a scores file: where each is, its group value and its scores as logits."""
+
+    positions: tuple[int, ...]
+    groups: tuple[str, ...]
+    logits: np.ndarray  # (N, C), float64: logits as given, or the logarithm of the probabilities
+    bad_rows: tuple[tuple[int, str], ...]
+    n_rows: int
+    score_kind: ScoreKind
+    numbered_by: Literal["line", "row"]
+
+
+def read_scores(
+    path: Path,
+    *,
+    class_names: Sequence[str],
+    group_column: str | None,
+    max_bytes: int = MAX_PREDICTIONS_BYTES,
+) -> ScoreRows:
+    """Read a file of scores to calibrate: score columns as in a predictions file, and a group column.
+
+    Nothing else of the file is read (a key column, if any, stays where it is). ``group_column`` ``None``:
+    no group column (a global calibration). A row whose scores cannot be used is listed in ``bad_rows``.
+
+    Raises
+    ------
+    DataError
+        When the file is missing, unreadable, lacks the group column or a score column, or has no
+        usable row.
+    """
+    if not path.exists():
+        raise DataError(f"{path}: scores file not found.")
+    if not path.is_file():
+        raise DataError(f"{path}: the scores file is not a regular file (a folder, pipe or device).")
+    check_size(path, path.stat().st_size, max_bytes, "scores file", "SCORES")
+    header, rows, numbered_by = _rows(path, max_bytes)
+    if group_column is not None:
+        check_column_list(path, header, [(group_column, "--group-column")])
+    kind, score_columns = _score_columns(path, header, class_names)
+    score_at = [header.index(c) if c is not None else None for c in score_columns]
+    group_at = None if group_column is None else header.index(group_column)
+    positions: list[int] = []
+    groups: list[str] = []
+    logits: list[np.ndarray] = []
+    bad: list[tuple[int, str]] = []
+    for position, cells in rows:
+        scores = _scores(cells, score_at, score_columns, kind)
+        if isinstance(scores, str):
+            bad.append((position, scores))
+            continue
+        positions.append(position)
+        groups.append("" if group_at is None else _cell(cells, group_at))
+        logits.append(scores)
+    if not positions:
+        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
+        raise DataError(f"{path}: none of the {len(rows)} rows has usable scores ({reasons}).")
+    return ScoreRows(
+        positions=tuple(positions),
+        groups=tuple(groups),
+        logits=np.vstack(logits),
+        bad_rows=tuple(bad),
+        n_rows=len(rows),
+        score_kind=kind,
         numbered_by=numbered_by,
     )
 

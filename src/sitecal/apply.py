@@ -1,0 +1,166 @@
+"""Apply a run's calibration to scores made elsewhere: ``sitecal apply calibration.json scores.csv``.
+
+A vendor's model runs outside PyTorch; the site still deploys the temperatures the validation fitted.
+:func:`apply_calibration` divides each row's logits by its group's temperature (the global temperature for
+a group the fit did not see, or a row without a group value) and returns the calibrated probabilities;
+:func:`apply_calibration_file` does the same for a CSV or Parquet file of scores.
+
+The scores file has the score columns of a predictions file (``logit:<class>`` for every class, or
+``prob:<class>``; a two-class model may give one class's probability) and a group column: by default the
+subgroup the temperatures were fitted per (``calibration.json`` → ``per``, e.g. ``scanner``), holding the
+same values the report shows (whitespace is collapsed). Probabilities are calibrated as their logarithms,
+as a run does. The output has one row per usable input row, in input order: the input's line (or row)
+number, the group when the fit saw it, the temperature, where it came from, and ``prob:<class>``. No other
+column of the input is copied, so that no key or identifier reaches it: join back by the line number.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sitecal._io import write_csv_atomic
+from sitecal.calibration import GroupTemperatures
+from sitecal.cohort.attributes import normalise_text
+from sitecal.cohort.predictions_file import read_scores
+from sitecal.errors import DataError
+from sitecal.metrics import log_probabilities, softmax
+from sitecal.results import CalibrationDocument, read_document
+
+__all__ = ["AppliedFile", "apply_calibration", "apply_calibration_file"]
+
+logger = logging.getLogger(__name__)
+
+
+def apply_calibration(
+    calibration: GroupTemperatures | Mapping[str, Any],
+    scores: ArrayLike,
+    groups: Sequence[str] | ArrayLike,
+    *,
+    kind: str = "logit",
+) -> NDArray[np.float64]:
+    """Calibrated probabilities, shape (N, C): softmax of each row's logits over its group's temperature.
+
+    Parameters
+    ----------
+    calibration : GroupTemperatures or mapping
+        ``GroupTemperatures``, or ``json.load`` of a run's ``calibration.json``.
+    scores : array_like, shape (N, C)
+        Logits (``kind="logit"``) or probabilities (``kind="prob"``, rows summing to 1).
+    groups : sequence of str, length N
+        Each row's group value; one the fit did not see gets the global temperature.
+
+    Examples
+    --------
+    >>> from sitecal.calibration import fit_group_temperatures
+    >>> temps = fit_group_temperatures(
+    ...     np.array([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 0.0]]), [0, 1, 1, 0], ["A"] * 4,
+    ...     min_group_size=1,
+    ... )
+    >>> apply_calibration(temps, [[2.0, 0.0]], ["A"]).round(3).tolist()
+    [[0.68, 0.32]]
+    """
+    if isinstance(calibration, GroupTemperatures):
+        temperatures = calibration
+    else:
+        temperatures = GroupTemperatures.from_dict(calibration)
+    values = np.asarray(scores, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] < 2 or not np.isfinite(values).all():
+        raise DataError(
+            "The 'scores' parameter of apply_calibration must be a finite 2-D array with one column per "
+            f"class (at least 2). Got shape {values.shape}."
+        )
+    if kind not in ("logit", "prob"):
+        raise DataError(f"The 'kind' parameter of apply_calibration must be 'logit' or 'prob'. Got {kind!r}.")
+    logits = values if kind == "logit" else log_probabilities(values)
+    names = np.asarray(groups, dtype=str)
+    if names.shape != (values.shape[0],):
+        raise DataError(
+            f"The 'groups' parameter of apply_calibration must have one entry per row of 'scores' "
+            f"({values.shape[0]}). Got {names.shape[0] if names.ndim else 'a scalar'}."
+        )
+    if not names.shape[0]:
+        return np.empty((0, values.shape[1]))
+    return softmax(logits, temperature=temperatures.temperatures_for(names))
+
+
+@dataclass(frozen=True)
+class AppliedFile:
+    """What :func:`apply_calibration_file` wrote."""
+
+    output: Path
+    n_rows: int
+    n_calibrated: int
+    n_global: int  # rows whose group the fit did not see (or that had none): the global temperature
+    bad_rows: tuple[tuple[int, str], ...]
+
+
+def apply_calibration_file(
+    calibration: Path, scores: Path, output: Path, *, group_column: str | None = None
+) -> AppliedFile:
+    """Calibrate the scores of a CSV or Parquet file with a run's ``calibration.json``; write ``output``.
+
+    ``group_column``: the column of the group values; default the calibration's ``per`` (none for a
+    global calibration). Rows whose scores cannot be used are listed (line and reason) and left out.
+
+    Raises
+    ------
+    DataError
+        A calibration.json that is not one a run wrote, a scores file without the group column or the
+        score columns of the calibration's classes, no usable row, or ``output`` equal to ``scores``.
+    """
+    document = read_document(calibration, CalibrationDocument)
+    temperatures = GroupTemperatures.from_dict(document.to_dict())
+    column = group_column if group_column is not None else document.per
+    if Path(output).resolve() == Path(scores).resolve():
+        raise DataError(f"{output}: the output would replace the scores file. Name another --output.")
+    rows = read_scores(scores, class_names=document.class_names, group_column=column)
+    names = [normalise_text(g) for g in rows.groups]
+    probs = apply_calibration(temperatures, rows.logits, names)
+    known = [name in temperatures.groups for name in names]
+    t = temperatures.temperatures_for(np.asarray(names, dtype=str))
+    write_csv_atomic(
+        output,
+        [
+            rows.numbered_by,
+            "group",
+            "temperature",
+            "temperature_from",
+            *[f"prob:{c}" for c in document.class_names],
+        ],
+        (
+            [
+                str(position),
+                name if seen else "",
+                repr(float(temp)),
+                "group" if seen else ("global: no group value" if column and not raw else "global"),
+                *[repr(float(v)) for v in row],
+            ]
+            for position, name, raw, seen, temp, row in zip(
+                rows.positions, names, rows.groups, known, t, probs, strict=True
+            )
+        ),
+    )
+    if rows.bad_rows:
+        logger.warning(
+            "%s: %d of %d rows have scores that cannot be used and are not in the output (e.g. %s %d: %s)",
+            scores,
+            len(rows.bad_rows),
+            rows.n_rows,
+            rows.numbered_by,
+            rows.bad_rows[0][0],
+            rows.bad_rows[0][1],
+        )
+    return AppliedFile(
+        output=Path(output),
+        n_rows=rows.n_rows,
+        n_calibrated=len(rows.positions),
+        n_global=sum(not k for k in known),
+        bad_rows=rows.bad_rows,
+    )
