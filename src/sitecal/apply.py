@@ -63,8 +63,8 @@ def apply_calibration(
     ...     np.array([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 0.0]]), [0, 1, 1, 0], ["A"] * 4,
     ...     min_group_size=1,
     ... )
-    >>> apply_calibration(temps, [[2.0, 0.0]], ["A"]).round(3).tolist()
-    [[0.68, 0.32]]
+    >>> apply_calibration(temps, [[2.0, 0.0]], ["A"]).round(3).tolist()  # 3 of 4 right at one margin
+    [[0.75, 0.25]]
     """
     if isinstance(calibration, GroupTemperatures):
         temperatures = calibration
