@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sitecal.inference._deploy import GroupTemperatureScaler
+from sitecal.inference._export import IndexedTemperatureScaler, export_calibrated, group_table
 from sitecal.inference.cache import LogitCache, cache_identity, image_key
 from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
@@ -12,13 +13,16 @@ from sitecal.inference.transforms import build_transforms, transform_fingerprint
 __all__ = [
     "DicomImageReader",
     "GroupTemperatureScaler",
+    "IndexedTemperatureScaler",
     "InferenceResult",
     "LoadedModel",
     "LogitCache",
     "architecture_code_sha256",
     "build_transforms",
     "cache_identity",
+    "export_calibrated",
     "file_sha256",
+    "group_table",
     "image_key",
     "load_model",
     "predict_files",
