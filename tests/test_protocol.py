@@ -194,3 +194,37 @@ def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
         "Smooth ECE is not a sum of per-study terms (its kernel bandwidth is refitted in every resample). "
         "Keep it in 'evaluation.metrics' and compare groups on one of ece, ece_debiased, nll, brier, accuracy"
     ) in str(info.value)
+
+
+def test_compare_lists_methods_and_refuses_what_it_cannot_compare(
+    tmp_path: Path, demo_protocol_text: str
+) -> None:
+    patient = demo_protocol_text.replace(
+        "split: {by: crossfit, folds: 5, seed: 20261202}", "split: {by: patient, seed: 20261202}"
+    )
+    assert patient != demo_protocol_text
+    ok = patient.replace("  per: scanner", "  per: scanner\n  compare: [vector, isotonic]")
+    assert load_protocol(_write(tmp_path, ok)).protocol.calibration.compare == ["vector", "isotonic"]
+    cases = {
+        # the demo model has three classes
+        patient.replace("  per: scanner", "  per: scanner\n  compare: [matrix, beta]"): (
+            "calibration.compare.1:",
+            "beta calibration is for two classes",
+        ),
+        demo_protocol_text.replace("  per: scanner", "  per: scanner\n  compare: [vector]"): (
+            "calibration.compare:",
+            "under split.by: crossfit",
+        ),
+        patient.replace("  per: scanner", "  per: scanner\n  compare: [vector, vector]"): (
+            "calibration.compare:",
+            "list each method once",
+        ),
+        patient.replace("  per: scanner", "  per: scanner\n  compare: [platt]"): (
+            "calibration.compare.0:",
+            "'vector'",
+        ),
+    }
+    for text, (where, what) in cases.items():
+        with pytest.raises(ProtocolError) as info:
+            load_protocol(_write(tmp_path, text))
+        assert where in str(info.value) and what in str(info.value), str(info.value)

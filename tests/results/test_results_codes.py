@@ -72,6 +72,10 @@ NAME_FIELDS = {
     "LeaveOneSiteOut.attribute": "the site attribute",
     "LeaveOneSiteOut.metrics": "metric names of the registry",
     "LeftOutSite.left_out": "a site",
+    "MethodComparison.methods": "recalibration method names (sitecal.calibration.METHODS)",
+    "MethodComparison.metrics": "metric names of the registry",
+    "ComparedGroup.attribute": "the calibration attribute or 'overall'",
+    "ComparedGroup.group": "a group's value",
 }
 
 

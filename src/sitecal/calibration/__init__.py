@@ -12,19 +12,27 @@ from sitecal.calibration._empirical_bayes import (
     cluster_robust_variance,
     shrink_log_temperatures,
 )
+from sitecal.calibration._group_methods import GroupMethodFit, GroupMethods, fit_group_methods
 from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
+from sitecal.calibration._methods import METHODS, FittedMethod, fit_method
 from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
 
 __all__ = [
     "DEFAULT_BOUNDS",
+    "METHODS",
     "BatchedSolution",
     "BatchedTemperatureSolver",
     "EmpiricalBayesShrinkage",
+    "FittedMethod",
+    "GroupMethodFit",
+    "GroupMethods",
     "GroupTemperature",
     "GroupTemperatures",
     "TemperatureFit",
     "cluster_robust_variance",
+    "fit_group_methods",
     "fit_group_temperatures",
+    "fit_method",
     "fit_temperature",
     "shrink_log_temperatures",
 ]

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
+from sitecal.evaluation._compare import compare_recalibration
 from sitecal.evaluation._disparities import attribute_disparities, refit_temperatures
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
@@ -233,6 +234,18 @@ def evaluate(
         for name in tqdm(attributes, desc="Disparities", unit="attribute", disable=not progress)
     }
     sensitivity = sensitivity_analyses(protocol, data, split, temperatures)
+    comparison = compare_recalibration(
+        protocol,
+        {
+            "logits": fit_rows.logits,
+            "labels": fit_rows.labels,
+            "patients": fit_rows.patients,
+            "groups": fit_rows.groups,
+        },
+        {"logits": logits, "labels": labels, "patients": patients, "groups": cal_groups[held]},
+        spec=spec,
+        progress=progress,
+    )
     acceptance = [
         judge(c, overall, results, ev.bootstrap.level, sensitivity.recalibration) for c in protocol.acceptance
     ]
@@ -297,6 +310,7 @@ def evaluate(
         characteristics=cohort_characteristics(protocol, data, split),
         highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
         planning=planning,
+        method_comparison=comparison,
     )
     return EvaluationOutcome(document=result.to_dict(), temperatures=temperatures, split=split, result=result)
 

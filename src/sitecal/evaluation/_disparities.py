@@ -148,11 +148,11 @@ def _disparity(result: DisparityResult, flags: GroupFlags, *, refit: bool) -> Di
         metric=result.metric,
         groups=tuple(result.groups),
         too_small=dict(result.too_small),
-        per_group={g: _summary(r) for g, r in result.per_group.items()},
-        range=_summary(result.range),
+        per_group={g: bootstrap_summary(r) for g, r in result.per_group.items()},
+        range=bootstrap_summary(result.range),
         highest=result.highest,
         lowest=result.lowest,
-        versus_rest={g: _summary(r) for g, r in result.versus_rest.items()},
+        versus_rest={g: bootstrap_summary(r) for g, r in result.versus_rest.items()},
         expected_gap=dict(flags.expected_gap),
         adjusted_p=dict(flags.adjusted_p),
         flagged=dict(flags.flagged),
@@ -161,7 +161,7 @@ def _disparity(result: DisparityResult, flags: GroupFlags, *, refit: bool) -> Di
     )
 
 
-def _summary(result: BootstrapResult) -> BootstrapSummary:
+def bootstrap_summary(result: BootstrapResult) -> BootstrapSummary:
     d = result.to_dict()  # NaN and infinities as None
     return BootstrapSummary(
         estimate=d["estimate"],

@@ -96,6 +96,10 @@ class SplitSettings(_Strict):
         return data if data.get("fit_fraction") is not None else {**data, "fit_fraction": 0.5}
 
 
+#: Recalibration methods ``calibration.compare`` may list (temperature scaling is always the reference).
+ComparedMethod = Literal["vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"]
+
+
 class CalibrationSettings(_Strict):
     """Temperature scaling, one temperature per group of ``per``."""
 
@@ -109,6 +113,12 @@ class CalibrationSettings(_Strict):
         "mean log T of all groups (min_group_size not used)",
     )
     split: SplitSettings
+    compare: list[ComparedMethod] = Field(
+        default_factory=list,
+        description="recalibration methods to compare with temperature scaling per group in the report: "
+        "vector, matrix, dirichlet, histogram, isotonic, beta (binary models); each is fitted on the fit "
+        "split, measured on the evaluation split, and refitted in every bootstrap resample",
+    )
 
     @field_validator("min_group_size")
     @classmethod
@@ -118,6 +128,13 @@ class CalibrationSettings(_Strict):
             MAX_MIN_GROUP_SIZE,
             "a minimum above any cohort's size gives no group its own temperature (every group falls back)",
         )
+
+    @field_validator("compare")
+    @classmethod
+    def _compare_once(cls, value: list[ComparedMethod]) -> list[ComparedMethod]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"list each method once; got {value}")
+        return value
 
 
 class BootstrapSettings(_Strict):
@@ -332,6 +349,7 @@ class Protocol(_Strict):
                 "acceleration would refit every fold without each patient); use method: percentile, or "
                 "refit: false",
             )
+        _check_compare(self)
         for i, name in enumerate(self.evaluation.subgroups or []):
             _check_reference(name, names, "evaluation", "subgroups", i)
         for i, criterion in enumerate(self.acceptance):
@@ -352,6 +370,25 @@ class Protocol(_Strict):
     def reported_subgroups(self) -> list[str]:
         """Subgroup names evaluated and reported, in protocol order."""
         return list(self.evaluation.subgroups or self.subgroups)
+
+
+def _check_compare(protocol: Protocol) -> None:
+    """``calibration.compare`` needs one fit split and, for beta calibration, a binary model."""
+    compare = protocol.calibration.compare
+    if compare and protocol.calibration.split.by == "crossfit":
+        raise _ReferenceError(
+            ("calibration", "compare"),
+            "the methods are compared on one fit and one evaluation split; under split.by: crossfit they "
+            "would be refitted in every fold of every resample, which is not available. Use split.by: "
+            "patient, or remove calibration.compare",
+        )
+    if "beta" in compare and len(protocol.model.class_names) != 2:
+        raise _ReferenceError(
+            ("calibration", "compare", compare.index("beta")),
+            f"beta calibration is for two classes and model.class_names lists "
+            f"{len(protocol.model.class_names)}; compare dirichlet (its multiclass generalisation), "
+            "vector, matrix, histogram or isotonic instead",
+        )
 
 
 def _check_route(protocol: Protocol) -> None:

@@ -15,6 +15,7 @@ from reportlab.platypus import Flowable, KeepTogether
 from sitecal.metrics.registry import ECE, metric
 from sitecal.metrics.registry import names as metric_names
 
+from ._comparison import method_comparison
 from ._context import Context
 from ._inputs import get
 from ._styles import Palette, table
@@ -382,4 +383,7 @@ def sensitivity(ctx: Context) -> list[Flowable]:
             story += build(ctx, block)
         else:
             story.append(ctx.p(f"{para_text(key.replace('_', ' ').capitalize())}: {NOT_RECORDED}."))
+    compared = ctx.evaluation.get("method_comparison")
+    if isinstance(compared, Mapping):
+        story += method_comparison(ctx, compared)
     return story

@@ -31,6 +31,7 @@ from sitecal.results._characteristics import (
     MixEntry,
 )
 from sitecal.results._codec import Record
+from sitecal.results._comparison import ComparedGroup, ComparedMeasure, ComparisonFinding, MethodComparison
 from sitecal.results._documents import read_document, write_document
 from sitecal.results._evaluation import (
     BootstrapSettings,
@@ -98,6 +99,9 @@ __all__ = [
     "CharacteristicsRow",
     "ClassCount",
     "CohortFlow",
+    "ComparedGroup",
+    "ComparedMeasure",
+    "ComparisonFinding",
     "Criterion",
     "CriterionResult",
     "Disparity",
@@ -119,6 +123,7 @@ __all__ = [
     "LeftOutNote",
     "LeftOutSite",
     "ListedError",
+    "MethodComparison",
     "MetricResult",
     "MixEntry",
     "NotCompared",

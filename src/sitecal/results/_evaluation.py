@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Literal
 
 from sitecal.results._characteristics import Characteristics, HighestConfidenceErrors
 from sitecal.results._codec import Record, check_keys
+from sitecal.results._comparison import MethodComparison
 from sitecal.results._fields import Constraint, OrAbsent
 from sitecal.results._flow import CohortFlow
 from sitecal.results._groups import BootstrapSummary, GroupResult, TemperatureInterval
@@ -402,6 +403,9 @@ class Evaluation(Record):
     planning : PlanningSettings, optional
         How the judged groups' study sizes were planned; absent when planning is off (or in documents
         written before sitecal planned them).
+    method_comparison : MethodComparison, optional
+        Recalibration methods against temperature scaling per calibration group; absent when
+        calibration.compare lists none.
     """
 
     SCHEMA_VERSION: ClassVar[int] = 4
@@ -435,6 +439,7 @@ class Evaluation(Record):
     characteristics: OrAbsent[Characteristics] = None
     highest_confidence_errors: OrAbsent[HighestConfidenceErrors] = None
     planning: OrAbsent[PlanningSettings] = None
+    method_comparison: OrAbsent[MethodComparison] = None
 
     def _problems(self) -> Iterator[tuple[str, str]]:
         if self.overall.attribute != "overall":

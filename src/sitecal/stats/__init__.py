@@ -7,6 +7,7 @@ integer weights per cluster, and statistics are evaluated for a chunk of resampl
 from __future__ import annotations
 
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
+from sitecal.stats._compare import COMPARED_METRICS, MethodComparison, compare_methods
 from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags
@@ -19,6 +20,7 @@ from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = [
+    "COMPARED_METRICS",
     "DEFAULT_METRICS",
     "BootstrapResult",
     "BootstrapSpec",
@@ -26,6 +28,7 @@ __all__ = [
     "DisparityResult",
     "GroupFlags",
     "GroupTemperatureIntervals",
+    "MethodComparison",
     "MetricIntervals",
     "PreparedStatistic",
     "RandomEffectsResult",
@@ -38,6 +41,7 @@ __all__ = [
     "bootstrap_interval",
     "bootstrap_metrics",
     "bootstrap_temperature",
+    "compare_methods",
     "crossfit_bootstrap",
     "disparity_intervals",
     "fit_stream_seed",
