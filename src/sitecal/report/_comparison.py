@@ -67,11 +67,12 @@ def _group_table(ctx: Context, block: Mapping[str, Any], group: Mapping[str, Any
         extra.append(("BACKGROUND", (0, 1), (-1, -1), Palette.small_bg))
     body = table(rows, [w * 0.22, *([rest] * len(metrics))], extra=extra)
     name = "All studies" if group.get("attribute") == "overall" else name_text(group.get("group"))
-    fitted = (
-        "its own fit studies"
-        if group.get("fit_rows") == "own"
-        else f"every fit study (fewer than {format_count(block.get('min_group_size'))} of its own)"
-    )
+    if group.get("attribute") == "overall":
+        fitted = "every fit study, one global fit (not the per-group calibration of the Results)"
+    elif group.get("fit_rows") == "own":
+        fitted = "its own fit studies"
+    else:
+        fitted = f"every fit study (fewer than {format_count(block.get('min_group_size'))} of its own)"
     title = (
         f"Recalibration methods, {name}: fitted on {fitted} (n = {format_count(group.get('n_fit'))}), "
         f"measured on {format_count(group.get('n_evaluation'))} evaluation studies: estimate [interval]; "
