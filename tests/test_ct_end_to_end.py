@@ -200,6 +200,24 @@ def test_cli_demo_runs_to_a_verdict_and_writes_every_artifact(ct_run: CtRun) -> 
         assert (folder / name).is_file(), name
 
 
+def test_the_protocols_compared_methods_reach_the_document_and_the_report(ct_run: CtRun) -> None:
+    evaluation = json.loads((ct_run.folder / "evaluation.json").read_text())
+    compared = evaluation["method_comparison"]
+    methods = ["temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"]
+    assert compared["methods"] == methods
+    scanners = sorted(g["group"] for g in evaluation["subgroups"]["scanner"])
+    assert [g["group"] for g in compared["groups"]] == ["All studies", *scanners]
+    for group in compared["groups"]:
+        assert group["n_evaluation"] == sum(
+            g["n"]
+            for g in evaluation["subgroups"]["scanner"]
+            if group["group"] in (g["group"], "All studies")
+        )
+    text = re.sub(r"\s+", " ", _pdf_text(ct_run.folder / "report.pdf"))
+    assert "Recalibration methods compared" in text
+    assert "Beta calibration" in text and "Δ: the method minus temperature scaling" in text
+
+
 def test_the_cohort_exercises_every_selection_rule(ct_run: CtRun) -> None:
     # Without these situations the selection checks below would prove little.
     assert not any("NumberOfFrames" in ds for ds in ct_run.headers.values())  # one slice per file
