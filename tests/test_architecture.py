@@ -44,6 +44,7 @@ LAYER = {
     "stages": 5,
     "planning": 5,
     "apply": 5,
+    "export_run": 5,
     "arrays": 5,
     "demo": 5,
     "preflight": 5,
@@ -138,11 +139,34 @@ ALLOWED = {
     # labels, mappings, the model and the PACS, before the scan
     "preflight": {"protocol", "cohort", "inference", "pacs"},
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
-    "cli": {"run", "stages", "preflight", "protocol", "cohort", "inference", "demo", "planning", "apply"},
+    "cli": {
+        "run",
+        "stages",
+        "preflight",
+        "protocol",
+        "cohort",
+        "inference",
+        "demo",
+        "planning",
+        "apply",
+        "export_run",
+    },
     # simulates criteria with the evaluation's own rule and the statistics engine
     "planning": {"protocol", "evaluation", "metrics", "stats"},
     # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
     "apply": {"calibration", "cohort", "metrics", "results"},
+    # a run's model and temperatures exported for deployment, checked on the run's studies found again by
+    # the run's own scan; the run's protocol is found as `sitecal send` finds it
+    "export_run": {
+        "_run_folder",  # the run's run.log records what was exported from it
+        "stages",
+        "pacs",
+        "protocol",
+        "inference",
+        "calibration",
+        "metrics",
+        "results",
+    },
 }
 
 
@@ -155,7 +179,7 @@ ALLOWED_MODULES = {
 # Parts only the listed parts may import, whatever the layers say (applies once the part exists).
 IMPORTED_ONLY_BY = {
     # the typed documents are handed on by the stages that make and read them
-    "results": {"evaluation", "report", "run", "stages", "arrays", "cli", "apply"},
+    "results": {"evaluation", "report", "run", "stages", "arrays", "cli", "apply", "export_run"},
 }
 
 # Calls that import or run code chosen at run time. Every one in src/sitecal is listed in DYNAMIC_IMPORTS.

@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sitecal {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{run,check,predict,evaluate,report,send,apply,plan,demo}"
+        dest="command",
+        required=True,
+        metavar="{run,check,predict,evaluate,report,send,apply,export,plan,demo}",
     )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
@@ -105,6 +107,37 @@ def _parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--output", type=Path, default=None, help="where to write (default: <scores>-calibrated.csv)"
     )
+
+    export = sub.add_parser(
+        "export",
+        help="write a run's model with its temperatures for deployment, checked on the run's studies",
+        description=(
+            "Write the run's model with its temperatures (the group an int64 input) as TorchScript, a "
+            "torch.export program, ONNX or a MONAI bundle, with its group table, and check it on up to 32 "
+            "of the run's evaluation studies read again: its probabilities must equal sitecal's calibrated "
+            "ones to 1e-6 (ONNX: 1e-5, onnxruntime's float32 kernels round otherwise than PyTorch's)."
+        ),
+    )
+    export.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+    export.add_argument(
+        "--format",
+        required=True,
+        metavar="{torchscript,torch-export,onnx,monai-bundle}",
+        help="onnx needs the extra: pip install 'sitecal[onnx]'",
+    )
+    export.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="the file (a folder for monai-bundle) to write; default RUN_DIR/export/calibrated.<ext>",
+    )
+    export.add_argument(
+        "--protocol",
+        type=Path,
+        default=None,
+        help="take the model and data from this protocol instead of the run's own protocol.yaml",
+    )
+    export.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     plan = sub.add_parser(
         "plan",
@@ -217,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _send(args.run_dir, args.protocol)
         if args.command == "apply":
             return _apply(args)
+        if args.command == "export":
+            return _export(args)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -396,6 +431,26 @@ def _apply(args: argparse.Namespace) -> int:
         f"{left}"
     )
     print(f"Written: {done.output}")
+    return EXIT_PASS
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sitecal.export_run import export_run
+
+    done = export_run(
+        args.run_dir, args.format, output=args.output, protocol=args.protocol, progress=not args.no_progress
+    )
+    left = f"; {done.n_left_out} chosen could not be read again" if done.n_left_out else ""
+    print(f"Exported: {done.path} ({done.format})")
+    print(
+        f"Groups:   {done.groups_file} ({done.n_groups_table} groups per {done.per or 'nothing'}; index "
+        f"{done.n_groups_table} is the global temperature)"
+    )
+    print(
+        f"Checked:  {done.n_checked} evaluation studies of {done.n_groups} groups{left}: largest difference "
+        f"from sitecal's calibrated probabilities {done.max_difference:.2g} (the eager model: "
+        f"{done.max_model_difference:.2g}; tolerance {done.tolerance:g})"
+    )
     return EXIT_PASS
 
 

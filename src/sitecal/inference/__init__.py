@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from sitecal.inference._deploy import GroupTemperatureScaler
-from sitecal.inference._export import IndexedTemperatureScaler, export_calibrated, group_table
+from sitecal.inference._export import (
+    EXPORT_FORMATS,
+    IndexedTemperatureScaler,
+    discard_export,
+    export_calibrated,
+    group_table,
+    load_exported,
+    round_trip_tolerance,
+)
 from sitecal.inference.cache import LogitCache, cache_identity, image_key
 from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
@@ -11,6 +19,7 @@ from sitecal.inference.reader import DicomImageReader, presentation_values
 from sitecal.inference.transforms import build_transforms, transform_fingerprint
 
 __all__ = [
+    "EXPORT_FORMATS",
     "DicomImageReader",
     "GroupTemperatureScaler",
     "IndexedTemperatureScaler",
@@ -20,12 +29,15 @@ __all__ = [
     "architecture_code_sha256",
     "build_transforms",
     "cache_identity",
+    "discard_export",
     "export_calibrated",
     "file_sha256",
     "group_table",
     "image_key",
+    "load_exported",
     "load_model",
     "predict_files",
     "presentation_values",
+    "round_trip_tolerance",
     "transform_fingerprint",
 ]

@@ -1,18 +1,20 @@
-"""The calibrated model in the forms deployment runs: TorchScript and torch.export, the group an integer.
+"""The calibrated model in the forms deployment runs: TorchScript, torch.export, ONNX, a MONAI bundle.
 
 :class:`GroupTemperatureScaler` takes group names, which neither TorchScript nor torch.export can carry
 (``torch.export`` bakes them in as guards). :class:`IndexedTemperatureScaler` takes the group as an
 integer tensor instead: index ``i < len(groups)`` is the i-th group of :func:`group_table` (names sorted),
 and ``len(groups)`` is the global temperature, for a group the fit did not see. It returns calibrated
-probabilities. :func:`export_calibrated` writes the model in either format with the table beside it
-(``<file>.groups.json``), loads the file back and checks that its probabilities equal the eager module's
-on the example input; the saved files need only PyTorch to load.
+probabilities. :func:`export_calibrated` writes the model in one of :data:`EXPORT_FORMATS` with the table
+beside it (``<file>.groups.json``; a bundle holds it in its configs), loads what it wrote back with the
+runtime that deploys it (PyTorch, onnxruntime, MONAI's ``ConfigParser``) and checks that its
+probabilities equal the eager module's on the example input. The files need no sitecal to load.
 """
 
 from __future__ import annotations
 
+import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,12 +24,33 @@ from torch import nn
 from sitecal._io import write_json_atomic
 from sitecal.calibration import GroupTemperatures
 from sitecal.errors import DataError
+from sitecal.inference import _export_bundle, _export_onnx
 
-__all__ = ["EXPORT_FORMATS", "IndexedTemperatureScaler", "export_calibrated", "group_table"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "IndexedTemperatureScaler",
+    "discard_export",
+    "export_calibrated",
+    "group_table",
+    "load_exported",
+    "round_trip_tolerance",
+]
 
-EXPORT_FORMATS = ("torchscript", "torch-export")
-#: Largest difference allowed between the exported file's probabilities and the eager module's.
+ExportFormat = Literal["torchscript", "torch-export", "onnx", "monai-bundle"]
+EXPORT_FORMATS: tuple[ExportFormat, ...] = ("torchscript", "torch-export", "onnx", "monai-bundle")
+#: Largest difference allowed between the exported file's probabilities and the eager module's, where
+#: the file runs on PyTorch's own kernels (TorchScript, torch.export, the bundle's TorchScript network).
 ROUND_TRIP_TOLERANCE = 1e-6
+#: The same for ONNX, which runs on onnxruntime's float32 kernels: they sum a convolution in another
+#: order than PyTorch's, so the two runtimes' logits differ by float32 rounding, not by the model. On the
+#: demo CNN's images both runtimes' logits are 6e-6 from float64's and 7e-6 from each other, which moves a
+#: probability by up to 2e-6; 1e-5 allows for that and still refuses a wrong temperature or group.
+ONNX_TOLERANCE = 1e-5
+
+
+def round_trip_tolerance(fmt: str) -> float:
+    """The largest difference allowed for ``fmt`` (:data:`ONNX_TOLERANCE` or :data:`ROUND_TRIP_TOLERANCE`)."""
+    return ONNX_TOLERANCE if fmt == "onnx" else ROUND_TRIP_TOLERANCE
 
 
 def group_table(temperatures: GroupTemperatures, **facts: Any) -> dict[str, Any]:
@@ -82,8 +105,8 @@ class IndexedTemperatureScaler(nn.Module):
         return torch.softmax(logits / t.unsqueeze(1), dim=1)
 
 
-def _torchscript(module: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor], path: Path) -> Any:
-    """Trace ``module`` to TorchScript at ``path`` and load it back.
+def _torchscript(module: nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
+    """Trace ``module`` to TorchScript at ``path``.
 
     PyTorch 2.13 deprecates TorchScript (use torch.export where the runtime allows); deployments that
     still run it ask for it by name, so its deprecation warning is expected here and silenced.
@@ -92,7 +115,48 @@ def _torchscript(module: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor], p
         warnings.simplefilter("ignore", DeprecationWarning)
         traced = torch.jit.trace(module, inputs)  # type: ignore[no-untyped-call]
         torch.jit.save(traced, str(path))
-        return torch.jit.load(str(path))  # type: ignore[no-untyped-call]
+
+
+Calibrated = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def load_exported(path: Path, fmt: str) -> Calibrated:
+    """What :func:`export_calibrated` wrote, loaded as deployment loads it: ``(image, group_index) -> probs``.
+
+    TorchScript with ``torch.jit.load``, torch.export with ``torch.export.load(...).module()``, ONNX with
+    onnxruntime (CPU), a MONAI bundle folder with :class:`monai.bundle.ConfigParser` (its ``infer``).
+    Only for files sitecal wrote: ``torch.export.load`` unpickles (see :mod:`sitecal.inference.models`).
+    """
+    path = Path(path)
+    if fmt == "onnx":
+        return _export_onnx.load_onnx(path)
+    if fmt == "monai-bundle":
+        return _export_bundle.load_bundle(path)
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loaded: Calibrated = torch.jit.load(str(path))  # type: ignore[no-untyped-call]
+        return loaded
+    return torch.export.load(str(path)).module()
+
+
+def _write(
+    fmt: str,
+    module: IndexedTemperatureScaler,
+    inputs: tuple[torch.Tensor, torch.Tensor],
+    path: Path,
+) -> None:
+    if fmt == "torchscript":
+        _torchscript(module, inputs, path)
+    elif fmt == "torch-export":
+        batch = torch.export.Dim("batch", min=1)
+        program = torch.export.export(module, inputs, dynamic_shapes=({0: batch}, {0: batch}))
+        torch.export.save(program, str(path))
+    elif fmt == "onnx":
+        _export_onnx.export_onnx(module, inputs, path)
+    else:  # monai-bundle: the network alone; the configs apply the calibration after it
+        (path / "models").mkdir(parents=True, exist_ok=True)
+        _torchscript(module.model, inputs[:1], path / "models" / "model.ts")
 
 
 def export_calibrated(
@@ -100,53 +164,117 @@ def export_calibrated(
     temperatures: GroupTemperatures,
     path: Path,
     *,
-    fmt: Literal["torchscript", "torch-export"],
+    fmt: ExportFormat,
     example: torch.Tensor,
     facts: Mapping[str, Any] | None = None,
+    source_metadata: Mapping[str, Any] | None = None,
+    preprocessing: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
-    """Write the calibrated model to ``path`` and its group table to ``<path>.groups.json``; check it.
+    """Write the calibrated model to ``path`` and its group table beside it; load it back and check it.
 
-    ``example``: an input batch (B >= 2) the file is traced or exported with and checked on: the file,
-    loaded back, must give the eager module's probabilities within :data:`ROUND_TRIP_TOLERANCE` for
-    every group index. Returns the group table's path.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Returns logits (B, C), C >= 2, in eval mode.
+    temperatures : GroupTemperatures
+        The fitted temperatures.
+    path : pathlib.Path
+        The file to write (``torchscript``, ``torch-export``, ``onnx``), or the bundle folder
+        (``monai-bundle``: new or empty), created; an existing file is replaced.
+    fmt : {"torchscript", "torch-export", "onnx", "monai-bundle"}
+        ``onnx`` needs the extra ``sitecal[onnx]`` (onnx, onnxscript, onnxruntime).
+    example : torch.Tensor
+        An input batch (B >= 2) the model is traced or exported with and checked on: the file, loaded
+        back (:func:`load_exported`), must give the eager module's probabilities within
+        :func:`round_trip_tolerance` (1e-6; 1e-5 for ONNX) for every group index, the global one included.
+    facts : mapping, optional
+        Written into the group table (:func:`group_table`), e.g. ``per``, ``class_names``; a bundle's
+        metadata also reads ``model_name``, ``model_version``, ``sitecal_version`` and ``run``.
+    source_metadata : mapping, optional
+        ``monai-bundle``: the metadata of the bundle the model came from, which the new one starts from
+        (copied; nothing in it is run).
+    preprocessing : sequence of mapping
+        ``monai-bundle``: the protocol's transforms (``{"name", "args"}``), written as the bundle's
+        ``preprocessing``.
+
+    Returns
+    -------
+    pathlib.Path
+        The group table: ``<path>.groups.json``, or the bundle's ``configs/metadata.json`` (its
+        ``sitecal_calibration``).
 
     Raises
     ------
     DataError
-        An unknown format, a model the format cannot capture (with PyTorch's reason), or a file whose
-        probabilities differ from the eager module's.
+        An unknown format, onnx not installed, a model the format cannot capture (with the exporter's
+        reason), or a file whose probabilities differ from the eager module's (the file is removed).
     """
     if fmt not in EXPORT_FORMATS:
         raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.")
+    if fmt == "onnx":
+        _export_onnx.require_onnx()
     module = IndexedTemperatureScaler(model, temperatures).eval()
     n_slots = len(temperatures.groups) + 1
     groups = torch.arange(example.shape[0], dtype=torch.int64) % n_slots
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    table = group_table(temperatures, **dict(facts or {}))
+    if fmt == "monai-bundle":
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise DataError(f"{path}: exists and is not an empty folder: give a new folder for the bundle.")
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         expected = module(example, groups)
         try:
-            if fmt == "torchscript":
-                loaded: Any = _torchscript(module, (example, groups), path)
-            else:
-                batch = torch.export.Dim("batch", min=1)
-                program = torch.export.export(
-                    module, (example, groups), dynamic_shapes=({0: batch}, {0: batch})
-                )
-                torch.export.save(program, str(path))
-                loaded = torch.export.load(str(path)).module()
-        except (RuntimeError, TypeError, ValueError) as exc:  # what torch raises for what it cannot capture
+            _write(fmt, module, (example, groups), path)
+        except (
+            RuntimeError,
+            TypeError,
+            ValueError,
+        ) as exc:  # what the exporters raise for what they cannot capture
+            discard_export(path)
             raise DataError(
                 f"{path}: PyTorch could not write the model as {fmt} ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200]}). Try the other format."
+                f"{_first_line(exc)}). Try another format."
             ) from None
-        got = loaded(example, groups)
-    gap = float((got - expected).abs().max())
-    if not gap <= ROUND_TRIP_TOLERANCE:
+        if fmt == "monai-bundle":
+            written = _export_bundle.write_bundle_configs(
+                path,
+                _export_bundle.inference_config(table, preprocessing),
+                _export_bundle.bundle_metadata(
+                    table,
+                    example_shape=tuple(example.shape),
+                    source=source_metadata,
+                ),
+            )
+        got = load_exported(path, fmt)(example, groups)
+    gap = float((got.double() - expected.double()).abs().max())
+    if not gap <= round_trip_tolerance(fmt):
+        discard_export(path)
         raise DataError(
             f"{path}: the {fmt} file's probabilities differ from the model's by {gap:.2g} (more than "
-            f"{ROUND_TRIP_TOLERANCE:g}); it was not kept as checked."
+            f"{round_trip_tolerance(fmt):g}); it was removed. Try another format."
         )
-    table = path.with_name(path.name + ".groups.json")
-    write_json_atomic(table, group_table(temperatures, **dict(facts or {})))
-    return table
+    if fmt == "monai-bundle":
+        return written
+    written = path.with_name(path.name + ".groups.json")
+    write_json_atomic(written, table)
+    return written
+
+
+def discard_export(path: Path) -> None:
+    """Remove an export that failed its check (the file or bundle folder, and its ``.groups.json``).
+
+    So that no unchecked model stays to be deployed.
+    """
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+    path.with_name(path.name + ".groups.json").unlink(missing_ok=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "no message"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sitecal._io import write_json_atomic
 from sitecal.errors import DataError
@@ -24,7 +24,10 @@ from sitecal.pacs._credentials import load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError
 from sitecal.protocol._pacs import DicomwebDestination, DimseDestination
 
-__all__ = ["SENT_LOG", "destination_problems", "run_destination", "send_report"]
+if TYPE_CHECKING:
+    from sitecal.protocol import LoadedProtocol
+
+__all__ = ["SENT_LOG", "destination_problems", "load_run_protocol", "run_destination", "send_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,27 +46,9 @@ def run_destination(
 ) -> tuple[DicomwebDestination | DimseDestination, Callable[[str], Path]]:
     """The ``report.send_to`` of ``protocol`` (default: the run's own), and how to resolve its paths.
 
-    The paths are the credentials and TLS files. The run folder's protocol is the file as run: its
-    relative paths are taken from the folder the protocol was in, found back from
-    ``report.output_dir`` (``<protocol folder>/<output_dir>/<run>``).
+    The paths are the credentials and TLS files, resolved as :func:`load_run_protocol` says.
     """
-    from sitecal.protocol import load_protocol
-
-    if protocol is not None:
-        loaded = load_protocol(protocol)
-    else:
-        loaded = load_protocol(folder / "protocol.yaml")
-        output_dir = Path(loaded.protocol.report.output_dir).expanduser()
-        if ".." in output_dir.parts:
-            raise DataError(
-                f"{folder / 'protocol.yaml'}: report.output_dir leads out of the protocol's folder, so its "
-                "relative paths cannot be found from the run folder: pass --protocol with the protocol file."
-            )
-        home = folder.resolve().parent
-        if not output_dir.is_absolute():
-            for _ in output_dir.parts:
-                home = home.parent
-        loaded = replace(loaded, path=home / "protocol.yaml")
+    loaded = load_run_protocol(folder, protocol)
     destination = loaded.protocol.report.send_to
     if destination is None:
         raise DataError(
@@ -72,6 +57,36 @@ def run_destination(
             "--protocol with one."
         )
     return destination, loaded.resolve
+
+
+def load_run_protocol(folder: Path, protocol: Path | None = None) -> LoadedProtocol:
+    """The protocol of a run folder: ``protocol`` when given, else the run's own ``protocol.yaml``.
+
+    The run folder's protocol is the file as run: its relative paths are taken from the folder the
+    protocol was in, found back from ``report.output_dir`` (``<protocol folder>/<output_dir>/<run>``).
+
+    Raises
+    ------
+    DataError
+        When ``report.output_dir`` leads out of the protocol's folder (``..``), so that its folder cannot
+        be found back: pass ``protocol``.
+    """
+    from sitecal.protocol import load_protocol
+
+    if protocol is not None:
+        return load_protocol(protocol)
+    loaded = load_protocol(folder / "protocol.yaml")
+    output_dir = Path(loaded.protocol.report.output_dir).expanduser()
+    if ".." in output_dir.parts:
+        raise DataError(
+            f"{folder / 'protocol.yaml'}: report.output_dir leads out of the protocol's folder, so its "
+            "relative paths cannot be found from the run folder: pass --protocol with the protocol file."
+        )
+    home = folder.resolve().parent
+    if not output_dir.is_absolute():
+        for _ in output_dir.parts:
+            home = home.parent
+    return replace(loaded, path=home / "protocol.yaml")
 
 
 def _describe(destination: DicomwebDestination | DimseDestination) -> tuple[str, str]:

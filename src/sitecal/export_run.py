@@ -1,0 +1,487 @@
+"""``sitecal export RUN_DIR --format FMT``: the run's model with its temperatures, as a file deployment runs.
+
+:func:`export_run` loads the run's protocol (its own ``protocol.yaml``, or ``--protocol``), the model the
+protocol names (through the loader ``sitecal run`` uses; its sha256 must be the one ``calibration.json``
+was fitted for) and ``calibration.json``, and writes the calibrated model with
+:func:`sitecal.inference.export_calibrated` (which checks the file against the eager module to 1e-6).
+
+Then it checks the file the way it will be used. Up to :data:`N_CHECK` of the run's evaluation studies
+(``evaluation`` or ``fold k`` in ``cohort.csv``; taken in turn from each calibration group, so that every
+group's temperature is used) are found again by a scan of the protocol's DICOM folder with the run's
+pseudonym key, read through the protocol's transforms and given to the exported file with their group's
+index. Its probabilities must equal sitecal's own calibrated probabilities for those studies,
+``softmax(stored logits / T of the study's group)`` (``predictions.csv`` and ``calibration.json``), within
+:func:`~sitecal.inference.round_trip_tolerance` (1e-6; 1e-5 for ONNX, whose float32 kernels round
+otherwise than PyTorch's). Before exporting, the eager model on the same images must give them within
+1e-6: otherwise the images, the transforms or the model changed since the run, and nothing is exported.
+A file that fails the check is removed.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from sitecal import __version__
+from sitecal._pseudonym import Pseudonymizer, load_or_create_key
+from sitecal._run_folder import attach_log, detach_log
+from sitecal.calibration import GroupTemperatures
+from sitecal.errors import DataError
+from sitecal.inference import (
+    EXPORT_FORMATS,
+    build_transforms,
+    discard_export,
+    export_calibrated,
+    group_table,
+    load_exported,
+    load_model,
+    round_trip_tolerance,
+    transform_fingerprint,
+)
+from sitecal.inference._export import ExportFormat
+from sitecal.metrics import softmax
+from sitecal.pacs.send import load_run_protocol
+from sitecal.protocol import LoadedProtocol
+from sitecal.provenance import file_sha256
+from sitecal.results import CalibrationDocument, read_document
+from sitecal.stages import scan
+
+__all__ = ["N_CHECK", "ExportResult", "export_run"]
+
+logger = logging.getLogger(__name__)
+
+#: Most evaluation studies the exported file is checked on.
+N_CHECK = 32
+#: Images per forward pass of the check.
+_BATCH = 16
+#: Where the file goes without ``--output``, inside the run folder.
+DEFAULT_NAMES = {
+    "torchscript": "calibrated.ts",
+    "torch-export": "calibrated.pt2",
+    "onnx": "calibrated.onnx",
+    "monai-bundle": "calibrated-bundle",
+}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_run` wrote and how it was checked.
+
+    ``max_difference``: the largest absolute difference between the exported file's probabilities and
+    sitecal's calibrated probabilities over the ``n_checked`` studies (of ``n_groups`` calibration
+    groups); ``max_model_difference``: the same for the eager model on the same images. ``n_left_out``
+    evaluation studies chosen for the check could not be used (not found again, unreadable, or an input
+    shape other than the first study's).
+    """
+
+    path: Path
+    groups_file: Path
+    format: str
+    per: str | None
+    n_groups_table: int
+    n_checked: int
+    n_groups: int
+    n_left_out: int
+    max_difference: float
+    max_model_difference: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class _CheckRows:
+    """The evaluation studies chosen for the check: keys, stored logits (float64), groups."""
+
+    keys: tuple[str, ...]
+    logits: np.ndarray
+    groups: tuple[str, ...]
+
+
+def export_run(
+    folder: Path,
+    fmt: str,
+    *,
+    output: Path | None = None,
+    protocol: Path | None = None,
+    n_check: int = N_CHECK,
+    progress: bool = True,
+    workers: int | None = None,
+) -> ExportResult:
+    """Export a run's calibrated model as ``fmt`` and check it on the run's evaluation studies.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        A run folder written by ``sitecal run``.
+    fmt : {"torchscript", "torch-export", "onnx", "monai-bundle"}
+        The format (see :func:`sitecal.inference.export_calibrated`).
+    output : pathlib.Path, optional
+        The file (a folder for ``monai-bundle``) to write; default ``<folder>/export/calibrated.<ext>``.
+        Never overwritten.
+    protocol : pathlib.Path, optional
+        The protocol file (default: the run's ``protocol.yaml``, its paths taken from the folder it was
+        in); needed when ``report.output_dir`` leads out of the protocol's folder.
+    n_check : int
+        Most evaluation studies to check on (default :data:`N_CHECK`).
+    progress : bool
+        Progress bars (the scan, the check).
+    workers : int, optional
+        Processes for the header scan.
+
+    Raises
+    ------
+    DataError
+        An unknown format, a folder that is not a finished run of a model run here, a model other than
+        the run's, the run's studies not found again, or a check that fails; each message names the file
+        or field and what to do.
+    """
+    if fmt not in EXPORT_FORMATS:
+        guess = difflib.get_close_matches(str(fmt), EXPORT_FORMATS, n=1)
+        hint = f" Did you mean {guess[0]!r}?" if guess else ""
+        raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.{hint}")
+    folder = Path(folder)
+    document = _calibration(folder)
+    try:
+        handler = attach_log(folder / "run.log")  # the run's record says what was exported from it
+    except OSError:  # a read-only (archived) run folder: export all the same
+        handler = None
+    try:
+        done = _export(folder, document, fmt, output, protocol, n_check, progress=progress, workers=workers)
+    except Exception as exc:
+        logger.error("export as %s failed: %s", fmt, exc, extra={"run_log_only": True})
+        raise
+    finally:
+        if handler is not None:
+            detach_log(handler)
+    return done
+
+
+def _export(
+    folder: Path,
+    document: CalibrationDocument,
+    fmt: ExportFormat,
+    output: Path | None,
+    protocol: Path | None,
+    n_check: int,
+    *,
+    progress: bool,
+    workers: int | None,
+) -> ExportResult:
+    target = Path(output) if output is not None else folder / "export" / DEFAULT_NAMES[fmt]
+    _refuse_existing(target, fmt)
+    if fmt == "onnx":
+        from sitecal.inference._export_onnx import require_onnx
+
+        require_onnx()  # before the scan, not after it
+    loaded = load_run_protocol(folder, protocol)
+    if loaded.predictions_path is not None or loaded.model_path is None:
+        raise DataError(
+            _no_model(folder, f"{loaded.path}: the protocol reads the model's outputs from a file")
+        )
+    temperatures = GroupTemperatures.from_dict(document.to_dict())
+    rows = _check_rows(folder, document, n_check)
+    model = load_model(loaded.protocol.model, loaded.model_path)
+    if model.sha256 != document.model_sha256:
+        raise DataError(
+            f"{loaded.model_path}: sha256 {model.sha256[:12]}... is not the model the run calibrated "
+            f"({str(document.model_sha256)[:12]}..., calibration.json model_sha256). Point model.path at the "
+            "model file the run used (or pass --protocol with a protocol that does)."
+        )
+    _note_changes(folder, loaded)
+    images, used = _read_studies(loaded, rows, progress=progress, workers=workers)
+    checked = _CheckRows(
+        keys=tuple(rows.keys[i] for i in used),
+        logits=rows.logits[used],
+        groups=tuple(rows.groups[i] for i in used),
+    )
+    table = group_table(temperatures)
+    index = torch.tensor(
+        [table["groups"].get(g, table["global_index"]) for g in checked.groups], dtype=torch.int64
+    )
+    expected = softmax(checked.logits, temperature=temperatures.temperatures_for(np.asarray(checked.groups)))
+    module = model.module
+    logits = _batched(lambda x, _: module(x), images, index)
+    if logits.ndim != 2 or logits.shape[1] != len(document.class_names):
+        raise DataError(
+            f"{loaded.model_path}: the model returns logits of shape {tuple(logits.shape)}; export needs "
+            f"(batch, {len(document.class_names)}), one per class of calibration.json."
+        )
+    model_gap = _gap(
+        softmax(
+            logits.double().numpy(), temperature=temperatures.temperatures_for(np.asarray(checked.groups))
+        ),
+        expected,
+    )
+    eager_tolerance = round_trip_tolerance("torchscript")  # PyTorch's own kernels, as the run's
+    if not model_gap <= eager_tolerance:
+        raise DataError(
+            f"{folder}: the model on the re-read evaluation studies no longer gives the run's logits "
+            f"(calibrated probabilities differ from predictions.csv's by {model_gap:.2g}, more than "
+            f"{eager_tolerance:g}): the images, the protocol's transforms or the model changed since the "
+            "run. Nothing was exported; run the protocol again, and export that run."
+        )
+    groups_file = export_calibrated(
+        module,
+        temperatures,
+        target,
+        fmt=fmt,
+        example=images[: min(len(images), 4)]
+        if len(images) > 1
+        else images.repeat(2, *[1] * (images.ndim - 1)),
+        facts=_facts(folder, loaded, document, model.sha256),
+        source_metadata=_source_metadata(loaded),
+        preprocessing=[{"name": s.name, "args": dict(s.args)} for s in loaded.protocol.inputs.transforms],
+    )
+    gap = _gap(_batched(load_exported(target, fmt), images, index).double().numpy(), expected)
+    tolerance = round_trip_tolerance(fmt)
+    if not gap <= tolerance:
+        discard_export(target)
+        raise DataError(
+            f"{target}: the exported {fmt} model's probabilities differ from sitecal's calibrated ones by "
+            f"{gap:.2g} on the run's evaluation studies (more than {tolerance:g}; the eager model "
+            f"is within {model_gap:.2g}); it was removed. Try another format."
+        )
+    logger.info(
+        "exported as %s to %s; checked on %d evaluation studies of %d groups: largest difference from "
+        "sitecal's calibrated probabilities %.2g (tolerance %g)",
+        fmt,
+        target,
+        len(used),
+        len(set(checked.groups)),
+        gap,
+        tolerance,
+    )
+    return ExportResult(
+        path=target,
+        groups_file=groups_file,
+        format=fmt,
+        per=document.per,
+        n_groups_table=len(temperatures.groups),
+        n_checked=len(used),
+        n_groups=len(set(checked.groups)),
+        n_left_out=len(rows.keys) - len(used),
+        max_difference=gap,
+        max_model_difference=model_gap,
+        tolerance=tolerance,
+    )
+
+
+def _batched(
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], images: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    """``run(images, index)`` in batches of :data:`_BATCH`, without gradients."""
+    with torch.no_grad():
+        return torch.cat(
+            [run(images[i : i + _BATCH], index[i : i + _BATCH]) for i in range(0, len(images), _BATCH)]
+        )
+
+
+def _gap(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(np.asarray(a, dtype=np.float64) - b).max()) if a.size else 0.0
+
+
+def _calibration(folder: Path) -> CalibrationDocument:
+    """The run's ``calibration.json``; refused without one, or when the run's model was not run here."""
+    path = folder / "calibration.json"
+    if not folder.is_dir():
+        raise DataError(
+            f"{folder}: not a folder. Give the run folder `sitecal run` wrote (reports/<name>-<time>)."
+        )
+    if not path.is_file():
+        raise DataError(
+            f"{path}: not found, so there are no temperatures to export. Give the run folder `sitecal run` "
+            "wrote (a run that stopped before its evaluation has none: run it again)."
+        )
+    document = read_document(path, CalibrationDocument)
+    if document.model_sha256 is None:
+        raise DataError(
+            _no_model(folder, f"{path}: model_sha256 is null: the run read the model's outputs from a file")
+        )
+    return document
+
+
+def _no_model(folder: Path, why: str) -> str:
+    return (
+        f"{why}, so there is no model here to export. Deploy the temperatures on the model's own scores with "
+        f"`sitecal apply {folder / 'calibration.json'} SCORES.csv`."
+    )
+
+
+def _refuse_existing(target: Path, fmt: str) -> None:
+    if fmt == "monai-bundle":
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise DataError(
+                f"--output {target}: exists and is not an empty folder. Remove it, or give another."
+            )
+    elif target.exists() or target.with_name(target.name + ".groups.json").exists():
+        raise DataError(f"--output {target}: exists (or its .groups.json does). Remove it, or give another.")
+
+
+def _check_rows(folder: Path, document: CalibrationDocument, n_check: int) -> _CheckRows:
+    """Up to ``n_check`` evaluation studies with their stored logits, taken from each group in turn."""
+    if n_check < 1:
+        raise DataError(f"The 'n_check' parameter of export_run must be an int >= 1. Got {n_check!r}.")
+    paths = {name: folder / name for name in ("cohort.csv", "predictions.csv")}
+    for path in paths.values():
+        if not path.is_file():
+            raise DataError(f"{path}: not found. Give a run folder as `sitecal run` wrote it.")
+    columns = [f"logit:{name}" for name in document.class_names]
+    per = document.per
+    try:
+        with open(paths["predictions.csv"], newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ["study_key", *columns] if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DataError(
+                    f"{paths['predictions.csv']}: no column {missing[0]!r}. Restore the file the run wrote."
+                )
+            logits = {r["study_key"]: [float(r[c]) for c in columns] for r in reader}
+        with open(paths["cohort.csv"], newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            needed = ["study_key", "split", *([per] if per else [])]
+            missing = [c for c in needed if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DataError(
+                    f"{paths['cohort.csv']}: no column {missing[0]!r}. Restore the file the run wrote."
+                )
+            by_group: dict[str, list[str]] = {}
+            for r in reader:
+                split = r["split"] or ""
+                if r["study_key"] in logits and (split == "evaluation" or split.startswith("fold ")):
+                    by_group.setdefault(r[per] if per else "", []).append(r["study_key"])
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(
+            f"{folder}: cannot read its cohort.csv or predictions.csv ({type(exc).__name__}). Restore the "
+            "files "
+            "the run wrote."
+        ) from None
+    if not by_group:
+        raise DataError(
+            f"{paths['cohort.csv']}: no evaluation study with logits in predictions.csv to check on."
+        )
+    chosen: list[tuple[str, str]] = []
+    queues = [list(reversed(by_group[g])) for g in sorted(by_group)]
+    while len(chosen) < n_check and any(queues):
+        for group, queue in zip(sorted(by_group), queues, strict=True):
+            if queue and len(chosen) < n_check:
+                chosen.append((queue.pop(), group))
+    return _CheckRows(
+        keys=tuple(k for k, _ in chosen),
+        logits=np.array([logits[k] for k, _ in chosen], dtype=np.float64),
+        groups=tuple(g for _, g in chosen),
+    )
+
+
+def _note_changes(folder: Path, loaded: LoadedProtocol) -> None:
+    """Log what differs from the run (the protocol, the transforms' fingerprint); the check decides."""
+    try:
+        provenance = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        provenance = {}
+    run_protocol = (provenance.get("sha256") or {}).get("protocol")
+    if run_protocol and run_protocol != loaded.sha256:
+        logger.warning("%s is not the protocol the run used (its sha256 differs)", loaded.path.name)
+    inputs = loaded.protocol.inputs
+    recorded = provenance.get("transforms_sha256")
+    if recorded and recorded != transform_fingerprint(inputs.transforms, inputs.voi):
+        logger.warning(
+            "the transform chain's fingerprint differs from the run's (the protocol's transforms, or the "
+            "MONAI version, changed); the check says whether the inputs are still the same"
+        )
+
+
+def _read_studies(
+    loaded: LoadedProtocol, rows: _CheckRows, *, progress: bool, workers: int | None
+) -> tuple[torch.Tensor, list[int]]:
+    """The chosen studies found again and read through the protocol's transforms: images, rows used.
+
+    The scan is the run's own (with the run's pseudonym key, so that the study keys match); studies that
+    came from a PACS are read from the local store the run retrieved them into, never retrieved again.
+    """
+    key_file = loaded.key_file
+    if not key_file.is_file():
+        raise DataError(
+            f"{key_file}: the run's pseudonym key (privacy.key_file) is not there, so its studies cannot be "
+            "found again. Restore the key file, or pass --protocol with the protocol that names it."
+        )
+    pseudonymize = Pseudonymizer(load_or_create_key(key_file))
+    protocol = loaded.protocol
+    if protocol.data.source is not None:
+        data = protocol.data.model_copy(
+            update={"source": None, "dicom_dir": str(loaded.pacs_store / "files")}
+        )
+        loaded = replace(loaded, protocol=protocol.model_copy(update={"data": data}))
+    cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
+    studies = {s.study_key: s for s in cohort.studies}
+    volume = protocol.inputs.kind == "volume"
+    transforms = build_transforms(
+        protocol.inputs.transforms, voi=protocol.inputs.voi, max_values=protocol.inputs.max_pixels_per_image
+    )
+    images: list[torch.Tensor] = []
+    used: list[int] = []
+    for i, key in enumerate(tqdm(rows.keys, desc="Checking", unit="study", disable=not progress, delay=2)):
+        study = studies.get(key)
+        if study is None:
+            continue
+        item: str | list[str] = [str(f) for f in study.files] if volume else str(study.path)
+        try:
+            image = torch.as_tensor(transforms(item), dtype=torch.float32)
+        except Exception:  # an unreadable study is left out of the check (counted); the others decide
+            continue
+        if images and image.shape != images[0].shape:
+            continue
+        images.append(image)
+        used.append(i)
+    if not images:
+        where = loaded.dicom_dir
+        raise DataError(
+            f"{where}: none of the run's {len(rows.keys)} evaluation studies chosen for the check could be "
+            "found and read again (moved or deleted files, or another privacy.key_file). Restore the data "
+            "the run read, or run the protocol again."
+        )
+    return torch.stack(images), used
+
+
+def _facts(
+    folder: Path, loaded: LoadedProtocol, document: CalibrationDocument, model_sha256: str
+) -> dict[str, Any]:
+    """What the group table records about where the export came from (hashes and names, no identifier)."""
+    settings = loaded.protocol.model
+    try:  # "<sha256>  protocol.yaml", as the run wrote it
+        protocol_sha256: str | None = (folder / "protocol.sha256").read_text(encoding="utf-8").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        protocol_sha256 = None
+    return {
+        "per": document.per,
+        "class_names": list(document.class_names),
+        "model_name": settings.name,
+        "model_version": settings.version,
+        "model_sha256": model_sha256,
+        "protocol_sha256": protocol_sha256,
+        "calibration_sha256": file_sha256(folder / "calibration.json"),
+        "run": folder.resolve().name,
+        "sitecal_version": __version__,
+    }
+
+
+def _source_metadata(loaded: LoadedProtocol) -> Mapping[str, Any] | None:
+    """The metadata of the protocol's model when it is a MONAI bundle (read as JSON, nothing run)."""
+    if loaded.protocol.model.format != "monai_bundle" or loaded.model_path is None:
+        return None
+    path = loaded.model_path / "configs" / "metadata.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read the bundle's metadata ({type(exc).__name__}).") from None
+    return meta if isinstance(meta, dict) else None
