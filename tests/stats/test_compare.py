@@ -104,3 +104,15 @@ def test_bad_arguments_are_named() -> None:
         compare_methods(z, y, z, y, methods=("platt",), **common)
     with pytest.raises(DataError, match="each method once"):
         compare_methods(z, y, z, y, methods=("vector", "vector"), **common)
+
+
+def test_a_zero_width_interval_says_nothing_about_the_difference() -> None:
+    # one fit patient and one evaluation patient: every resample draws the same rows, all replicates equal
+    z, y = _sample(200, 6)
+    res = compare_methods(
+        z[:150], y[:150], z[150:152], y[150:152], fit_clusters=np.zeros(150), eval_clusters=np.array([1, 1]),
+        methods=("histogram",), metrics=("nll", "brier"), spec=BootstrapSpec(n_resamples=50),
+    )  # fmt: skip
+    d = res.difference("histogram", "nll")
+    assert d.low == d.high and d.reason
+    assert res.finding("histogram", "nll") == res.finding("histogram", "brier") == "no_interval"

@@ -36,7 +36,7 @@ REFERENCE_METHOD = "temperature"
 #: not depend on the group's size.
 COMPARED_METRICS = ("nll", "brier", "ece_debiased", "smooth_ece")
 #: What an interval of ``method - temperature`` says: lies wholly below 0, wholly above 0, straddles 0,
-#: or is undefined (non-finite replicates).
+#: or is undefined or degenerate (non-finite replicates, or all equal: it measures no uncertainty).
 FINDINGS = ("better", "worse", "no_clear_difference", "no_interval")
 
 _Statistic = SumMetricStatistic | SmoothECEStatistic
@@ -141,7 +141,8 @@ def finding_of(difference: BootstrapResult) -> str:
     ('better', 'no_clear_difference', 'worse')
     """
     low, high = difference.low, difference.high
-    if not (np.isfinite(low) and np.isfinite(high)):
+    # undefined, or degenerate (every replicate equal: one patient, or no variation), measures nothing
+    if difference.reason or not (np.isfinite(low) and np.isfinite(high)):
         return "no_interval"
     if high < 0.0:
         return "better"
