@@ -136,7 +136,8 @@ def finding_of(difference: BootstrapResult) -> str:
     >>> from sitecal.stats import BootstrapResult
     >>> def d(low, high):
     ...     return BootstrapResult(estimate=(low + high) / 2, low=low, high=high, level=0.95,
-    ...                            method="percentile", n_resamples=100, seed=0, n=10, n_clusters=10)
+    ...                            method="percentile", n_resamples=100, seed=0, n=10, n_clusters=10,
+    ...                            n_strata=1, standard_error=0.05, bias=0.0)
     >>> finding_of(d(-0.2, -0.01)), finding_of(d(-0.2, 0.1)), finding_of(d(0.01, 0.2))
     ('better', 'no_clear_difference', 'worse')
     """
