@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod, fit_method
 from sitecal.errors import DataError
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic
+from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
 from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -34,7 +35,7 @@ __all__ = ["COMPARED_METRICS", "FINDINGS", "REFERENCE_METHOD", "MethodComparison
 REFERENCE_METHOD = "temperature"
 #: Held-out measures compared (all lower-is-better): proper scores, and calibration errors whose bias does
 #: not depend on the group's size.
-COMPARED_METRICS = ("nll", "brier", "ece_debiased", "smooth_ece")
+COMPARED_METRICS = (NLL.name, BRIER.name, ECE_DEBIASED.name, SMOOTH_ECE.name)
 #: What an interval of ``method - temperature`` says: lies wholly below 0, wholly above 0, straddles 0,
 #: or is undefined or degenerate (non-finite replicates, or all equal: it measures no uncertainty).
 FINDINGS = ("better", "worse", "no_clear_difference", "no_interval")
