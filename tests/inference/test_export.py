@@ -5,13 +5,12 @@ sitecal's own calibrated probabilities to 1e-6."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tests.inference._export_helpers import FILES, run_without_sitecal, tiny_model
 from torch import nn
 
 from sitecal.apply import apply_calibration
@@ -21,10 +20,7 @@ from sitecal.inference import IndexedTemperatureScaler, export_calibrated, group
 
 
 def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)
-    ).eval()
+    return tiny_model(3)
 
 
 def _temperatures():  # type: ignore[no-untyped-def]
@@ -35,65 +31,27 @@ def _temperatures():  # type: ignore[no-untyped-def]
     return fit_group_temperatures(logits, labels, groups, min_group_size=40)
 
 
-_FILE = {
-    "torchscript": "model.ts",
-    "torch-export": "model.pt2",
-    "onnx": "model.onnx",
-    "monai-bundle": "bundle",
-}
-# How each format is loaded where sitecal cannot be imported: as a deployment would.
-_LOAD = {
-    "torchscript": "module = torch.jit.load(path)",
-    "torch-export": "module = torch.export.load(path).module()",
-    "onnx": """import onnxruntime
-session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-def module(x, g):
-    return torch.from_numpy(session.run(None, {"image": x.numpy(), "group_index": g.numpy()})[0])""",
-    "monai-bundle": """from monai.bundle import ConfigParser
-parser = ConfigParser()
-parser.read_meta(path + "/configs/metadata.json")
-parser.read_config(path + "/configs/inference.json")
-parser["bundle_root"] = path
-module = parser.get_parsed_content("infer")""",
-}
-
-
-@pytest.mark.parametrize("fmt", list(_FILE))
+@pytest.mark.parametrize("fmt", list(FILES))
 def test_an_export_loads_back_without_sitecal_and_gives_sitecals_probabilities(
     fmt: str, tmp_path: Path
 ) -> None:
     model, temps = _model(), _temperatures()
     example = torch.randn(6, 1, 16, 16)
-    path = tmp_path / _FILE[fmt]
+    path = tmp_path / FILES[fmt]
     table_path = export_calibrated(model, temps, path, fmt=fmt, example=example, facts={"per": "scanner"})  # type: ignore[arg-type]
     table = json.loads(table_path.read_text())
     if fmt == "monai-bundle":
         assert table_path == path / "configs" / "metadata.json"
         table = table["sitecal_calibration"]
     else:
-        assert table_path == tmp_path / f"{_FILE[fmt]}.groups.json"
+        assert table_path == tmp_path / f"{FILES[fmt]}.groups.json"
     assert table["groups"] == {"DRX Demo": 0, "Tiny": 1, "Ysio Demo": 2} and table["global_index"] == 3
     assert table["per"] == "scanner"
     # another batch size than the example, each group and the global slot
     x = torch.randn(5, 1, 16, 16)
     names = ["Ysio Demo", "DRX Demo", "Tiny", "never seen", "DRX Demo"]
     index = [table["groups"].get(n, table["global_index"]) for n in names]
-    np.save(tmp_path / "x.npy", x.numpy())
-    np.save(tmp_path / "index.npy", np.array(index, dtype=np.int64))
-    # loaded in a fresh interpreter where sitecal cannot be imported
-    script = f"""
-import sys
-sys.modules["sitecal"] = None
-import numpy as np, torch
-x = torch.from_numpy(np.load({str(tmp_path / "x.npy")!r}))
-index = torch.from_numpy(np.load({str(tmp_path / "index.npy")!r}))
-path = {str(path)!r}
-{_LOAD[fmt]}
-np.save({str(tmp_path / "probs.npy")!r}, module(x, index).detach().numpy())
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = np.load(tmp_path / "probs.npy")
+    (got,) = run_without_sitecal(fmt, [path], x, index, tmp_path)
     with torch.no_grad():
         logits = model(x).double().numpy()
     expected = apply_calibration(temps, logits, names)

@@ -12,6 +12,7 @@ from sitecal.inference._export import (
     load_exported,
     round_trip_tolerance,
 )
+from sitecal.inference._export_methods import IndexedMethodCalibrator
 from sitecal.inference.cache import LogitCache, cache_identity, image_key
 from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
@@ -22,6 +23,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "DicomImageReader",
     "GroupTemperatureScaler",
+    "IndexedMethodCalibrator",
     "IndexedTemperatureScaler",
     "InferenceResult",
     "LoadedModel",

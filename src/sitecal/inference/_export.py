@@ -4,10 +4,12 @@
 (``torch.export`` bakes them in as guards). :class:`IndexedTemperatureScaler` takes the group as an
 integer tensor instead: index ``i < len(groups)`` is the i-th group of :func:`group_table` (names sorted),
 and ``len(groups)`` is the global temperature, for a group the fit did not see. It returns calibrated
-probabilities. :func:`export_calibrated` writes the model in one of :data:`EXPORT_FORMATS` with the table
-beside it (``<file>.groups.json``; a bundle holds it in its configs), loads what it wrote back with the
-runtime that deploys it (PyTorch, onnxruntime, MONAI's ``ConfigParser``) and checks that its
-probabilities equal the eager module's on the example input. The files need no sitecal to load.
+probabilities. :class:`~sitecal.inference.IndexedMethodCalibrator` does the same for any recalibration
+method (a :class:`~sitecal.calibration.GroupMethods`). :func:`export_calibrated` writes either in one of
+:data:`EXPORT_FORMATS` with the table beside it (``<file>.groups.json``; a bundle holds it in its
+configs), loads what it wrote back with the runtime that deploys it (PyTorch, onnxruntime, MONAI's
+``ConfigParser``) and checks that its probabilities equal the eager module's on the example input. The
+files need no sitecal to load.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import torch
 from torch import nn
 
 from sitecal._io import write_json_atomic
-from sitecal.calibration import GroupTemperatures
+from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
 from sitecal.inference import _export_bundle, _export_onnx
+from sitecal.inference._export_methods import IndexedMethodCalibrator, method_table
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -53,8 +56,14 @@ def round_trip_tolerance(fmt: str) -> float:
     return ONNX_TOLERANCE if fmt == "onnx" else ROUND_TRIP_TOLERANCE
 
 
-def group_table(temperatures: GroupTemperatures, **facts: Any) -> dict[str, Any]:
+def group_table(calibration: GroupTemperatures | GroupMethods, **facts: Any) -> dict[str, Any]:
     """The group -> index table written beside an export (``facts``: e.g. ``per``, ``class_names``).
+
+    For :class:`~sitecal.calibration.GroupTemperatures` it lists the temperatures (no ``method`` key: the
+    table as it has always been). For :class:`~sitecal.calibration.GroupMethods` it adds ``method``,
+    each group's ``sources`` (``own`` or ``global_fallback``), a description of the ``parameters`` the
+    model holds in its buffers (the temperatures themselves for ``temperature``) and ``parameters_sha256``
+    (of the canonical JSON of ``GroupMethods.to_dict()``).
 
     >>> from sitecal.calibration import fit_group_temperatures
     >>> import numpy as np
@@ -64,15 +73,21 @@ def group_table(temperatures: GroupTemperatures, **facts: Any) -> dict[str, Any]
     >>> table["groups"], table["global_index"]
     ({'A': 0, 'B': 1}, 2)
     """
-    names = sorted(temperatures.groups)
+    names = sorted(calibration.groups)
+    head = {"format": "sitecal.export.groups", "version": 1, **facts}
+    index = {"groups": {name: i for i, name in enumerate(names)}, "global_index": len(names)}
+    if isinstance(calibration, GroupMethods):
+        entries = method_table(calibration)
+        body = {"method": entries.pop("method"), **index, **entries}
+    else:
+        body = {
+            **index,
+            "temperatures": [calibration.groups[n].temperature for n in names]
+            + [calibration.global_fit.temperature],
+        }
     return {
-        "format": "sitecal.export.groups",
-        "version": 1,
-        **facts,
-        "groups": {name: i for i, name in enumerate(names)},
-        "global_index": len(names),
-        "temperatures": [temperatures.groups[n].temperature for n in names]
-        + [temperatures.global_fit.temperature],
+        **head,
+        **body,
         "input": "group_index: int64 tensor (B,), the index of each row's group; global_index for a group "
         "not in the table",
         "output": "calibrated probabilities (B, C)",
@@ -142,7 +157,7 @@ def load_exported(path: Path, fmt: str) -> Calibrated:
 
 def _write(
     fmt: str,
-    module: IndexedTemperatureScaler,
+    module: IndexedTemperatureScaler | IndexedMethodCalibrator,
     inputs: tuple[torch.Tensor, torch.Tensor],
     path: Path,
 ) -> None:
@@ -157,11 +172,14 @@ def _write(
     else:  # monai-bundle: the network alone; the configs apply the calibration after it
         (path / "models").mkdir(parents=True, exist_ok=True)
         _torchscript(module.model, inputs[:1], path / "models" / "model.ts")
+        if isinstance(module, IndexedMethodCalibrator):  # a map beyond temperatures: its own file
+            logits = module.model(inputs[0])
+            _torchscript(module.calibration, (logits, inputs[1]), path / _export_bundle.CALIBRATION_FILE)
 
 
 def export_calibrated(
     model: nn.Module,
-    temperatures: GroupTemperatures,
+    calibration: GroupTemperatures | GroupMethods,
     path: Path,
     *,
     fmt: ExportFormat,
@@ -176,8 +194,10 @@ def export_calibrated(
     ----------
     model : torch.nn.Module
         Returns logits (B, C), C >= 2, in eval mode.
-    temperatures : GroupTemperatures
-        The fitted temperatures.
+    calibration : GroupTemperatures or GroupMethods
+        The fitted temperatures (:class:`IndexedTemperatureScaler`), or any fitted recalibration method
+        with one fit per group (:class:`~sitecal.inference.IndexedMethodCalibrator`; a bundle then holds
+        the map as ``models/calibration.ts``).
     path : pathlib.Path
         The file to write (``torchscript``, ``torch-export``, ``onnx``), or the bundle folder
         (``monai-bundle``: new or empty), created; an existing file is replaced.
@@ -213,11 +233,15 @@ def export_calibrated(
         raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.")
     if fmt == "onnx":
         _export_onnx.require_onnx()
-    module = IndexedTemperatureScaler(model, temperatures).eval()
-    n_slots = len(temperatures.groups) + 1
+    module: IndexedTemperatureScaler | IndexedMethodCalibrator
+    if isinstance(calibration, GroupMethods):
+        module = IndexedMethodCalibrator(model, calibration).eval()
+    else:
+        module = IndexedTemperatureScaler(model, calibration).eval()
+    n_slots = len(calibration.groups) + 1
     groups = torch.arange(example.shape[0], dtype=torch.int64) % n_slots
     path = Path(path)
-    table = group_table(temperatures, **dict(facts or {}))
+    table = group_table(calibration, **dict(facts or {}))
     if fmt == "monai-bundle":
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DataError(f"{path}: exists and is not an empty folder: give a new folder for the bundle.")

@@ -11,6 +11,12 @@ The folder has MONAI's standard layout (https://docs.monai.io/en/stable/mb_speci
     "calibrate": "$lambda logits, group_index: torch.softmax(logits / T[group_index], dim=1)"
     "infer":     "$lambda image, group_index: @calibrate(@network(image), group_index)"
 
+A recalibration method other than temperature scaling (a group table with ``method``) is a traced map
+``(logits, group_index) -> probabilities`` in ``models/calibration.ts`` (its parameters in the file's
+buffers, their sha256 in the table), and ``calibrate`` loads it::
+
+    "calibrate": "$torch.jit.load(@bundle_root + '/models/calibration.ts', map_location=@device).eval()"
+
 so that MONAI's own :class:`monai.bundle.ConfigParser` loads it with PyTorch and MONAI alone (no sitecal,
 no network class to import): ``parser.get_parsed_content("infer")(image, group_index)`` gives calibrated
 probabilities. The network is TorchScript because a site's network class (the demo's included) may live
@@ -34,12 +40,16 @@ import torch
 
 from sitecal._io import write_text_atomic
 
-__all__ = ["bundle_metadata", "inference_config", "load_bundle", "write_bundle_configs"]
+__all__ = ["CALIBRATION_FILE", "bundle_metadata", "inference_config", "load_bundle", "write_bundle_configs"]
+
+#: A method's map beyond temperatures, traced to TorchScript, relative to the bundle folder.
+CALIBRATION_FILE = "models/calibration.ts"
 
 #: The JSON schema MONAI's own bundles name (a URL in the file; nothing here fetches it).
 _SCHEMA = (
     "https://github.com/Project-MONAI/MONAI-extra-test-data/releases/download/0.8.1/meta_schema_20240725.json"
 )
+_GLOBAL = {True: "(one global temperature)", False: "(one global fit)"}
 _CALIBRATE = (
     "$lambda logits, group_index: torch.softmax(logits / torch.tensor(@calibration#temperatures, "
     "dtype=logits.dtype, device=logits.device)[group_index].unsqueeze(1), dim=1)"
@@ -48,6 +58,27 @@ _CALIBRATE = (
 
 def inference_config(table: Mapping[str, Any], preprocessing: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``configs/inference.json``: the TorchScript network, then the calibration (``table``: group table)."""
+    method = table.get("method")
+    if method is None or method == "temperature":
+        calibration: dict[str, Any] = {
+            "method": "temperature",
+            "per": table.get("per"),
+            "groups": dict(table["groups"]),
+            "global_index": table["global_index"],
+            "temperatures": list(table["temperatures"]),
+        }
+        calibrate = _CALIBRATE
+    else:
+        calibration = {
+            "method": method,
+            "per": table.get("per"),
+            "groups": dict(table["groups"]),
+            "global_index": table["global_index"],
+            "sources": dict(table["sources"]),
+            "parameters": f"{CALIBRATION_FILE}: {table['parameters']}",
+            "parameters_sha256": table["parameters_sha256"],
+        }
+        calibrate = f"$torch.jit.load(@bundle_root + '/{CALIBRATION_FILE}', map_location=@device).eval()"
     return {
         "imports": ["$import torch"],
         "bundle_root": ".",
@@ -62,14 +93,8 @@ def inference_config(table: Mapping[str, Any], preprocessing: Sequence[Mapping[s
             ]
             + [{"_target_": "EnsureType", "data_type": "tensor", "track_meta": False}],
         },
-        "calibration": {
-            "method": "temperature",
-            "per": table.get("per"),
-            "groups": dict(table["groups"]),
-            "global_index": table["global_index"],
-            "temperatures": list(table["temperatures"]),
-        },
-        "calibrate": _CALIBRATE,
+        "calibration": calibration,
+        "calibrate": calibrate,
         "infer": "$lambda image, group_index: @calibrate(@network(image), group_index)",
     }
 
@@ -84,17 +109,23 @@ def bundle_metadata(
 
     The version is the source's (else the table's ``model_version``, else ``0.0.0``) with the build label
     ``+sitecal.<first 8 hex digits of the calibration's sha256>``: a calibrated model is not the
-    provider's next release, and two calibrations get two versions.
+    provider's next release, and two calibrations get two versions (a method's: of its
+    ``parameters_sha256``).
     """
     meta: dict[str, Any] = copy.deepcopy(dict(source)) if source else {"schema": _SCHEMA}
-    digest = hashlib.sha256(
-        json.dumps([table["groups"], table["temperatures"]], sort_keys=True).encode()
-    ).hexdigest()[:8]
+    method = table.get("method", "temperature")
+    fitted = table["temperatures"] if method == "temperature" else table["parameters_sha256"]
+    digest = hashlib.sha256(json.dumps([table["groups"], fitted], sort_keys=True).encode()).hexdigest()[:8]
+    action, adjective = (
+        ("temperature scaling", "temperature-scaled")
+        if method == "temperature"
+        else (f"{method} recalibration", f"{method}-recalibrated")
+    )
     base = str(meta.get("version") or table.get("model_version") or "0.0.0")
     version = f"{base}{'.' if '+' in base else '+'}sitecal.{digest}"
     per = table.get("per")
     changelog = (
-        f"temperature scaling {f'per {per}' if per else '(one global temperature)'} added after the network "
+        f"{action} {f'per {per}' if per else _GLOBAL[method == 'temperature']} added after the network "
         f"by sitecal {table.get('sitecal_version', '')}".rstrip()
         + (f", from the validation run {table['run']}" if table.get("run") else "")
     )
@@ -115,7 +146,7 @@ def bundle_metadata(
         "monai_version": _version("monai"),
         "pytorch_version": torch.__version__.split("+")[0],
         "numpy_version": _version("numpy"),
-        "name": f"{meta.get('name') or table.get('model_name') or 'model'} (temperature-scaled "
+        "name": f"{meta.get('name') or table.get('model_name') or 'model'} ({adjective} "
         f"{f'per {per}' if per else 'globally'})",
         "network_data_format": {
             "inputs": {
@@ -149,7 +180,9 @@ def bundle_metadata(
         "sitecal_calibration": {
             **{k: v for k, v in table.items() if k not in ("format", "version", "input", "output")},
             "network": "models/model.ts: the network alone (TorchScript), image -> logits",
-            "applied_in": "configs/inference.json: calibrate (after the network), infer (both)",
+            "applied_in": "configs/inference.json: calibrate (after the network"
+            + ("" if method == "temperature" else f"; {CALIBRATION_FILE}")
+            + "), infer (both)",
         },
     }
     return meta
