@@ -7,6 +7,10 @@ and the registry's metric functions, and the findings on data built to favour on
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -116,3 +120,29 @@ def test_a_zero_width_interval_says_nothing_about_the_difference() -> None:
     d = res.difference("histogram", "nll")
     assert d.low == d.high and d.reason
     assert res.finding("histogram", "nll") == res.finding("histogram", "brier") == "no_interval"
+
+
+_DIGEST = """
+import hashlib, sys
+import numpy as np
+from sitecal.stats import BootstrapSpec, compare_methods
+rng = np.random.default_rng(0)
+z = rng.normal(size=(400, 3)) * 3.0
+y = rng.integers(0, 3, 400)
+chunk = int(sys.argv[1]) or None
+res = compare_methods(z[:200], y[:200], z[200:], y[200:], fit_clusters=None, eval_clusters=None,
+                      methods=("vector", "matrix", "dirichlet", "histogram", "isotonic"),
+                      spec=BootstrapSpec(n_resamples=60, seed=1, chunk_size=chunk))
+print(hashlib.sha256(res.replicates.tobytes() + res.estimates.tobytes()).hexdigest())
+"""
+
+
+def test_the_numbers_do_not_depend_on_the_thread_count_or_the_chunk_size() -> None:
+    digests = set()
+    for threads, chunk in (("1", "0"), ("2", "0"), ("2", "7")):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
+        done = subprocess.run(
+            [sys.executable, "-c", _DIGEST, chunk], env=env, capture_output=True, text=True, check=True
+        )
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
