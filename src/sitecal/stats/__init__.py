@@ -16,6 +16,7 @@ from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
+from sitecal.stats._refit_method import MethodRefitIntervals, refit_method_bootstrap
 from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -29,6 +30,7 @@ __all__ = [
     "GroupFlags",
     "GroupTemperatureIntervals",
     "MethodComparison",
+    "MethodRefitIntervals",
     "MetricIntervals",
     "PreparedStatistic",
     "RandomEffectsResult",
@@ -48,5 +50,6 @@ __all__ = [
     "random_effects_meta_analysis",
     "refit_bootstrap",
     "refit_disparity_intervals",
+    "refit_method_bootstrap",
     "size_matched_flags",
 ]

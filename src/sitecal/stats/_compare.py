@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal.calibration import METHODS, FittedMethod, fit_method
+from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
-from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
-from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, draw_chunks, make_plan
+from sitecal.stats._paired_refit import fit_notes, paired_arms, statistics
+from sitecal.stats._refit_result import _result
+from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["COMPARED_METRICS", "FINDINGS", "REFERENCE_METHOD", "MethodComparison", "compare_methods"]
@@ -39,28 +39,6 @@ COMPARED_METRICS = (NLL.name, BRIER.name, ECE_DEBIASED.name, SMOOTH_ECE.name)
 #: What an interval of ``method - temperature`` says: lies wholly below 0, wholly above 0, straddles 0,
 #: or is undefined or degenerate (non-finite replicates, or all equal: it measures no uncertainty).
 FINDINGS = ("better", "worse", "no_clear_difference", "no_interval")
-
-_Statistic = SumMetricStatistic | SmoothECEStatistic
-
-
-def _measure(
-    statistics: Sequence[_Statistic],
-    probs: NDArray[np.float64],
-    labels: NDArray[np.int64],
-    row_weights: NDArray[np.float64],
-) -> NDArray[np.float64]:
-    """Each statistic of each resample's probabilities (R, N, C) under its row weights (R, N): (M, R)."""
-    r, n, c = probs.shape
-    out = np.empty((len(statistics), r))
-    flat = probs.reshape(r * n, c)
-    tiled = np.tile(labels, r)
-    for i, stat in enumerate(statistics):  # a loop over metrics
-        if isinstance(stat, SmoothECEStatistic):
-            out[i] = stat.evaluate_each(probs, labels, row_weights)
-            continue
-        terms = stat.row_terms(flat, tiled).reshape(r, n, -1)
-        out[i] = stat.from_sums(np.einsum("rn,rnj->rj", row_weights, terms))
-    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,16 +131,6 @@ def finding_of(difference: BootstrapResult) -> str:
     return "no_clear_difference"
 
 
-def _notes(fit: FittedMethod, not_converged: int, n_resamples: int) -> tuple[str, ...]:
-    """The whole split's fit notes, and how many resampled fits stopped before converging."""
-    extra = (
-        (f"{not_converged} of {n_resamples} resampled fits stopped before converging.",)
-        if not_converged
-        else ()
-    )
-    return (*fit.notes, *extra)
-
-
 def _methods(methods: Sequence[str]) -> tuple[str, ...]:
     func = "compare_methods"
     if isinstance(methods, str):
@@ -177,19 +145,6 @@ def _methods(methods: Sequence[str]) -> tuple[str, ...]:
             f"The 'methods' parameter of {func} must list each method once. Got {tuple(methods)!r}."
         )
     return (REFERENCE_METHOD, *(m for m in methods if m != REFERENCE_METHOD))
-
-
-def _statistics(metrics: Sequence[str], n_bins: int) -> list[_Statistic]:
-    stats: list[_Statistic] = []
-    for name in metrics:
-        stat = metric_statistic(name, n_bins=n_bins)
-        if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
-            raise DataError(
-                f"compare_methods cannot measure {name!r} under each resample's refitted probabilities; "
-                f"use some of {', '.join(COMPARED_METRICS)}."
-            )
-        stats.append(stat)
-    return stats
 
 
 def compare_methods(
@@ -256,59 +211,28 @@ def compare_methods(
     """
     func = "compare_methods"
     spec = BootstrapSpec() if spec is None else spec
-    if not isinstance(spec, BootstrapSpec):
-        raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
-    if spec.method != "percentile":
-        raise DataError(
-            f"The 'spec' parameter of {func} must use method='percentile'; BCa's acceleration would need "
-            "every method refitted without each patient in turn."
-        )
     names = _methods(methods)
-    metric_names = tuple(metrics)
-    stats = _statistics(metric_names, n_bins)
-    given = dict(options or {})
-    zf, yf = np.asarray(fit_logits, dtype=np.float64), np.asarray(fit_labels)
-    ze, ye = np.asarray(eval_logits, dtype=np.float64), np.asarray(eval_labels)
-    fits = {m: fit_method(m, zf, yf, **given.get(m, {})) for m in names}  # validates the arrays
-    ye = ye.astype(np.int64)
-    if ze.ndim != 2 or ze.shape[1] != zf.shape[1] or ye.shape != (ze.shape[0],):
-        raise DataError(
-            f"The 'eval_logits' and 'eval_labels' parameters of {func} must have shapes (N, {zf.shape[1]}) "
-            f"and (N,). Got {ze.shape} and {ye.shape}."
-        )
-    fit_plan = make_plan(zf.shape[0], fit_clusters, None, func=f"{func} (fit split)")
-    eval_plan = make_plan(ze.shape[0], eval_clusters, None, func=f"{func} (eval split)")
-    ones = np.ones((1, ze.shape[0]))
-    estimates = np.stack([_measure(stats, fits[m].probabilities(ze), ye, ones)[:, 0] for m in names])
-
-    b = spec.n_resamples
-    chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // max(ze.shape[0] * ze.shape[1], 1)))
-    replicates = np.empty((len(names), len(stats), b))
-    not_converged = dict.fromkeys(names, 0)
-    start = 0
-    streams = zip(
-        draw_chunks(fit_plan, seed=fit_stream_seed(spec.seed), n_resamples=b, chunk_size=chunk),
-        draw_chunks(eval_plan, seed=spec.seed, n_resamples=b, chunk_size=chunk),
-        strict=True,
+    arms = paired_arms(
+        func,
+        (fit_logits, fit_labels, fit_clusters),
+        (eval_logits, eval_labels, eval_clusters),
+        names,
+        statistics(func, metrics, n_bins),
+        spec,
+        options or {},
     )
-    for fit_draws, eval_draws in streams:  # a loop over chunks of resamples
-        stop = start + eval_draws.size
-        fit_weights = fit_draws.weights[:, fit_plan.cluster_of_row]
-        eval_weights = eval_draws.weights[:, eval_plan.cluster_of_row]
-        for i, m in enumerate(names):  # a loop over methods
-            refit = fit_method(m, zf, yf, fit_weights, **given.get(m, {}))
-            not_converged[m] += int(np.count_nonzero(~np.asarray(refit.converged)))
-            replicates[i, :, start:stop] = _measure(stats, refit.probabilities(ze), ye, eval_weights)
-        start = stop
+    fits = {m: fit for m, fit in zip(names, arms.fits, strict=True) if fit is not None}
     return MethodComparison(
         methods=names,
-        metrics=metric_names,
+        metrics=tuple(metrics),
         spec=spec,
-        fit_plan=fit_plan,
-        eval_plan=eval_plan,
-        estimates=_readonly(estimates),
-        replicates=_readonly(replicates),
+        fit_plan=arms.fit_plan,
+        eval_plan=arms.eval_plan,
+        estimates=arms.estimates,
+        replicates=arms.replicates,
         fits=fits,
-        notes={m: _notes(fits[m], not_converged[m], b) for m in names},
+        notes={
+            m: fit_notes(fits[m], n, spec.n_resamples) for m, n in zip(names, arms.not_converged, strict=True)
+        },
         options={m: dict(fits[m].options) for m in names},
     )
