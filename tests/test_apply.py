@@ -118,7 +118,7 @@ def test_the_cli_names_a_missing_group_column_and_a_class_the_calibration_lacks(
     said = capsys.readouterr().err
     assert "scanner" in said and "--group-column" in said
     assert main(["apply", str(calibration), str(scores), "--group-column", "site"]) == 0
-    assert "Calibrated: 1 of 1 rows (1 with the global temperature)" in capsys.readouterr().out
+    assert "Calibrated: 1 of 1 rows (1 with the global fit)" in capsys.readouterr().out
     assert (tmp_path / "scores-calibrated.csv").is_file()
     scores.write_text("scanner,logit:normal,logit:cancer\nA,0.5,0.2\n", encoding="utf-8")
     assert main(["apply", str(calibration), str(scores)]) == 2

@@ -2,7 +2,9 @@
 
 A vendor's model runs outside PyTorch; the site still deploys the temperatures the validation fitted.
 :func:`apply_calibration` divides each row's logits by its group's temperature (the global temperature for
-a group the fit did not see, or a row without a group value) and returns the calibrated probabilities;
+a group the fit did not see, or a row without a group value), or under another method
+(``calibration.method``, e.g. isotonic) puts them through its group's fit (else the global fit), and
+returns the calibrated probabilities;
 :func:`apply_calibration_file` does the same for a CSV or Parquet file of scores.
 
 The scores file has the score columns of a predictions file (``logit:<class>`` for every class, or
@@ -10,7 +12,8 @@ The scores file has the score columns of a predictions file (``logit:<class>`` f
 subgroup the temperatures were fitted per (``calibration.json`` → ``per``, e.g. ``scanner``), holding the
 same values the report shows (whitespace is collapsed). Probabilities are calibrated as their logarithms,
 as a run does. The output has one row per usable input row, in input order: the input's line (or row)
-number, the group when the fit saw it, the temperature, where it came from, and ``prob:<class>``. No other
+number, the group when the fit saw it, the temperature (or the method's name), where it came from, and
+``prob:<class>``. No other
 column of the input is copied, so that no key or identifier reaches it: join back by the line number.
 """
 
@@ -26,12 +29,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal._io import write_csv_atomic
-from sitecal.calibration import GroupTemperatures
+from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.cohort.attributes import normalise_text
 from sitecal.cohort.predictions_file import read_scores
 from sitecal.errors import DataError
 from sitecal.metrics import log_probabilities, softmax
-from sitecal.results import CalibrationDocument, read_document
+from sitecal.results import read_calibration
 
 __all__ = ["AppliedFile", "apply_calibration", "apply_calibration_file"]
 
@@ -39,18 +42,20 @@ logger = logging.getLogger(__name__)
 
 
 def apply_calibration(
-    calibration: GroupTemperatures | Mapping[str, Any],
+    calibration: GroupTemperatures | GroupMethods | Mapping[str, Any],
     scores: ArrayLike,
     groups: Sequence[str] | ArrayLike,
     *,
     kind: str = "logit",
 ) -> NDArray[np.float64]:
-    """Calibrated probabilities, shape (N, C): softmax of each row's logits over its group's temperature.
+    """Calibrated probabilities, shape (N, C): each row's logits through its group's calibration.
 
     Parameters
     ----------
-    calibration : GroupTemperatures or mapping
-        ``GroupTemperatures``, or ``json.load`` of a run's ``calibration.json``.
+    calibration : GroupTemperatures, GroupMethods or mapping
+        ``GroupTemperatures`` (softmax of the logits over the group's temperature), ``GroupMethods``
+        (another recalibration method, e.g. ``calibration.method: isotonic``), or ``json.load`` of a
+        run's ``calibration.json``.
     scores : array_like, shape (N, C)
         Logits (``kind="logit"``) or probabilities (``kind="prob"``, rows summing to 1).
     groups : sequence of str, length N
@@ -66,10 +71,7 @@ def apply_calibration(
     >>> apply_calibration(temps, [[2.0, 0.0]], ["A"]).round(3).tolist()  # 3 of 4 right at one margin
     [[0.75, 0.25]]
     """
-    if isinstance(calibration, GroupTemperatures):
-        temperatures = calibration
-    else:
-        temperatures = GroupTemperatures.from_dict(calibration)
+    fitted = _fitted(calibration)
     values = np.asarray(scores, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] < 2 or not np.isfinite(values).all():
         raise DataError(
@@ -87,7 +89,21 @@ def apply_calibration(
         )
     if not names.shape[0]:
         return np.empty((0, values.shape[1]))
-    return softmax(logits, temperature=temperatures.temperatures_for(names))
+    if isinstance(fitted, GroupMethods):
+        probs: NDArray[np.float64] = fitted.probabilities(logits, names)[0]
+        return probs
+    return softmax(logits, temperature=fitted.temperatures_for(names))
+
+
+def _fitted(
+    calibration: GroupTemperatures | GroupMethods | Mapping[str, Any],
+) -> GroupTemperatures | GroupMethods:
+    """The calibration itself, from an object or a parsed ``calibration.json`` (either kind)."""
+    if isinstance(calibration, GroupTemperatures | GroupMethods):
+        return calibration
+    if calibration.get("method", "temperature") != "temperature":
+        return GroupMethods.from_dict(calibration.get("fits", {}))
+    return GroupTemperatures.from_dict(calibration)
 
 
 @dataclass(frozen=True)
@@ -115,35 +131,34 @@ def apply_calibration_file(
         A calibration.json that is not one a run wrote, a scores file without the group column or the
         score columns of the calibration's classes, no usable row, or ``output`` equal to ``scores``.
     """
-    document = read_document(calibration, CalibrationDocument)
-    temperatures = GroupTemperatures.from_dict(document.to_dict())
+    document = read_calibration(calibration)
+    fitted = _fitted(document.to_dict())
     column = group_column if group_column is not None else document.per
     if Path(output).resolve() == Path(scores).resolve():
         raise DataError(f"{output}: the output would replace the scores file. Name another --output.")
     rows = read_scores(scores, class_names=document.class_names, group_column=column)
     names = [normalise_text(g) for g in rows.groups]
-    probs = apply_calibration(temperatures, rows.logits, names)
-    known = [name in temperatures.groups for name in names]
-    t = temperatures.temperatures_for(np.asarray(names, dtype=str))
+    probs = apply_calibration(fitted, rows.logits, names)
+    known = [name in fitted.groups for name in names]
+    if isinstance(fitted, GroupTemperatures):  # the temperature each row got
+        how, origin = "temperature", "temperature_from"
+        used = [repr(float(t)) for t in fitted.temperatures_for(np.asarray(names, dtype=str))]
+    else:  # the method, and whether the row's group had its own fit
+        how, origin = "method", "fit_from"
+        used = [fitted.name] * len(names)
     write_csv_atomic(
         output,
-        [
-            rows.numbered_by,
-            "group",
-            "temperature",
-            "temperature_from",
-            *[f"prob:{c}" for c in document.class_names],
-        ],
+        [rows.numbered_by, "group", how, origin, *[f"prob:{c}" for c in document.class_names]],
         (
             [
                 str(position),
                 name if seen else "",
-                repr(float(temp)),
+                value,
                 "group" if seen else ("global: no group value" if column and not raw else "global"),
                 *[repr(float(v)) for v in row],
             ]
-            for position, name, raw, seen, temp, row in zip(
-                rows.positions, names, rows.groups, known, t, probs, strict=True
+            for position, name, raw, seen, value, row in zip(
+                rows.positions, names, rows.groups, known, used, probs, strict=True
             )
         ),
     )

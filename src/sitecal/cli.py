@@ -427,8 +427,7 @@ def _apply(args: argparse.Namespace) -> int:
     done = apply_calibration_file(args.calibration, args.scores, output, group_column=args.group_column)
     left = f"; {len(done.bad_rows)} rows left out (scores that cannot be used)" if done.bad_rows else ""
     print(
-        f"Calibrated: {done.n_calibrated} of {done.n_rows} rows ({done.n_global} with the global temperature)"
-        f"{left}"
+        f"Calibrated: {done.n_calibrated} of {done.n_rows} rows ({done.n_global} with the global fit){left}"
     )
     print(f"Written: {done.output}")
     return EXIT_PASS
@@ -444,7 +443,7 @@ def _export(args: argparse.Namespace) -> int:
     print(f"Exported: {done.path} ({done.format})")
     print(
         f"Groups:   {done.groups_file} ({done.n_groups_table} groups per {done.per or 'nothing'}; index "
-        f"{done.n_groups_table} is the global temperature)"
+        f"{done.n_groups_table} is the global fit)"
     )
     print(
         f"Checked:  {done.n_checked} evaluation studies of {done.n_groups} groups{left}: largest difference "

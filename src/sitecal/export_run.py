@@ -23,7 +23,7 @@ import csv
 import difflib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from tqdm import tqdm
 from sitecal import __version__
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal._run_folder import attach_log, detach_log
-from sitecal.calibration import GroupTemperatures
+from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
 from sitecal.inference import (
     EXPORT_FORMATS,
@@ -53,7 +53,7 @@ from sitecal.metrics import softmax
 from sitecal.pacs.send import load_run_protocol
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256
-from sitecal.results import CalibrationDocument, read_document
+from sitecal.results import CalibrationDocument, MethodCalibrationDocument, read_calibration
 from sitecal.stages import scan
 
 __all__ = ["N_CHECK", "ExportResult", "export_run"]
@@ -167,7 +167,7 @@ def export_run(
 
 def _export(
     folder: Path,
-    document: CalibrationDocument,
+    document: CalibrationDocument | MethodCalibrationDocument,
     fmt: ExportFormat,
     output: Path | None,
     protocol: Path | None,
@@ -187,7 +187,7 @@ def _export(
         raise DataError(
             _no_model(folder, f"{loaded.path}: the protocol reads the model's outputs from a file")
         )
-    temperatures = GroupTemperatures.from_dict(document.to_dict())
+    temperatures = _fitted(document)
     rows = _check_rows(folder, document, n_check)
     model = load_model(loaded.protocol.model, loaded.model_path)
     if model.sha256 != document.model_sha256:
@@ -207,7 +207,7 @@ def _export(
     index = torch.tensor(
         [table["groups"].get(g, table["global_index"]) for g in checked.groups], dtype=torch.int64
     )
-    expected = softmax(checked.logits, temperature=temperatures.temperatures_for(np.asarray(checked.groups)))
+    expected = _calibrated(temperatures, checked.logits, checked.groups)
     module = model.module
     logits = _batched(lambda x, _: module(x), images, index)
     if logits.ndim != 2 or logits.shape[1] != len(document.class_names):
@@ -215,12 +215,7 @@ def _export(
             f"{loaded.model_path}: the model returns logits of shape {tuple(logits.shape)}; export needs "
             f"(batch, {len(document.class_names)}), one per class of calibration.json."
         )
-    model_gap = _gap(
-        softmax(
-            logits.double().numpy(), temperature=temperatures.temperatures_for(np.asarray(checked.groups))
-        ),
-        expected,
-    )
+    model_gap = _gap(_calibrated(temperatures, logits.double().numpy(), checked.groups), expected)
     eager_tolerance = round_trip_tolerance("torchscript")  # PyTorch's own kernels, as the run's
     if not model_gap <= eager_tolerance:
         raise DataError(
@@ -285,11 +280,29 @@ def _batched(
         )
 
 
+def _fitted(document: CalibrationDocument | MethodCalibrationDocument) -> GroupTemperatures | GroupMethods:
+    """The run's calibration: temperatures, or another method's fits (calibration.method)."""
+    if isinstance(document, MethodCalibrationDocument):
+        return GroupMethods.from_dict(document.to_dict()["fits"])
+    return GroupTemperatures.from_dict(document.to_dict())
+
+
+def _calibrated(
+    fitted: GroupTemperatures | GroupMethods, logits: np.ndarray, groups: Sequence[str]
+) -> np.ndarray:
+    """What sitecal's calibration gives these logits, each row with its group's map."""
+    names = np.asarray(groups, dtype=str)
+    if isinstance(fitted, GroupMethods):
+        probs: np.ndarray = fitted.probabilities(logits, names)[0]
+        return probs
+    return softmax(logits, temperature=fitted.temperatures_for(names))
+
+
 def _gap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, dtype=np.float64) - b).max()) if a.size else 0.0
 
 
-def _calibration(folder: Path) -> CalibrationDocument:
+def _calibration(folder: Path) -> CalibrationDocument | MethodCalibrationDocument:
     """The run's ``calibration.json``; refused without one, or when the run's model was not run here."""
     path = folder / "calibration.json"
     if not folder.is_dir():
@@ -301,7 +314,7 @@ def _calibration(folder: Path) -> CalibrationDocument:
             f"{path}: not found, so there are no temperatures to export. Give the run folder `sitecal run` "
             "wrote (a run that stopped before its evaluation has none: run it again)."
         )
-    document = read_document(path, CalibrationDocument)
+    document = read_calibration(path)
     if document.model_sha256 is None:
         raise DataError(
             _no_model(folder, f"{path}: model_sha256 is null: the run read the model's outputs from a file")
@@ -326,7 +339,9 @@ def _refuse_existing(target: Path, fmt: str) -> None:
         raise DataError(f"--output {target}: exists (or its .groups.json does). Remove it, or give another.")
 
 
-def _check_rows(folder: Path, document: CalibrationDocument, n_check: int) -> _CheckRows:
+def _check_rows(
+    folder: Path, document: CalibrationDocument | MethodCalibrationDocument, n_check: int
+) -> _CheckRows:
     """Up to ``n_check`` evaluation studies with their stored logits, taken from each group in turn."""
     if n_check < 1:
         raise DataError(f"The 'n_check' parameter of export_run must be an int >= 1. Got {n_check!r}.")
@@ -454,7 +469,10 @@ def _read_studies(
 
 
 def _facts(
-    folder: Path, loaded: LoadedProtocol, document: CalibrationDocument, model_sha256: str
+    folder: Path,
+    loaded: LoadedProtocol,
+    document: CalibrationDocument | MethodCalibrationDocument,
+    model_sha256: str,
 ) -> dict[str, Any]:
     """What the group table records about where the export came from (hashes and names, no identifier)."""
     settings = loaded.protocol.model

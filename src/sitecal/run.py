@@ -22,7 +22,7 @@ from sitecal.cohort import Cohort, Exclusion, write_predictions
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
-from sitecal.results import CalibrationDocument, Predictions, write_document
+from sitecal.results import CalibrationDocument, MethodCalibrationDocument, Predictions, write_document
 from sitecal.stages import (
     REPORT_CONTEXT,
     Analysed,
@@ -280,11 +280,11 @@ def _write_tables(
 
 def _calibration(
     loaded: LoadedProtocol, outcome: EvaluationOutcome, provenance: Mapping[str, Any]
-) -> CalibrationDocument:
+) -> CalibrationDocument | MethodCalibrationDocument:
     """``calibration.json``: what deployment loads, bound to the model it was fitted for."""
-    return calibration_document(
-        loaded.protocol, outcome.temperatures.to_dict(), model_sha256=provenance["sha256"].get("model")
-    )
+    fitted = outcome.temperatures if outcome.methods is None else outcome.methods
+    model_sha256 = provenance["sha256"].get("model")
+    return calibration_document(loaded.protocol, fitted.to_dict(), model_sha256=model_sha256)
 
 
 def _provenance(

@@ -47,7 +47,14 @@ from sitecal.cohort.sources import summarise_sources
 from sitecal.errors import DataError
 from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
 from sitecal.protocol import LoadedProtocol, Protocol, SeriesRules, protocol_summary
-from sitecal.results import CalibrationDocument, Evaluation, Predictions, read_document
+from sitecal.results import (
+    CalibrationDocument,
+    Evaluation,
+    MethodCalibrationDocument,
+    Predictions,
+    read_calibration,
+    read_document,
+)
 
 __all__ = [
     "Analysed",
@@ -329,8 +336,24 @@ def evaluate_cohort(
 
 def calibration_document(
     protocol: Protocol, temperatures: Mapping[str, Any], *, model_sha256: str | None
-) -> CalibrationDocument:
-    """``calibration.json``: the fitted temperatures, with the model they were fitted for."""
+) -> CalibrationDocument | MethodCalibrationDocument:
+    """``calibration.json``: the fitted temperatures (or the method's fits), with the model they apply to.
+
+    ``temperatures``: ``GroupTemperatures.to_dict()``, or under another method than temperature scaling
+    ``GroupMethods.to_dict()``.
+    """
+    if protocol.calibration.method != "temperature":
+        return MethodCalibrationDocument.from_dict(
+            {
+                "schema_version": MethodCalibrationDocument.SCHEMA_VERSION,
+                "method": protocol.calibration.method,
+                "per": protocol.calibration.per,
+                "class_names": list(protocol.model.class_names),
+                "model_sha256": model_sha256,
+                "fits": dict(temperatures),
+            },
+            source="calibration.json",
+        )
     return CalibrationDocument.from_dict(
         {
             "schema_version": CalibrationDocument.SCHEMA_VERSION,
@@ -385,9 +408,10 @@ def render_run(folder: Path) -> Path:
 
     folder = Path(folder)
     documents: dict[str, Mapping[str, Any]] = {}
-    for name, kind in (("evaluation.json", Evaluation), ("calibration.json", CalibrationDocument)):
+    for name in ("evaluation.json", "calibration.json"):
         _stored(folder, name)  # a missing file is named as such, before its checks
-        documents[name] = read_document(folder / name, kind).to_dict()
+    documents["evaluation.json"] = read_document(folder / "evaluation.json", Evaluation).to_dict()
+    documents["calibration.json"] = read_calibration(folder / "calibration.json").to_dict()
     documents |= {name: _stored(folder, name) for name in ("provenance.json", REPORT_CONTEXT)}
     context = dict(documents[REPORT_CONTEXT])
     page_size = str(context.pop("page_size", "A4"))

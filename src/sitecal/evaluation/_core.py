@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from tqdm import tqdm
 
-from sitecal.calibration import GroupTemperatures
+from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_methods
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._compare import compare_recalibration
@@ -60,6 +60,7 @@ from sitecal.stats import (
     bootstrap_temperature,
     crossfit_bootstrap,
     refit_bootstrap,
+    refit_method_bootstrap,
 )
 
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
@@ -93,6 +94,7 @@ class EvaluationOutcome:
     temperatures: GroupTemperatures
     split: Split
     result: Evaluation
+    methods: GroupMethods | None = None  # the deployed calibration under another method than temperature
 
     @property
     def fit_mask(self) -> np.ndarray:
@@ -146,13 +148,18 @@ def evaluate(
     )
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
-    if split.method == "patient":  # the deployed temperatures are the ones evaluated
-        applied = temperatures.temperatures_for(cal_groups[held])
+    methods: GroupMethods | None = None
+    if cal.method != "temperature":  # the protocol allows it with one patient split only
+        methods = fit_group_methods(
+            cal.method, data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size
+        )
+        after = methods.probabilities(logits, cal_groups[held])[0]
+    elif split.method == "patient":  # the deployed temperatures are the ones evaluated
+        after = softmax(logits, temperature=temperatures.temperatures_for(cal_groups[held]))
     else:
-        applied = applied_temperatures(
-            split, data.logits, data.labels, cal_groups, data.patient_keys, policy
-        )[held]
-    prob_sets = {"before": softmax(logits), "after": softmax(logits, temperature=applied)}
+        applied = applied_temperatures(split, data.logits, data.labels, cal_groups, data.patient_keys, policy)
+        after = softmax(logits, temperature=applied[held])
+    prob_sets = {"before": softmax(logits), "after": after}
     strata = patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
         n_resamples=ev.bootstrap.n_resamples,
@@ -189,9 +196,19 @@ def evaluate(
             strata[mask] if attribute == OVERALL else None,
             protocol=protocol,
             spec=spec,
-            temperature=temperatures.temperature_for(group) if attribute == per else None,
+            temperature=temperatures.temperature_for(group) if attribute == per and methods is None else None,
         )
-        if attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
+        if attribute == (per or OVERALL) and methods is not None:
+            entry = _add_method_uncertainty(
+                entry,
+                None if per is None else group,
+                methods,
+                fit_rows,
+                (logits[mask], labels[mask], patients[mask]),
+                protocol=protocol,
+                spec=spec,
+            )
+        elif attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
             entry = _add_temperature_uncertainty(
                 entry,
                 None if per is None else group,
@@ -217,7 +234,7 @@ def evaluate(
     ).temperature
     replicates = (
         refit_temperatures(split, data.logits, data.labels, cal_groups, data.patient_keys, policy, spec)
-        if ev.bootstrap.refit and attributes and ev.disparity_metrics
+        if ev.bootstrap.refit and attributes and ev.disparity_metrics and methods is None
         else None
     )
     disparities = {
@@ -233,7 +250,7 @@ def evaluate(
         )
         for name in tqdm(attributes, desc="Disparities", unit="attribute", disable=not progress)
     }
-    sensitivity = sensitivity_analyses(protocol, data, split, temperatures)
+    sensitivity = sensitivity_analyses(protocol, data, split, temperatures, methods=methods)
     comparison = compare_recalibration(
         protocol,
         {
@@ -311,8 +328,11 @@ def evaluate(
         highest_confidence_errors=highest_confidence_errors(data, held, prob_sets, cal_groups[held]),
         planning=planning,
         method_comparison=comparison,
+        calibration_method=None if methods is None else cast(Any, cal.method),  # the protocol checked it
     )
-    return EvaluationOutcome(document=result.to_dict(), temperatures=temperatures, split=split, result=result)
+    return EvaluationOutcome(
+        document=result.to_dict(), temperatures=temperatures, split=split, result=result, methods=methods
+    )
 
 
 def _group_result(
@@ -476,6 +496,54 @@ def _add_temperature_uncertainty(
     if not given:
         interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
     return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
+
+
+def _add_method_uncertainty(
+    entry: GroupResult,
+    group: str | None,
+    methods: GroupMethods,
+    fit_rows: _FitRows,
+    held: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+) -> GroupResult:
+    """Where a calibration group's map comes from and, with ``bootstrap.refit``, refitted after-intervals.
+
+    The method is refitted in every resample on the rows it was fitted on (the group's own fit rows, or
+    every fit row for a group on the global fit), as :func:`~sitecal.stats.refit_method_bootstrap` does.
+    """
+    known = None if group is None else methods.groups.get(group)
+    own = known is not None and known.fit is not None
+    source: Literal["own", "global_fallback", "global"] = (
+        "global" if group is None else "own" if own else "global_fallback"
+    )
+    entry = dataclasses.replace(entry, calibration_source=source)
+    ev = protocol.evaluation
+    if not ev.bootstrap.refit:
+        return entry
+    rows = fit_rows.groups == group if own else np.ones(fit_rows.labels.shape[0], dtype=bool)
+    res = refit_method_bootstrap(
+        fit_rows.logits[rows],
+        fit_rows.labels[rows],
+        held[0],
+        held[1],
+        fit_clusters=fit_rows.patients[rows],
+        eval_clusters=held[2],
+        method=methods.name,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
+    )
+    metrics = {
+        metric: dataclasses.replace(
+            entry.metrics[metric],
+            after=Interval(**_interval(res.get(metric, "after"))),
+            difference=Interval(**_interval(res.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
+    }
+    return dataclasses.replace(entry, metrics=metrics, refit=True)
 
 
 _Source = Literal["own", "global_fallback", "shrunk", "empirical_bayes"]

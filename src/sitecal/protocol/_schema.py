@@ -103,7 +103,11 @@ ComparedMethod = Literal["vector", "matrix", "dirichlet", "histogram", "isotonic
 class CalibrationSettings(_Strict):
     """Temperature scaling, one temperature per group of ``per``."""
 
-    method: Literal["temperature"] = "temperature"
+    method: Literal["temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"] = Field(
+        default="temperature",
+        description="the calibration deployed (calibration.json): temperature scaling, or vector, matrix, "
+        "dirichlet, histogram, isotonic or beta (binary models) fitted per group of per",
+    )
     per: str | None = None
     min_group_size: int = Field(default=50, ge=1)
     fallback: Literal["global", "shrink", "empirical_bayes"] = Field(
@@ -349,6 +353,7 @@ class Protocol(_Strict):
                 "acceleration would refit every fold without each patient); use method: percentile, or "
                 "refit: false",
             )
+        _check_method(self)
         _check_compare(self)
         for i, name in enumerate(self.evaluation.subgroups or []):
             _check_reference(name, names, "evaluation", "subgroups", i)
@@ -370,6 +375,38 @@ class Protocol(_Strict):
     def reported_subgroups(self) -> list[str]:
         """Subgroup names evaluated and reported, in protocol order."""
         return list(self.evaluation.subgroups or self.subgroups)
+
+
+def _check_method(protocol: Protocol) -> None:
+    """A deployed method other than temperature scaling: one fit split, the global fallback, percentile."""
+    cal, boot = protocol.calibration, protocol.evaluation.bootstrap
+    if cal.method == "temperature":
+        return
+    if cal.method == "beta" and len(protocol.model.class_names) != 2:
+        raise _ReferenceError(
+            ("calibration", "method"),
+            f"beta calibration is for two classes and model.class_names lists "
+            f"{len(protocol.model.class_names)}; use dirichlet (its multiclass generalisation) or another "
+            "method",
+        )
+    if cal.split.by == "crossfit":
+        raise _ReferenceError(
+            ("calibration", "split", "by"),
+            f"method {cal.method} is fitted on one fit split; cross-fitting is available for method: "
+            "temperature only. Use split.by: patient, or method: temperature",
+        )
+    if cal.fallback != "global":
+        raise _ReferenceError(
+            ("calibration", "fallback"),
+            f"fallback {cal.fallback} pulls a temperature toward the global one; with method {cal.method} a "
+            "group below min_group_size takes the global fit. Use fallback: global, or method: temperature",
+        )
+    if boot.refit and boot.method == "bca":
+        raise _ReferenceError(
+            ("evaluation", "bootstrap", "method"),
+            "method bca with refit: true needs every fit repeated without each patient, which is available "
+            f"for method: temperature only; use method: percentile with method {cal.method}, or refit: false",
+        )
 
 
 def _check_compare(protocol: Protocol) -> None:

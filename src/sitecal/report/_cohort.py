@@ -115,8 +115,8 @@ def cohort_characteristics(ctx: Context) -> list[Flowable]:
         )
     else:
         parts = (
-            "Every analysed study, in both splits (temperatures are fitted on the fit split; every metric is "
-            "measured on the evaluation split)."
+            f"Every analysed study, in both splits ({ctx.fitted(plural=True)} are fitted on the fit split; "
+            "every metric is measured on the evaluation split)."
         )
     story.append(
         ctx.p(

@@ -16,7 +16,7 @@ from ._context import Context
 from ._styles import Palette, table
 from ._text import format_count, format_interval, format_value, name_text, para_text
 
-__all__ = ["METHOD_LABELS", "method_comparison"]
+__all__ = ["METHOD_LABELS", "METHOD_TEXT", "method_comparison"]
 
 METHOD_LABELS = {
     "temperature": "Temperature scaling",
@@ -26,6 +26,23 @@ METHOD_LABELS = {
     "histogram": "Histogram binning",
     "isotonic": "Isotonic regression",
     "beta": "Beta calibration",
+}
+#: How the Methods section describes a deployed method other than temperature scaling.
+METHOD_TEXT = {
+    "vector": "Vector scaling (Guo et al., 2017): softmax(a ⊙ z + b), a scale and an offset per class "
+    "fitted to minimise the negative log-likelihood on the fit split.",
+    "matrix": "Matrix scaling with off-diagonal and intercept regularisation (ODIR; Kull et al., 2019): "
+    "softmax(W z + b) fitted by penalised negative log-likelihood on the fit split.",
+    "dirichlet": "Dirichlet calibration with ODIR (Kull et al., 2019): softmax(W ln p + b) on the model's "
+    "log-probabilities, fitted by penalised negative log-likelihood on the fit split.",
+    "histogram": "Histogram binning (Zadrozny & Elkan, 2001): each class's probability (one-vs-rest) is "
+    "replaced by the share of that class among the fit studies in its equal-width bin, then the row "
+    "renormalised.",
+    "isotonic": "Isotonic regression (Zadrozny & Elkan, 2002): a monotone map of each class's probability "
+    "(one-vs-rest) fitted on the fit split, interpolated linearly, then the row renormalised.",
+    "beta": "Beta calibration (Kull, Silva Filho & Flach, 2017): p' = sigmoid(a ln p − b ln(1 − p) + c) on "
+    "the positive class's probability, fitted by maximum likelihood on the fit split (a negative a or b "
+    "fixed at 0).",
 }
 _FINDING = {
     "better": ("clearly better", Palette.passed),

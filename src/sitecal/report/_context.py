@@ -18,6 +18,16 @@ from ._text import NOT_RECORDED, para_text, words
 
 __all__ = ["METRIC_NAMES", "Context", "interval_level", "verdict_text"]
 
+#: The deployed calibration of another method than temperature scaling, as a noun (calibration.method).
+_METHOD_NOUNS = {
+    "vector": "vector scaling fit",
+    "matrix": "matrix scaling fit",
+    "dirichlet": "Dirichlet calibration fit",
+    "histogram": "histogram binning fit",
+    "isotonic": "isotonic regression fit",
+    "beta": "beta calibration fit",
+}
+
 #: The printed label of each metric of the registry, by name.
 METRIC_NAMES = {m.name: m.label for m in METRICS}
 _HIGHER_IS_BETTER = frozenset(m.name for m in METRICS if m.direction == "higher")
@@ -73,6 +83,14 @@ class Context:
     @property
     def calibration(self) -> Mapping[str, Any]:
         return self.inputs.calibration
+
+    def fitted(self, *, plural: bool = False) -> str:
+        """What the calibration fits, in words: ``temperature(s)``, or e.g. ``isotonic regression fit(s)``."""
+        method = str(self.calibration.get("method", "temperature"))
+        if method == "temperature":
+            return "temperatures" if plural else "temperature"
+        noun = _METHOD_NOUNS.get(method, f"{method} fit")
+        return f"{noun}s" if plural else noun
 
     @property
     def provenance(self) -> Mapping[str, Any]:

@@ -109,9 +109,9 @@ def fairness(ctx: Context) -> list[Flowable]:
                 "hold the temperatures at their fitted values). It can differ a little from the Results "
                 "table's (other resamples); both are the same estimate. "
                 if _refitted(disparities)
-                else ", with the temperatures held at their fitted values"
+                else f", with the {ctx.fitted(plural=True)} held at their fitted values"
                 + (
-                    ", so it can differ from the Results table's, where the temperature is refitted in "
+                    f", so it can differ from the Results table's, where the {ctx.fitted()} is refitted in "
                     "every resample; both are the same estimate. "
                     if get(ctx.evaluation, "bootstrap", "refit") is True
                     else ", so it can differ a little from the Results table's (other resamples); both "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sitecal.errors import DataError
-from sitecal.results import CalibrationDocument, Evaluation
+from sitecal.results import CalibrationDocument, Evaluation, MethodCalibrationDocument
 
 __all__ = ["ReportArtifacts", "ReportInputs", "check_inputs", "get"]
 
@@ -91,7 +91,9 @@ def check_inputs(inputs: ReportInputs) -> None:
                 f"{type(getattr(inputs, name)).__name__}."
             )
     Evaluation.from_dict(inputs.evaluation, source="evaluation.json")
-    CalibrationDocument.from_dict(inputs.calibration, source="calibration.json")
+    method = inputs.calibration.get("method")
+    kind = CalibrationDocument if method in (None, "temperature") else MethodCalibrationDocument
+    kind.from_dict(inputs.calibration, source="calibration.json")
     protocol_name = inputs.protocol.get("name")
     if not isinstance(protocol_name, str):
         problem = (

@@ -349,7 +349,7 @@ def _errors(ctx: Context) -> list[Flowable]:
         rows.append(
             [
                 ctx.cell(get(s, "study_key"), style=ctx.styles.mono),
-                ctx.cell(get(s, "calibration_group") if per else "all studies (one temperature)"),
+                ctx.cell(get(s, "calibration_group") if per else f"all studies (one {ctx.fitted()})"),
                 ctx.cell(get(s, "predicted")),
                 ctx.cell(get(s, "true")),
                 ctx.cell(format_value(get(s, "confidence_before")), style=num),

@@ -1,4 +1,4 @@
-"""Methods and fitted temperatures sections: the procedure, worded from the recorded settings."""
+"""Methods and fitted calibration sections: the procedure, worded from the recorded settings."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from reportlab.platypus import Flowable, KeepTogether
 
 from sitecal.metrics.registry import ECE, METRICS, SMOOTH_ECE
 
+from ._comparison import METHOD_LABELS, METHOD_TEXT
 from ._context import Context
 from ._inputs import get
 from ._model_outputs import (
@@ -26,7 +27,7 @@ from ._sections import key_values
 from ._styles import table
 from ._text import NOT_RECORDED, format_count, format_value, para_text, short_sha, words
 
-__all__ = ["fitted_temperatures", "methods"]
+__all__ = ["fitted_calibration", "fitted_temperatures", "methods"]
 
 #: "<label>: <description>" of each metric for the Methods section; ECE has the row above to itself.
 _DEFINITIONS = {m.name: f"{m.label}: {m.description}" for m in METRICS} | {
@@ -66,7 +67,7 @@ def _split_text(ctx: Context) -> str:
         f" Fit split: {format_count(split.get('n_fit'))} studies "
         f"({format_count(split.get('patients_fit'))} patients); evaluation split: "
         f"{format_count(split.get('n_evaluation'))} studies "
-        f"({format_count(split.get('patients_evaluation'))} patients). A temperature is never evaluated "
+        f"({format_count(split.get('patients_evaluation'))} patients). The calibration is never evaluated "
         "on the studies it was fitted on; every metric in the Results section is measured on the "
         "evaluation split."
     )
@@ -119,10 +120,16 @@ def _bootstrap_text(ctx: Context) -> str:
             if scope and scope != "overall"
             else "the overall figures"
         )
+        deployed = ctx.calibration.get("method", "temperature")
+        what = (
+            "temperature"
+            if deployed == "temperature"
+            else f"{METHOD_LABELS.get(str(deployed), deployed).lower()} fit"
+        )
         text += (
-            f" For {where}, the temperature was refitted on resampled fit-split patients in every resample "
-            "(one batched solve), so the intervals after calibration include its uncertainty; other "
-            "subgroups hold the fitted temperatures fixed."
+            f" For {where}, the {para_text(what)} was refitted on resampled fit-split patients in every "
+            "resample, so the intervals after calibration include its uncertainty; other subgroups hold the "
+            "fitted calibration fixed."
         )
     elif refit is False:
         text += (
@@ -181,7 +188,7 @@ def _model_from_file_text(ctx: Context, record: Mapping[str, Any]) -> str:
         text += f" Output classes, in score order: {para_text(', '.join(map(str, classes)))}."
     return text + (
         f" Model sha256: {para_text(weights_text(ctx.provenance))}. No image was passed through the "
-        "model here and no layer was retrained; only the temperature below is fitted."
+        f"model here and no layer was retrained; only the {ctx.fitted()} below is fitted."
     )
 
 
@@ -201,7 +208,8 @@ def _model_text(ctx: Context) -> str:
     text += (
         ". Each image is prepared by the MONAI transforms the protocol lists (appendix"
         + (f"; fingerprint {para_text(short_sha(transforms))}" if transforms else "")
-        + "). The model was run as supplied: no layer was retrained; only the temperature below is fitted."
+        + "). The model was run as supplied: no layer was retrained; only the "
+        + f"{ctx.fitted()} below is fitted."
     )
     return text
 
@@ -221,7 +229,11 @@ def methods(ctx: Context) -> list[Flowable]:
             "over-confident probabilities, T &lt; 1 sharpens them; the predicted class is unchanged."
         )
     else:
-        calibration = f"Method '{para_text(method)}'."
+        calibration = para_text(METHOD_TEXT.get(method, f"Method '{method}'."))
+        if record is not None:
+            calibration += (
+                " It acts on the scores of the predictions file (probabilities as their logarithms)."
+            )
     fallback = cal.get("fallback")
     fallback_text = {
         "global": "the global temperature (fitted on the whole fit split)",
@@ -244,6 +256,13 @@ def methods(ctx: Context) -> list[Flowable]:
         f"One temperature per {para_text(per)}. {rule} A {para_text(per)} not seen at fitting time "
         "receives the global temperature at deployment."
     )
+    if method != "temperature":
+        minimum = (cal.get("fits") or {}).get("min_group_size")
+        grouping = (
+            f"One {para_text(METHOD_LABELS.get(method, method).lower())} fit per {para_text(per)}. A group "
+            f"with at least {para_text(minimum)} studies in the fit split gets its own fit; a smaller group, "
+            f"and a {para_text(per)} not seen at fitting time, uses the global fit (on the whole fit split)."
+        )
     metrics = "; ".join(para_text(_DEFINITIONS.get(str(m), ctx.metric_name(m))) for m in ev["metrics"])
     minimum = ctx.min_group_size()
     small = (
@@ -355,6 +374,62 @@ def _temperature_intervals(ctx: Context) -> dict[str, Mapping[str, Any]]:
     if isinstance(overall, Mapping):
         out[_GLOBAL] = overall
     return out
+
+
+def fitted_calibration(ctx: Context) -> list[Flowable]:
+    """Section "Fitted temperatures", or under another method "Fitted calibration": per group, then global."""
+    if ctx.calibration.get("method", "temperature") == "temperature":
+        return fitted_temperatures(ctx)
+    return fitted_method(ctx)
+
+
+def fitted_method(ctx: Context) -> list[Flowable]:
+    """Another method than temperature scaling: each group's fit, its source, then the global fit."""
+    cal = ctx.calibration
+    fits = cal.get("fits") or {}
+    method = str(cal.get("method"))
+    label = METHOD_LABELS.get(method, method)
+    per = ctx.attribute_label(cal.get("per"))
+    rows: list[list[Any]] = [
+        [ctx.head(per), ctx.head("n (fit split)", right=True), ctx.head("Map used"), ctx.head("Notes")]
+    ]
+    sources = {"own": "own fit", "global_fallback": "global fit (too few fit studies)"}
+    for name, entry in (fits.get("groups") or {}).items():
+        notes = "; ".join(str(n) for n in ((entry.get("fit") or {}).get("notes") or ())) or "—"
+        rows.append(
+            [
+                ctx.cell(name),
+                ctx.cell(format_count(entry.get("n")), style=ctx.styles.cell_num),
+                ctx.cell(sources.get(str(entry.get("source")), words(entry.get("source")))),
+                ctx.cell(notes),
+            ]
+        )
+    glob = fits.get("global_fit") or {}
+    rows.append(
+        [
+            ctx.p("<b>Global (all fit studies)</b>", ctx.styles.cell),
+            ctx.cell("—", style=ctx.styles.cell_num),
+            ctx.cell("fit on all"),
+            ctx.cell("; ".join(str(n) for n in glob.get("notes") or ()) or "—"),
+        ]
+    )
+    w = ctx.width
+    return [
+        ctx.h1("Fitted calibration"),
+        ctx.p(
+            f"{para_text(label)} per {para_text(per.lower())}, fitted on the fit split; its parameters are "
+            "in calibration.json (what deployment loads, with sitecal apply or sitecal export). A group "
+            f"below the minimum group size ({format_count(fits.get('min_group_size'))} fit studies) and a "
+            "group not seen at fitting time use the global fit. The Results measure the calibration on the "
+            "evaluation split."
+        ),
+        KeepTogether(
+            ctx.table_block(
+                f"{para_text(label)} per {para_text(per.lower())}.",
+                table(rows, [w * 0.3, w * 0.14, w * 0.26, w * 0.3]),
+            )
+        ),
+    ]
 
 
 def fitted_temperatures(ctx: Context) -> list[Flowable]:

@@ -408,8 +408,8 @@ def _study_size(ctx: Context, planning: Mapping[str, Any]) -> list[Flowable]:
         f"({format_count(planning.get('n_resamples'))} bootstrap resamples each).",
         f"The size shown is the smallest of {sizes} studies whose pass rate reached "
         f"{_percent(target)}{mcse}; <i>&gt; n</i> means none did.",
-        "The temperature is taken as known, so a refitted interval is wider than planned: read each size as "
-        "a lower bound.",
+        f"The {ctx.fitted()} is taken as known, so a refitted interval is wider than planned: read each size "
+        "as a lower bound.",
         whole,
         "A group judged inconclusive with fewer studies than it needs lacked the evidence to pass, which is "
         "not evidence of miscalibration; a calibrated group with at least the studies it needs fails to pass "

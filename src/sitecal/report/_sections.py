@@ -27,6 +27,11 @@ from ._wording import criterion_text, margin_text, word
 __all__ = ["intended_use", "key_values", "title_page"]
 
 
+def _article(noun: str) -> str:
+    """``a temperature``, ``an isotonic regression fit``."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def key_values(ctx: Context, rows: list[tuple[str, Any]], *, label_width: float = 0.3) -> Table:
     cells = [
         [ctx.head(label), value if isinstance(value, Flowable) else ctx.cell(value)] for label, value in rows
@@ -260,7 +265,7 @@ def intended_use(ctx: Context) -> list[Flowable]:
             ctx.p(
                 "On the patients, scanners and sites of this cohort, are the model's predicted probabilities "
                 "honest (does a predicted 80% come true about 80% of the time), overall and in every "
-                f"{para_text(among)} group, before and after a temperature fitted per "
+                f"{para_text(among)} group, before and after {_article(ctx.fitted())} fitted per "
                 f"{para_text(per.lower())}; for whom are they not; and does the calibrated model meet the "
                 "acceptance criteria the protocol set in advance?"
             )

@@ -115,6 +115,7 @@ def _recalibration(ctx: Context, rec: Mapping[str, Any]) -> list[Flowable]:
     level = ctx.level_text()
     intervals = _mapping(rec.get("intervals"))
     boot = _mapping(ctx.evaluation.get("bootstrap"))  # the cluster bootstrap's settings
+    fields = {**boot, "fitted": ctx.fitted(plural=True)}
     guide = (
         "Top-label logistic recalibration on the evaluation split: the event is “the predicted class is "
         "correct”, its probability the top-label confidence. The <b>slope</b> is b of logit P(correct) = "
@@ -122,8 +123,8 @@ def _recalibration(ctx: Context, rec: Mapping[str, Any]) -> list[Flowable]:
         "(calibration-in-the-large) is α of logit P(correct) = α + logit(confidence), the slope fixed at 1: "
         "0 is ideal, below 0 means over-confident on average. <b>O:E</b> is observed over expected "
         "correct predictions, accuracy / mean confidence: 1 is ideal. "
-        f"Intervals ({level}): slope and intercept, {para_text(word(intervals.get('slope'), boot))}; "
-        f"O:E, {para_text(word(intervals.get('oe_ratio'), boot))}. ECE is the main results' value."
+        f"Intervals ({level}): slope and intercept, {para_text(word(intervals.get('slope'), fields))}; "
+        f"O:E, {para_text(word(intervals.get('oe_ratio'), fields))}. ECE is the main results' value."
     )
     story: list[Flowable] = [ctx.h2("Calibration slope, intercept and observed/expected"), ctx.p(guide)]
     if isinstance(rec.get("overall"), Mapping):
@@ -284,12 +285,13 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
     story.append(
         ctx.p(
             f"Each {para_text(label.lower())} in turn is removed from both the fit and the evaluation "
-            f"split; {para_text(word(loso.get('refit')))}; the overall metrics after calibration are "
+            f"split; {para_text(word(loso.get('refit'), {'fitted': ctx.fitted(plural=True)}))}; the overall "
+            "metrics after calibration are "
             "measured on the remaining evaluation studies (point estimates; in brackets the change from the "
             "full cohort, computed the same way). A large change means the overall result leans on one site. "
-            "Then, the internal–external validation: the temperatures fitted without the site are applied to "
-            "all the site's own studies (none of them used to fit), as a new site would be calibrated; its "
-            "groups unseen at fitting take the global temperature."
+            f"Then, the internal–external validation: the {ctx.fitted(plural=True)} fitted without the site "
+            "are applied to all the site's own studies (none of them used to fit), as a new site would be "
+            f"calibrated; its groups unseen at fitting take the global {ctx.fitted()}."
         )
     )
     heads = ["Left out", "Fit studies", "Evaluation studies", *(name for _, name in _LOSO)]
@@ -318,7 +320,8 @@ def _leave_one_out(ctx: Context, loso: Mapping[str, Any]) -> list[Flowable]:
             ]
         )
         if row.get("note"):
-            notes.append(f"{name_text(row.get('left_out'))}: {para_text(word(row['note']))}.")
+            fitted = {"fitted": ctx.fitted(plural=True)}
+            notes.append(f"{name_text(row.get('left_out'))}: {para_text(word(row['note'], fitted))}.")
     w = ctx.width
     widths = [w * 0.22, w * 0.09, w * 0.11, *([w * (0.58 / len(_LOSO))] * len(_LOSO))]
     title = f"Leave one {para_text(label.lower())} out: metrics after calibration (change from full cohort)."
@@ -350,7 +353,7 @@ def _external_table(ctx: Context, loso: Mapping[str, Any], label: str) -> list[F
     widths = [w * 0.3, w * 0.12, *([w * (0.58 / len(_LOSO))] * len(_LOSO))]
     title = (
         f"Internal–external validation: each {para_text(label.lower())}'s own studies, after calibration "
-        "with the temperatures fitted on the other sites (point estimates)."
+        f"with the {ctx.fitted(plural=True)} fitted on the other sites (point estimates)."
     )
     return ctx.table_block(title, table(rows, widths))
 

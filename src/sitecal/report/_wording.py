@@ -58,7 +58,7 @@ def _too_few_groups(f: Fields) -> str:
 def _cluster_bootstrap(f: Fields) -> str:
     return (
         f"patient-cluster bootstrap ({f['method']}, {f['n_resamples']} resamples, seed {f['seed']}); "
-        "temperatures held fixed"
+        f"{f.get('fitted', 'temperatures')} held fixed"
     )
 
 
@@ -115,7 +115,9 @@ WORDS: dict[str, Callable[[Fields], str]] = {
     # a left-out site's metrics
     "no_evaluation_studies": lambda f: "no evaluation studies remain",
     "no_fit_studies": lambda f: "no fit studies remain",
-    "refit_failed": lambda f: "temperatures could not be refitted (the reason is in run.log)",
+    "refit_failed": lambda f: (
+        f"{f.get('fitted', 'temperatures')} could not be refitted (the reason is in run.log)"
+    ),
     # cohort characteristics
     "no_sex_attribute": lambda f: (
         "The protocol has no subgroup read from PatientSex: the sex mix is not described."
@@ -150,7 +152,7 @@ WORDS: dict[str, Callable[[Fields], str]] = {
         "DerSimonian-Laird random effects; Q tested against chi-squared with k - 1 df"
     ),
     "refit_by_protocol_policy": lambda f: (
-        "temperatures refitted by the protocol's policy on the remaining fit part"
+        f"{f.get('fitted', 'temperatures')} refitted by the protocol's policy on the remaining fit part"
     ),
 }
 

@@ -1,9 +1,10 @@
 """The PDF validation report: a reportlab platypus document drawn from the stored results.
 
 Sections, in order: title page (verdict), Intended use, Data (sources, eligibility, flow, exclusions),
-Cohort characteristics, Methods, Fitted temperatures, Results (overall, per subgroup attribute, forest plot,
-reliability diagrams), Fairness, Acceptance criteria, Limitations, Sensitivity analyses (calibration slope,
-intercept and O:E, heterogeneity across sites, leave one site out), Provenance, Sign-off (the site's
+Cohort characteristics, Methods, Fitted temperatures (Fitted calibration under another method), Results
+(overall, per subgroup attribute, forest plot, reliability diagrams), Fairness, Acceptance criteria,
+Limitations, Sensitivity analyses (calibration slope, intercept and O:E, heterogeneity across sites, leave
+one site out, recalibration methods compared), Provenance, Sign-off (the site's
 statements, signatures), and an appendix with the protocol as run and the TRIPOD+AI / CLAIM 2024
 crosswalk. Every page after the first carries a running header (title, document ID, protocol name); every
 page a footer (protocol sha256, run folder, "Page n of m"). While the protocol lacks
@@ -74,7 +75,7 @@ BUILDERS: tuple[Builder, ...] = (
     _data.data_section,
     _cohort.cohort_characteristics,
     _methods.methods,
-    _methods.fitted_temperatures,
+    _methods.fitted_calibration,
     _results.results,
     _fairness.fairness,
     _results.acceptance,

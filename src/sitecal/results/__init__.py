@@ -21,7 +21,12 @@ sitecal.errors.DataError: Interval: $.low: expected a number, got "x".
 
 from __future__ import annotations
 
-from sitecal.results._calibration import CalibrationDocument, GroupTemperatureRecord, TemperatureFitRecord
+from sitecal.results._calibration import (
+    CalibrationDocument,
+    GroupTemperatureRecord,
+    MethodCalibrationDocument,
+    TemperatureFitRecord,
+)
 from sitecal.results._characteristics import (
     Characteristics,
     CharacteristicsRow,
@@ -32,7 +37,7 @@ from sitecal.results._characteristics import (
 )
 from sitecal.results._codec import Record
 from sitecal.results._comparison import ComparedGroup, ComparedMeasure, ComparisonFinding, MethodComparison
-from sitecal.results._documents import read_document, write_document
+from sitecal.results._documents import read_calibration, read_document, write_document
 from sitecal.results._evaluation import (
     BootstrapSettings,
     Criterion,
@@ -123,6 +128,7 @@ __all__ = [
     "LeftOutNote",
     "LeftOutSite",
     "ListedError",
+    "MethodCalibrationDocument",
     "MethodComparison",
     "MetricResult",
     "MixEntry",
@@ -155,6 +161,7 @@ __all__ = [
     "ValueCount",
     "Verdict",
     "json_schema",
+    "read_calibration",
     "read_document",
     "write_document",
 ]

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 from sitecal.results._codec import Record
-from sitecal.results._fields import Constraint, OrAbsent
+from sitecal.results._fields import JSON, Constraint, OrAbsent
 from sitecal.results._kinds import Count, Positive, Sha256
 
-__all__ = ["CalibrationDocument", "GroupTemperatureRecord", "TemperatureFitRecord"]
+__all__ = [
+    "CalibrationDocument",
+    "GroupTemperatureRecord",
+    "MethodCalibrationDocument",
+    "TemperatureFitRecord",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,3 +139,41 @@ class CalibrationDocument(Record):
     groups: Mapping[str, GroupTemperatureRecord]
     mean_log_temperature: OrAbsent[float] = None
     tau2: OrAbsent[Annotated[float, Constraint(minimum=0)]] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodCalibrationDocument(Record):
+    """``calibration.json`` under another method than temperature scaling: its fit per group, as deployed.
+
+    Attributes
+    ----------
+    method : {"vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"}
+        The recalibration method (calibration.method).
+    per : str or None
+        Subgroup with one fit per group; null: one global fit.
+    class_names : tuple of str
+        The model's classes, in logit order.
+    model_sha256 : str or None
+        SHA-256 of the model file the calibration applies to; null when the scores came from a file.
+    fits : JSON
+        ``sitecal.calibration.GroupMethods.to_dict()``: the global fit (for groups below
+        ``min_group_size`` and groups unseen at fitting time) and each group's own fit, read back with
+        ``GroupMethods.from_dict``.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    FILE_NAME: ClassVar[str] = "calibration.json"
+    HINT: ClassVar[str] = CalibrationDocument.HINT
+
+    method: Literal["vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"]
+    per: str | None
+    class_names: Annotated[tuple[str, ...], Constraint(min_items=2)]
+    model_sha256: Sha256 | None
+    fits: JSON
+
+    def _problems(self) -> Iterator[tuple[str, str]]:
+        fits = self.fits
+        if not isinstance(fits, dict) or fits.get("format") != "sitecal.group_methods":
+            yield ".fits", "expected GroupMethods.to_dict() (format 'sitecal.group_methods')"
+        elif fits.get("name") != self.method:
+            yield ".fits.name", f"expected the document's method {self.method!r}, got {fits.get('name')!r}"

@@ -8,9 +8,10 @@ from typing import TypeVar
 
 from sitecal._io import write_json_atomic
 from sitecal.errors import DataError
+from sitecal.results._calibration import CalibrationDocument, MethodCalibrationDocument
 from sitecal.results._codec import Record
 
-__all__ = ["read_document", "write_document"]
+__all__ = ["read_calibration", "read_document", "write_document"]
 
 D = TypeVar("D", bound=Record)
 
@@ -63,15 +64,27 @@ def read_document(path: Path, cls: type[D]) -> D:
         path of the first problem, e.g. ``evaluation.json: $.split.n_fit: expected an integer, got 1.5``).
     """
     path = Path(path)
+    return cls.from_dict(_load(path), source=str(path))
+
+
+def read_calibration(path: Path) -> CalibrationDocument | MethodCalibrationDocument:
+    """Read a run's ``calibration.json``: temperatures, or another method's fits (by its ``method``)."""
+    path = Path(path)
+    data = _load(path)
+    method = data.get("method") if isinstance(data, dict) else None
+    cls = CalibrationDocument if method in (None, "temperature") else MethodCalibrationDocument
+    return cls.from_dict(data, source=str(path))
+
+
+def _load(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read it ({exc}). Pass the file the run wrote.") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:
         raise DataError(f"{path}: not valid JSON ({exc}). Restore the file the run wrote.") from None
-    return cls.from_dict(data, source=str(path))
 
 
 def _refuse_constant(name: str) -> float:

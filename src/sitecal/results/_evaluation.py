@@ -42,6 +42,8 @@ __all__ = [
     "StudySize",
 ]
 
+#: A deployed calibration other than temperature scaling (calibration.method).
+OtherMethod = Literal["vector", "matrix", "dirichlet", "histogram", "isotonic", "beta"]
 _Level = Annotated[float, Constraint(exclusive_minimum=0, exclusive_maximum=1)]
 
 
@@ -403,6 +405,10 @@ class Evaluation(Record):
     planning : PlanningSettings, optional
         How the judged groups' study sizes were planned; absent when planning is off (or in documents
         written before sitecal planned them).
+    calibration_method : str, optional
+        The calibration deployed and evaluated after calibration when it is not temperature scaling
+        (calibration.method: vector, matrix, dirichlet, histogram, isotonic or beta); absent: temperature
+        scaling. The global temperature interval is then the temperature's, for reference only.
     method_comparison : MethodComparison, optional
         Recalibration methods against temperature scaling per calibration group; absent when
         calibration.compare lists none.
@@ -440,6 +446,7 @@ class Evaluation(Record):
     highest_confidence_errors: OrAbsent[HighestConfidenceErrors] = None
     planning: OrAbsent[PlanningSettings] = None
     method_comparison: OrAbsent[MethodComparison] = None
+    calibration_method: OrAbsent[OtherMethod] = None
 
     def _problems(self) -> Iterator[tuple[str, str]]:
         if self.overall.attribute != "overall":

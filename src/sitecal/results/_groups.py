@@ -156,7 +156,11 @@ class GroupResult(Record):
         'own' fit, 'global_fallback' (too few fit studies: the global temperature), 'shrunk' toward the
         global one, 'global' (one temperature for all), or 'empirical_bayes' (its own fit shrunk toward
         the REML mean of all groups; its interval repeats the shrinkage in every resample); absent on
-        rows that are not a calibration group.
+        rows that are not a calibration group, and under another method than temperature scaling.
+    calibration_source : str or None
+        Under another method than temperature scaling (the document's ``calibration_method``), on the
+        calibration groups: 'own' fit, 'global_fallback' (too few fit studies: the global fit) or 'global'
+        (one fit for all); ``refit`` then says whether the method was refitted in every resample.
     """
 
     attribute: str
@@ -170,8 +174,15 @@ class GroupResult(Record):
     metrics: Mapping[str, MetricResult]
     reliability: OrAbsent[Reliability] = None
     temperature_source: OrAbsent[TemperatureSource] = None
+    calibration_source: OrAbsent[Literal["own", "global_fallback", "global"]] = None
 
     def _problems(self) -> Iterator[tuple[str, str]]:
+        if self.calibration_source is not None:
+            if self.temperature_source is not None or self.temperature is not None:
+                yield ".calibration_source", "expected no temperature on a row with calibration_source"
+            elif self.temperature_interval is not None:
+                yield ".temperature_interval", "expected null on a row with calibration_source"
+            return
         if self.temperature_source is None:
             if self.temperature is not None:
                 yield ".temperature", "expected null on a row without temperature_source"
