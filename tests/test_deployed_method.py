@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from tests.conftest import PATIENT_SPLIT, VERDICT_EXIT, write_demo_protocol
@@ -20,11 +21,11 @@ from tests.test_evaluation import FLOW, _data, _protocol
 from sitecal.calibration import GroupMethods, fit_group_methods
 from sitecal.cli import main
 from sitecal.demo import generate_demo
-from sitecal.errors import ProtocolError
+from sitecal.errors import DataError, ProtocolError
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.metrics import negative_log_likelihood
 from sitecal.protocol import Protocol, load_protocol
-from sitecal.results import Evaluation
+from sitecal.results import Evaluation, MethodCalibrationDocument, json_schema
 from sitecal.stats import BootstrapSpec, refit_method_bootstrap
 
 
@@ -126,6 +127,11 @@ def test_a_run_writes_the_methods_fits_and_reports_them(method_run: dict) -> Non
     assert calibration["method"] == "isotonic" and calibration["fits"]["name"] == "isotonic"
     assert len(calibration["model_sha256"]) == 64
     GroupMethods.from_dict(calibration["fits"])  # what deployment loads
+    jsonschema.Draft202012Validator(json_schema(MethodCalibrationDocument)).validate(calibration)
+    jsonschema.Draft202012Validator(json_schema(Evaluation)).validate(evaluation)
+    edited = {**calibration, "fits": {**calibration["fits"], "name": "vector"}}
+    with pytest.raises(DataError, match=r"fits\.name"):
+        MethodCalibrationDocument.from_dict(edited, source="calibration.json")
     text = " ".join(
         subprocess.run(
             ["pdftotext", str(folder / "report.pdf"), "-"], capture_output=True, text=True, check=True
