@@ -12,7 +12,13 @@ import pytest
 from sitecal.calibration import fit_method
 from sitecal.errors import DataError
 from sitecal.metrics import brier_score, negative_log_likelihood, softmax
-from sitecal.stats import BootstrapSpec, fit_stream_seed, refit_bootstrap, refit_method_bootstrap
+from sitecal.stats import (
+    BootstrapSpec,
+    crossfit_bootstrap,
+    fit_stream_seed,
+    refit_bootstrap,
+    refit_method_bootstrap,
+)
 from sitecal.stats._resample import draw_chunks, make_plan
 
 
@@ -70,3 +76,35 @@ def test_what_it_cannot_do_is_named() -> None:
         refit_method_bootstrap(z, y, z, y, method="platt", **common)
     with pytest.raises(DataError, match="recomputes its bins"):
         refit_method_bootstrap(z, y, z, y, method="vector", metrics=("ece_mass",), **common)
+
+
+def test_cross_fitted_temperature_scaling_gives_crossfit_bootstraps_replicates() -> None:
+    z, y = _sample(300, 5)
+    patients = np.array([f"p{i // 2}" for i in range(300)])
+    folds = (np.arange(300) // 2) % 3  # patients nest in folds
+    spec = BootstrapSpec(n_resamples=40, seed=2)
+    common = {
+        "fit_clusters": patients, "eval_clusters": patients, "fit_folds": folds, "eval_folds": folds,
+        "folds": 3, "metrics": ("nll", "ece"), "spec": spec,
+    }  # fmt: skip
+    res = refit_method_bootstrap(z, y, z, y, method="temperature", **common)
+    ref = crossfit_bootstrap(z, y, z, y, **common)
+    np.testing.assert_allclose(res.replicates, ref.replicates, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(res.estimates, ref.estimates, rtol=1e-8)
+
+
+def test_cross_fitting_calibrates_each_fold_with_the_other_folds_fit() -> None:
+    z, y = _sample(240, 6)
+    folds = np.arange(240) % 4
+    res = refit_method_bootstrap(
+        z, y, z, y, fit_clusters=np.arange(240), eval_clusters=np.arange(240), fit_folds=folds,
+        eval_folds=folds, folds=4, method="histogram", metrics=("brier",), spec=BootstrapSpec(n_resamples=5),
+    )  # fmt: skip
+    probs = np.empty((240, 3))
+    for k in range(4):
+        probs[folds == k] = fit_method("histogram", z[folds != k], y[folds != k]).probabilities(
+            z[folds == k]
+        )[0]
+    assert res.get("brier", "after").estimate == pytest.approx(brier_score(probs, y), rel=1e-12)
+    with pytest.raises(DataError, match="go together"):
+        refit_method_bootstrap(z, y, z, y, fit_clusters=None, eval_clusters=None, method="vector", folds=4)

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
-from sitecal.stats._paired_refit import fit_notes, paired_arms, statistics
+from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
 from sitecal.stats._refit_result import _result
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -159,6 +159,9 @@ def compare_methods(
     metrics: Sequence[str] = COMPARED_METRICS,
     n_bins: int = 15,
     spec: BootstrapSpec | None = None,
+    fit_folds: ArrayLike | None = None,
+    eval_folds: ArrayLike | None = None,
+    folds: int | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> MethodComparison:
     r"""Fit each method on the fit split, measure it on the evaluation split, paired with temperature scaling.
@@ -180,6 +183,11 @@ def compare_methods(
     spec : BootstrapSpec, optional
         Resamples, level and seed; the method must be ``"percentile"`` (BCa's acceleration would need
         every method refitted without each patient in turn).
+    fit_folds, eval_folds, folds : array_like, array_like, int, optional
+        Cross-fitting (all three or none): each row's fold in ``[0, folds)``; an evaluated row of fold
+        ``k`` is calibrated by the fit on the fit rows of the other folds, and each resample draws the
+        patients of both sets once (the evaluated rows are the fit rows' patients), as
+        :func:`~sitecal.stats.crossfit_bootstrap` does.
     options : mapping, optional
         Per method, options of :func:`sitecal.calibration.fit_method`, e.g.
         ``{"histogram": {"n_bins": 10}}``.
@@ -220,6 +228,7 @@ def compare_methods(
         statistics(func, metrics, n_bins),
         spec,
         options or {},
+        crossfit_folds(func, fit_folds, eval_folds, folds),
     )
     fits = {m: fit for m, fit in zip(names, arms.fits, strict=True) if fit is not None}
     return MethodComparison(

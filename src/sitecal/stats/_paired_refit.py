@@ -13,7 +13,7 @@ problem on its own, and the measures reduce each resample on its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from sitecal.stats._refit_result import _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapSpec
 
-__all__ = ["Arms", "fit_notes", "paired_arms", "statistics"]
+__all__ = ["Arms", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
 
 Statistic = SumMetricStatistic | SmoothECEStatistic
 
@@ -115,11 +115,18 @@ def paired_arms(
     stats: Sequence[Statistic],
     spec: BootstrapSpec,
     options: Mapping[str, Mapping[str, Any]],
+    folds: tuple[ArrayLike, ArrayLike, int] | None = None,
 ) -> Arms:
     """Fit each arm on the fit split and measure it on the evaluation split, whole and resampled (paired).
 
     ``fit_split`` and ``eval_split`` are ``(logits, labels, clusters)``; ``spec.method`` must be
     ``"percentile"`` (the caller's interval; BCa would need every arm refitted without each patient).
+
+    ``folds``: ``(fit_folds, eval_folds, K)`` for cross-fitting, where the evaluated rows are the fit rows'
+    patients in other folds: each evaluated row of fold ``k`` is calibrated by the arm fitted on the fit
+    rows of the other folds, and each resample draws the patients once for both sets (as
+    :func:`~sitecal.stats.crossfit_bootstrap`); ``fits`` are then the arms fitted on every fit row (what
+    is deployed). Without ``folds`` the two splits are independent samples, resampled independently.
     """
     if not isinstance(spec, BootstrapSpec):
         raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
@@ -137,37 +144,122 @@ def paired_arms(
             f"{ze.shape} and {ye.shape}."
         )
     ye = ye.astype(np.int64)
-    fit_plan = make_plan(zf.shape[0], fit_split[2], None, func=f"{func} (fit split)")
-    eval_plan = make_plan(ze.shape[0], eval_split[2], None, func=f"{func} (eval split)")
+    design = _design(func, zf.shape[0], ze.shape[0], fit_split[2], eval_split[2], folds)
+
+    def arm_probabilities(arm: str | None, weights: NDArray[np.float64] | None, r: int) -> list[Any]:
+        """The arm's evaluated probabilities (r, N_e, C), and its fits (for their convergence)."""
+        if arm is None:
+            return [np.broadcast_to(softmax(ze), (r, *ze.shape))]
+        out = np.empty((r, *ze.shape))
+        made: list[Any] = [out]
+        for rows, evaluated in design.parts:  # one part for one split, a part per fold under cross-fitting
+            w = None if weights is None else weights[:, rows]
+            fit = fit_method(arm, zf[rows], yf[rows], w, **options.get(arm, {}))
+            out[:, evaluated] = fit.probabilities(ze[evaluated])
+            made.append(fit)
+        return made
+
     ones = np.ones((1, ze.shape[0]))
-    estimates = np.stack([measure(stats, _probabilities(f, ze, 1), ye, ones)[:, 0] for f in fits])
+    estimates = np.stack([measure(stats, arm_probabilities(a, None, 1)[0], ye, ones)[:, 0] for a in arms])
 
     b = spec.n_resamples
     chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // max(ze.shape[0] * ze.shape[1], 1)))
     replicates = np.empty((len(arms), len(stats), b))
     not_converged = [0] * len(arms)
     start = 0
-    streams = zip(
-        draw_chunks(fit_plan, seed=fit_stream_seed(spec.seed), n_resamples=b, chunk_size=chunk),
-        draw_chunks(eval_plan, seed=spec.seed, n_resamples=b, chunk_size=chunk),
-        strict=True,
-    )
-    for fit_draws, eval_draws in streams:  # a loop over chunks of resamples
-        stop = start + eval_draws.size
-        fit_weights = fit_draws.weights[:, fit_plan.cluster_of_row]
-        eval_weights = eval_draws.weights[:, eval_plan.cluster_of_row]
+    for fit_weights, eval_weights in design.draws(spec.seed, b, chunk):  # a loop over chunks of resamples
+        stop = start + eval_weights.shape[0]
         for i, arm in enumerate(arms):  # a loop over arms
-            refit = None if arm is None else fit_method(arm, zf, yf, fit_weights, **options.get(arm, {}))
-            if refit is not None:
+            probs, *refits = arm_probabilities(arm, fit_weights, eval_weights.shape[0])
+            for refit in refits:  # a loop over the arm's fits (one, or one per fold)
                 not_converged[i] += int(np.count_nonzero(~np.asarray(refit.converged)))
-            probs = _probabilities(refit, ze, eval_draws.size)
             replicates[i, :, start:stop] = measure(stats, probs, ye, eval_weights)
         start = stop
     return Arms(
-        fit_plan=fit_plan,
-        eval_plan=eval_plan,
+        fit_plan=design.fit_plan,
+        eval_plan=design.eval_plan,
         estimates=_readonly(estimates),
         replicates=_readonly(replicates),
         fits=fits,
         not_converged=tuple(not_converged),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _Design:
+    """How the rows are fitted and resampled: one split (two samples) or cross-fitted folds (one sample).
+
+    ``parts``: (fit rows, evaluated rows) pairs, boolean masks; ``draws`` yields (fit row weights,
+    evaluation row weights) per chunk of resamples.
+    """
+
+    fit_plan: ClusterPlan
+    eval_plan: ClusterPlan
+    parts: tuple[tuple[NDArray[np.bool_], NDArray[np.bool_]], ...]
+    joint: ClusterPlan | None  # cross-fitting: one plan over both sets' patients
+
+    def draws(
+        self, seed: int, n_resamples: int, chunk: int
+    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+        if self.joint is not None:
+            n_fit = self.fit_plan.n
+            codes = self.joint.cluster_of_row
+            for d in draw_chunks(self.joint, seed=seed, n_resamples=n_resamples, chunk_size=chunk):
+                yield d.weights[:, codes[:n_fit]], d.weights[:, codes[n_fit:]]
+            return
+        streams = zip(
+            draw_chunks(self.fit_plan, seed=fit_stream_seed(seed), n_resamples=n_resamples, chunk_size=chunk),
+            draw_chunks(self.eval_plan, seed=seed, n_resamples=n_resamples, chunk_size=chunk),
+            strict=True,
+        )
+        for f, e in streams:
+            yield f.weights[:, self.fit_plan.cluster_of_row], e.weights[:, self.eval_plan.cluster_of_row]
+
+
+def _design(
+    func: str,
+    n_fit: int,
+    n_eval: int,
+    fit_clusters: ArrayLike | None,
+    eval_clusters: ArrayLike | None,
+    folds: tuple[ArrayLike, ArrayLike, int] | None,
+) -> _Design:
+    fit_plan = make_plan(n_fit, fit_clusters, None, func=f"{func} (fit split)")
+    eval_plan = make_plan(n_eval, eval_clusters, None, func=f"{func} (eval split)")
+    everything = (np.ones(n_fit, dtype=bool), np.ones(n_eval, dtype=bool))
+    if folds is None:
+        return _Design(fit_plan, eval_plan, (everything,), None)
+    if fit_clusters is None or eval_clusters is None:
+        raise DataError(
+            f"{func}: cross-fitting needs each row's patient in both sets (fit_clusters, eval_clusters)."
+        )
+    k = int(folds[2])
+    fit_folds, eval_folds = (np.asarray(f) for f in folds[:2])
+    if fit_folds.shape != (n_fit,) or eval_folds.shape != (n_eval,) or k < 2:
+        raise DataError(f"{func}: the folds must give each fit and each evaluated row its fold, and K >= 2.")
+    parts = []
+    for fold in range(k):  # a loop over folds
+        rows, evaluated = fit_folds != fold, eval_folds == fold
+        if evaluated.any() and not rows.any():
+            raise DataError(f"{func}: fold {fold} has no fit rows in the other folds; use fewer folds.")
+        if evaluated.any():
+            parts.append((rows, evaluated))
+    patients = np.concatenate([np.asarray(fit_clusters).astype(str), np.asarray(eval_clusters).astype(str)])
+    joint = make_plan(patients.shape[0], patients, None, func=func)
+    return _Design(fit_plan, eval_plan, tuple(parts), joint)
+
+
+def crossfit_folds(
+    func: str, fit_folds: ArrayLike | None, eval_folds: ArrayLike | None, folds: int | None
+) -> tuple[ArrayLike, ArrayLike, int] | None:
+    """``paired_arms``'s ``folds`` from a caller's three cross-fitting parameters (all or none)."""
+    given = [x is not None for x in (fit_folds, eval_folds, folds)]
+    if not any(given):
+        return None
+    if not all(given):
+        raise DataError(
+            f"The 'fit_folds', 'eval_folds' and 'folds' parameters of {func} go together: give all three "
+            "(cross-fitting) or none (one split)."
+        )
+    assert fit_folds is not None and eval_folds is not None and folds is not None
+    return fit_folds, eval_folds, int(folds)

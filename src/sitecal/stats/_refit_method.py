@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._paired_refit import fit_notes, paired_arms, statistics
+from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly, _result
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -96,6 +96,9 @@ def refit_method_bootstrap(
     metrics: Sequence[str] = DEFAULT_METRICS,
     n_bins: int = 15,
     spec: BootstrapSpec | None = None,
+    fit_folds: ArrayLike | None = None,
+    eval_folds: ArrayLike | None = None,
+    folds: int | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> MethodRefitIntervals:
     """Bootstrap the whole fit-then-evaluate procedure of one recalibration method.
@@ -115,6 +118,11 @@ def refit_method_bootstrap(
     n_bins : int, default 15
     spec : BootstrapSpec, optional
         Percentile intervals only.
+    fit_folds, eval_folds, folds : array_like, array_like, int, optional
+        Cross-fitting (all three or none): each row's fold in ``[0, folds)``; an evaluated row of fold
+        ``k`` is calibrated by the fit on the fit rows of the other folds, and each resample draws the
+        patients of both sets once (the evaluated rows are the fit rows' patients), as
+        :func:`~sitecal.stats.crossfit_bootstrap` does.
     options : mapping, optional
         Options of :func:`sitecal.calibration.fit_method` for the method.
 
@@ -147,6 +155,7 @@ def refit_method_bootstrap(
         statistics(func, metrics, n_bins),
         spec,
         {method: options or {}},
+        crossfit_folds(func, fit_folds, eval_folds, folds),
     )
     fit = arms.fits[1]
     assert fit is not None  # the method's arm
