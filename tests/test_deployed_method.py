@@ -82,7 +82,6 @@ def test_what_another_method_cannot_do_is_refused_before_any_work(
         "split: {by: crossfit, folds: 5, seed: 20261202}", "split: {by: patient, seed: 20261202}"
     )
     cases = {
-        demo_protocol_text.replace("method: temperature", "method: isotonic"): "calibration.split.by:",
         patient.replace("method: temperature", "method: beta"): "calibration.method:",
         patient.replace("method: temperature", "method: vector").replace(
             "fallback: global", "fallback: shrink"
@@ -173,3 +172,37 @@ def test_apply_and_export_use_the_methods_fits(method_run: dict, tmp_path: Path)
     table = json.loads(target.with_name("cal.ts.groups.json").read_text())
     assert table["method"] == "isotonic" and target.stat().st_size > 0
     assert set(table["groups"]) == set(fits.groups)
+
+
+def test_cross_fitting_calibrates_each_fold_with_the_method_fitted_on_the_others(
+    data: EvaluationData,
+) -> None:
+    raw = _method_protocol("dirichlet", refit=True).model_dump(mode="json")
+    raw["calibration"]["split"] = {"by": "crossfit", "folds": 3, "seed": 11}
+    raw["calibration"]["compare"] = ["vector"]
+    protocol = Protocol.model_validate(raw)
+    out = evaluate(protocol, data, cohort_flow=FLOW, protocol_sha256="0" * 64)
+    doc = out.document
+    fold = out.split.fold
+    scanner = data.attributes["scanner"]
+    probs = np.empty(data.logits.shape)
+    for k in range(3):  # independently: each fold by the other folds' fits
+        fits = fit_group_methods(
+            "dirichlet",
+            data.logits[fold != k],
+            data.labels[fold != k],
+            scanner[fold != k],
+            min_group_size=100,
+        )
+        probs[fold == k] = fits.probabilities(data.logits[fold == k], scanner[fold == k])[0]
+    assert doc["overall"]["metrics"]["nll"]["after"]["estimate"] == pytest.approx(
+        negative_log_likelihood(probs, data.labels), rel=1e-12
+    )
+    deployed = fit_group_methods("dirichlet", data.logits, data.labels, scanner, min_group_size=100)
+    assert out.methods is not None and out.methods.to_dict() == deployed.to_dict()
+    a = next(g for g in doc["subgroups"]["scanner"] if g["group"] == "A")
+    assert a["refit"] is True and a["calibration_source"] == "own"
+    # the comparison's temperature arm is the cross-fitted temperature, every fold refitted per resample
+    compared = next(g for g in doc["method_comparison"]["groups"] if g["group"] == "A")
+    assert compared["n_fit"] == compared["n_evaluation"] == int((scanner == "A").sum())
+    assert compared["methods"]["vector"]["nll"]["finding"] in ("better", "worse", "no_clear_difference")

@@ -211,10 +211,6 @@ def test_compare_lists_methods_and_refuses_what_it_cannot_compare(
             "calibration.compare.1:",
             "beta calibration is for two classes",
         ),
-        demo_protocol_text.replace("  per: scanner", "  per: scanner\n  compare: [vector]"): (
-            "calibration.compare:",
-            "under split.by: crossfit",
-        ),
         patient.replace("  per: scanner", "  per: scanner\n  compare: [vector, vector]"): (
             "calibration.compare:",
             "list each method once",

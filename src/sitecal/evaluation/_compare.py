@@ -38,7 +38,8 @@ def compare_recalibration(
     protocol : Protocol
     fit, held : mapping
         The fit and the evaluation rows: ``logits``, ``labels``, ``patients`` and ``groups`` (each row's
-        calibration group; one value for all when calibration.per is unset).
+        calibration group; one value for all when calibration.per is unset), and under cross-fitting
+        ``folds`` (each row's fold; both are then every study).
     spec : BootstrapSpec
         The evaluation's resampling; its intervals are read as percentile intervals.
     progress : bool
@@ -48,6 +49,7 @@ def compare_recalibration(
     if not cal.compare:
         return None
     spec = BootstrapSpec(n_resamples=spec.n_resamples, level=spec.level, method="percentile", seed=spec.seed)
+    folds = cal.split.folds if cal.split.by == "crossfit" else None
     plan: list[tuple[str, str, np.ndarray, np.ndarray]] = [
         (
             OVERALL,
@@ -64,8 +66,17 @@ def compare_recalibration(
     for attribute, group, fit_mask, held_mask in tqdm(
         plan, desc="Methods compared", unit="group", disable=not progress
     ):
-        own = attribute == OVERALL or int(fit_mask.sum()) >= cal.min_group_size
+        own = attribute == OVERALL or _fitted_on(fit, fit_mask, folds) >= cal.min_group_size
         rows = fit_mask if own else np.ones(len(fit["labels"]), dtype=bool)
+        crossfit = (
+            {}
+            if folds is None
+            else {
+                "fit_folds": fit["folds"][rows],
+                "eval_folds": held["folds"][held_mask],
+                "folds": folds,
+            }
+        )
         result = compare_methods(
             fit["logits"][rows],
             fit["labels"][rows],
@@ -76,6 +87,7 @@ def compare_recalibration(
             methods=tuple(cal.compare),
             n_bins=ev.n_bins,
             spec=spec,
+            **crossfit,
         )
         options = {m: _numeric(o) for m, o in result.options.items()}
         groups.append(
@@ -101,6 +113,13 @@ def compare_recalibration(
         options=options,
         groups=tuple(groups),
     )
+
+
+def _fitted_on(fit: Mapping[str, np.ndarray], mask: np.ndarray, folds: int | None) -> int:
+    """Fit studies a group's own fit would use: its fit rows, or cross-fitted its fewest outside a fold."""
+    if folds is None:
+        return int(mask.sum())
+    return min(int((mask & (fit["folds"] != k)).sum()) for k in range(folds))
 
 
 def _numeric(options: Mapping[str, object]) -> dict[str, float]:

@@ -25,6 +25,7 @@ from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.evaluation._split import (
     Split,
+    applied_probabilities,
     applied_temperatures,
     deployed_temperatures,
     make_split,
@@ -149,11 +150,13 @@ def evaluate(
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
     methods: GroupMethods | None = None
-    if cal.method != "temperature":  # the protocol allows it with one patient split only
+    if cal.method != "temperature":  # deployed: fitted on the fit part (every row under cross-fitting)
         methods = fit_group_methods(
             cal.method, data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size
         )
-        after = methods.probabilities(logits, cal_groups[held])[0]
+        after = applied_probabilities(
+            split, data.logits, data.labels, cal_groups, cal.method, cal.min_group_size
+        )[held]
     elif split.method == "patient":  # the deployed temperatures are the ones evaluated
         after = softmax(logits, temperature=temperatures.temperatures_for(cal_groups[held]))
     else:
@@ -204,9 +207,10 @@ def evaluate(
                 None if per is None else group,
                 methods,
                 fit_rows,
-                (logits[mask], labels[mask], patients[mask]),
+                (logits[mask], labels[mask], patients[mask], split.fold[held][mask]),
                 protocol=protocol,
                 spec=spec,
+                folds=split.folds if split.method == "crossfit" else None,
             )
         elif attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
             entry = _add_temperature_uncertainty(
@@ -258,8 +262,15 @@ def evaluate(
             "labels": fit_rows.labels,
             "patients": fit_rows.patients,
             "groups": fit_rows.groups,
+            "folds": fit_rows.folds,
         },
-        {"logits": logits, "labels": labels, "patients": patients, "groups": cal_groups[held]},
+        {
+            "logits": logits,
+            "labels": labels,
+            "patients": patients,
+            "groups": cal_groups[held],
+            "folds": split.fold[held],
+        },
         spec=spec,
         progress=progress,
     )
@@ -503,15 +514,18 @@ def _add_method_uncertainty(
     group: str | None,
     methods: GroupMethods,
     fit_rows: _FitRows,
-    held: tuple[np.ndarray, np.ndarray, np.ndarray],
+    held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     *,
     protocol: Protocol,
     spec: BootstrapSpec,
+    folds: int | None,
 ) -> GroupResult:
     """Where a calibration group's map comes from and, with ``bootstrap.refit``, refitted after-intervals.
 
     The method is refitted in every resample on the rows it was fitted on (the group's own fit rows, or
-    every fit row for a group on the global fit), as :func:`~sitecal.stats.refit_method_bootstrap` does.
+    every fit row for a group on the global fit), as :func:`~sitecal.stats.refit_method_bootstrap` does;
+    under cross-fitting (``folds``) every fold's fit is refitted on the drawn patients of the other folds.
+    ``held``: the group's evaluated logits, labels, patients and folds.
     """
     known = None if group is None else methods.groups.get(group)
     own = known is not None and known.fit is not None
@@ -534,6 +548,11 @@ def _add_method_uncertainty(
         metrics=tuple(ev.metrics),
         n_bins=ev.n_bins,
         spec=spec,
+        **(
+            {}
+            if folds is None
+            else {"fit_folds": fit_rows.folds[rows], "eval_folds": held[3], "folds": folds}
+        ),
     )
     metrics = {
         metric: dataclasses.replace(

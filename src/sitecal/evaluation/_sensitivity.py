@@ -33,7 +33,7 @@ from sitecal._validation import check_option
 from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_methods, fit_group_temperatures
 from sitecal.errors import SitecalError
 from sitecal.evaluation._groups import ordered_groups, patient_strata
-from sitecal.evaluation._split import Split, applied_temperatures
+from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
 from sitecal.metrics import (
     RecalibrationStatistic,
     TopLabelOEStatistic,
@@ -121,8 +121,10 @@ class _Setup:
         self.strata = patient_strata(self.patients, strata_all[held])
         logits = data.logits[held]
         self.method = cal.method
-        if methods is not None:  # another method than temperature scaling, on one patient split
-            after = methods.probabilities(logits, self.cal_groups[held])[0]
+        if methods is not None:  # another method than temperature scaling
+            after = applied_probabilities(
+                split, data.logits, data.labels, self.cal_groups, cal.method, cal.min_group_size
+            )[held]
         else:
             after = softmax(logits, temperature=self.applied(temps, np.ones(n, dtype=bool))[held])
         self.probs = {"before": softmax(logits), "after": after}
@@ -373,7 +375,7 @@ def _after_metrics(
 def _after_method(
     setup: _Setup, keep: np.ndarray
 ) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None, dict[str, float | None]]:
-    """:func:`_after_metrics` for another method than temperature scaling (one split; no global T)."""
+    """:func:`_after_metrics` for another method than temperature scaling (no global temperature)."""
     ev, data = setup.protocol.evaluation, setup.data
     fit, held = setup.fit & keep, setup.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
@@ -390,12 +392,20 @@ def _after_method(
         log.warning("leave one site out: the %s calibration could not be refitted (%s)", setup.method, exc)
         return empty, None, n_fit, n_eval, "refit_failed", empty
 
+    cal = setup.protocol.calibration
+    # the kept evaluated rows as the evaluation calibrates them (cross-fitted: each fold by the other folds'
+    # kept rows); the rows left out by the fit on every kept fit row
+    probs = applied_probabilities(
+        setup.split, data.logits, data.labels, setup.cal_groups, cal.method, cal.min_group_size, keep
+    )
+    if not keep.all():
+        probs[~keep] = methods.probabilities(data.logits[~keep], setup.cal_groups[~keep])[0]
+
     def measured(rows: np.ndarray) -> dict[str, float | None]:
         if not rows.any():
             return dict.fromkeys(LOSO_METRICS)
-        probs = methods.probabilities(data.logits[rows], setup.cal_groups[rows])[0]
         labels = data.labels[rows]
-        return {name: _finite(metric(name)(probs, labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
+        return {name: _finite(metric(name)(probs[rows], labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
 
     return measured(held), None, n_fit, n_eval, None, measured(~keep)
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sitecal.calibration import GroupTemperatures, fit_group_temperatures
+from sitecal.calibration import GroupTemperatures, fit_group_methods, fit_group_temperatures
 
 __all__ = ["Split", "crossfit_folds", "make_split", "split_patients"]
 
@@ -175,6 +175,32 @@ def applied_temperatures(
     out = np.full(labels.shape[0], np.nan)
     for _, held, temps in fold_fits(split, logits, labels, groups, patients, policy, keep):
         out[held] = temps.temperatures_for(groups[held])
+    return out
+
+
+def applied_probabilities(
+    split: Split,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    method: str,
+    min_group_size: int,
+    keep: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each evaluated row's (among ``keep``) probabilities after ``method`` fitted without it: (N, C).
+
+    One split: the method's fits per group on the fit part; cross-fitting: each fold's on the other folds
+    (the global fit for a group below ``min_group_size`` there). Rows not evaluated, and a fold's rows when
+    the fold has no fit rows, get NaN.
+    """
+    out = np.full(logits.shape, np.nan)
+    for fit, held in split.pairs(keep):  # a loop over folds
+        if not held.any() or not fit.any():
+            continue
+        fitted = fit_group_methods(
+            method, logits[fit], labels[fit], groups[fit], min_group_size=min_group_size
+        )
+        out[held] = fitted.probabilities(logits[held], groups[held])[0]
     return out
 
 

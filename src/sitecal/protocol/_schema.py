@@ -378,7 +378,7 @@ class Protocol(_Strict):
 
 
 def _check_method(protocol: Protocol) -> None:
-    """A deployed method other than temperature scaling: one fit split, the global fallback, percentile."""
+    """A deployed method other than temperature scaling: the global fallback, percentile intervals."""
     cal, boot = protocol.calibration, protocol.evaluation.bootstrap
     if cal.method == "temperature":
         return
@@ -388,12 +388,6 @@ def _check_method(protocol: Protocol) -> None:
             f"beta calibration is for two classes and model.class_names lists "
             f"{len(protocol.model.class_names)}; use dirichlet (its multiclass generalisation) or another "
             "method",
-        )
-    if cal.split.by == "crossfit":
-        raise _ReferenceError(
-            ("calibration", "split", "by"),
-            f"method {cal.method} is fitted on one fit split; cross-fitting is available for method: "
-            "temperature only. Use split.by: patient, or method: temperature",
         )
     if cal.fallback != "global":
         raise _ReferenceError(
@@ -410,15 +404,8 @@ def _check_method(protocol: Protocol) -> None:
 
 
 def _check_compare(protocol: Protocol) -> None:
-    """``calibration.compare`` needs one fit split and, for beta calibration, a binary model."""
+    """``calibration.compare`` with beta calibration needs a binary model."""
     compare = protocol.calibration.compare
-    if compare and protocol.calibration.split.by == "crossfit":
-        raise _ReferenceError(
-            ("calibration", "compare"),
-            "the methods are compared on one fit and one evaluation split; under split.by: crossfit they "
-            "would be refitted in every fold of every resample, which is not available. Use split.by: "
-            "patient, or remove calibration.compare",
-        )
     if "beta" in compare and len(protocol.model.class_names) != 2:
         raise _ReferenceError(
             ("calibration", "compare", compare.index("beta")),
