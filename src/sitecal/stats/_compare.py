@@ -24,8 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
-from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
-from sitecal.stats._refit_result import _result
+from sitecal.stats._paired_refit import arm_interval, crossfit_folds, fit_notes, paired_arms, statistics
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -87,21 +86,15 @@ class MethodComparison:
 
     def get(self, method: str, metric: str) -> BootstrapResult:
         """Interval of ``metric`` after ``method`` (the evaluation split's sizes)."""
-        i, j = self._index(method, metric)
-        return _result(
-            float(self.estimates[i, j]), self.replicates[i, j], None, spec=self.spec, plan=self.eval_plan
-        )
+        at = self._index(method, metric)
+        return arm_interval(self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan)
 
     def difference(self, method: str, metric: str) -> BootstrapResult:
         """Interval of ``metric(method) - metric(temperature)`` from the paired replicates."""
-        i, j = self._index(method, metric)
-        k = self.methods.index(REFERENCE_METHOD)
-        return _result(
-            float(self.estimates[i, j] - self.estimates[k, j]),
-            self.replicates[i, j] - self.replicates[k, j],
-            None,
-            spec=self.spec,
-            plan=self.eval_plan,
+        at = self._index(method, metric)
+        minus = (self.methods.index(REFERENCE_METHOD), at[1])
+        return arm_interval(
+            self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan, minus=minus
         )
 
     def finding(self, method: str, metric: str) -> str:

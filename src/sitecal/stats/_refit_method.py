@@ -19,8 +19,8 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
-from sitecal.stats._refit_result import PROB_SETS, _readonly, _result
+from sitecal.stats._paired_refit import arm_interval, crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -67,20 +67,14 @@ class MethodRefitIntervals:
 
     def get(self, metric: str, prob_set: str) -> BootstrapResult:
         """Interval of ``metric`` on ``"before"`` or ``"after"`` (the evaluation split's sizes)."""
-        i, j = self._index(metric, prob_set)
-        estimate = float(self.estimates[i, j])
-        return _result(estimate, self.replicates[i, j], None, spec=self.spec, plan=self.eval_plan)
+        at = self._index(metric, prob_set)
+        return arm_interval(self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan)
 
     def difference(self, metric: str, a: str = "after", b: str = "before") -> BootstrapResult:
         """Interval of ``metric(a) - metric(b)`` from the paired replicates."""
-        i, ja = self._index(metric, a)
-        _, jb = self._index(metric, b)
-        return _result(
-            float(self.estimates[i, ja] - self.estimates[i, jb]),
-            self.replicates[i, ja] - self.replicates[i, jb],
-            None,
-            spec=self.spec,
-            plan=self.eval_plan,
+        at, minus = self._index(metric, a), self._index(metric, b)
+        return arm_interval(
+            self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan, minus=minus
         )
 
 
