@@ -206,3 +206,16 @@ def test_cross_fitting_calibrates_each_fold_with_the_method_fitted_on_the_others
     compared = next(g for g in doc["method_comparison"]["groups"] if g["group"] == "A")
     assert compared["n_fit"] == compared["n_evaluation"] == int((scanner == "A").sum())
     assert compared["methods"]["vector"]["nll"]["finding"] in ("better", "worse", "no_clear_difference")
+
+
+def test_edited_fits_in_calibration_json_are_named_not_a_traceback(
+    method_run: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibration = json.loads((method_run["folder"] / "calibration.json").read_text())
+    calibration["fits"]["global_fit"] = {"junk": 1}
+    edited = tmp_path / "calibration.json"
+    edited.write_text(json.dumps(calibration))
+    scores = tmp_path / "scores.csv"
+    scores.write_text("scanner,logit:normal,logit:nodule,logit:effusion\nA,1,2,3\n")
+    assert main(["apply", str(edited), str(scores), "--output", str(tmp_path / "out.csv")]) == 2
+    assert f"{edited}: " in capsys.readouterr().err

@@ -132,7 +132,10 @@ def apply_calibration_file(
         score columns of the calibration's classes, no usable row, or ``output`` equal to ``scores``.
     """
     document = read_calibration(calibration)
-    fitted = _fitted(document.to_dict())
+    try:
+        fitted = _fitted(document.to_dict())
+    except DataError as exc:  # the fits inside a well-formed document
+        raise DataError(f"{calibration}: {exc} Restore the calibration.json the run wrote.") from None
     column = group_column if group_column is not None else document.per
     if Path(output).resolve() == Path(scores).resolve():
         raise DataError(f"{output}: the output would replace the scores file. Name another --output.")

@@ -187,7 +187,10 @@ def _export(
         raise DataError(
             _no_model(folder, f"{loaded.path}: the protocol reads the model's outputs from a file")
         )
-    temperatures = _fitted(document)
+    try:
+        temperatures = _fitted(document)
+    except DataError as exc:  # the fits inside a well-formed document
+        raise DataError(f"{folder / 'calibration.json'}: {exc} Restore the file the run wrote.") from None
     rows = _check_rows(folder, document, n_check)
     model = load_model(loaded.protocol.model, loaded.model_path)
     if model.sha256 != document.model_sha256:
