@@ -30,6 +30,7 @@ LAYER = {
     "_io": 1,
     "_dicomfile": 1,
     "_scrub": 1,
+    "_worker_logs": 1,
     "__init__": 1,
     "metrics": 2,
     "stats": 2,

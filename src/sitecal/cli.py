@@ -16,10 +16,14 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sitecal import __version__
 from sitecal._scrub import ScrubFilter, scrub
 from sitecal.errors import SitecalError
+
+if TYPE_CHECKING:
+    from sitecal.inference._sharded import Placement
 
 __all__ = ["main"]
 
@@ -66,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "--output", type=Path, required=True, help="the predictions CSV to write (read by 'sitecal evaluate')"
     )
     _run_options(predict)
+    _shard_options(predict)
 
     evaluate = sub.add_parser(
         "evaluate",
@@ -220,6 +225,32 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--workers", type=int, default=None, help="processes for the header scan")
     _placement_options(parser)
+
+
+def _shard_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "sharded inference on Dask (same predictions file; see 'Network scale' in the README)"
+    )
+    group.add_argument(
+        "--dask-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the model on a Dask LocalCluster of N worker processes (with --device cuda: one per GPU)",
+    )
+    group.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the model on the Dask cluster whose scheduler is at ADDRESS (e.g. tcp://host:8786)",
+    )
+    group.add_argument(
+        "--shard-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="studies per Dask task (default 256, rounded up to a multiple of inputs.batch_size)",
+    )
 
 
 def _placement_options(parser: argparse.ArgumentParser) -> None:
@@ -378,7 +409,12 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
         raise _InputError(f"--output: {problem}")
     _refuse_if_not_ready(path, loaded, args, verb="cannot predict")
     result = predict_protocol(
-        loaded, args.output, progress=not args.no_progress, workers=args.workers, device=args.device
+        loaded,
+        args.output,
+        progress=not args.no_progress,
+        workers=args.workers,
+        device=args.device,
+        placement=_shard_placement(args),
     )
     from sitecal.cohort._records import exclusion_counts
 
@@ -386,6 +422,20 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
     print(f"Predicted: {result.n_predicted} studies")
     print(f"Predictions: {result.path}")
     return EXIT_PASS
+
+
+def _shard_placement(args: argparse.Namespace) -> Placement | None:
+    """Where ``--dask-workers``/``--scheduler``/``--shard-size`` send the model; ``None``: this process."""
+    from sitecal.inference._sharded import DEFAULT_SHARD_SIZE, Placement
+
+    if args.dask_workers is not None and args.scheduler is not None:
+        raise _InputError("give --dask-workers (a new cluster) or --scheduler (a running one), not both.")
+    if args.dask_workers is None and args.scheduler is None:
+        if args.shard_size is not None:
+            raise _InputError("--shard-size needs --dask-workers N or --scheduler ADDRESS.")
+        return None
+    size = DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size
+    return Placement(n_workers=args.dask_workers, scheduler=args.scheduler, shard_size=size)
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from sitecal.stages import (
     report_context,
     scan,
 )
+
+if TYPE_CHECKING:
+    from sitecal.inference._sharded import Placement
 
 __all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol", "send_run"]
 
@@ -221,13 +224,15 @@ def predict_protocol(
     progress: bool = True,
     workers: int | None = None,
     device: str = "cpu",
+    placement: Placement | None = None,
 ) -> PredictResult:
     """Scan and run the model, write the predictions file (sitecal's pseudonymised keys) and stop.
 
     What could not be predicted is listed in ``<output stem>-exclusions.csv`` beside it.
 
     ``sitecal evaluate`` with the same protocol and ``--predictions output`` then gives the evaluation a
-    run would (the same numbers): the file holds every logit exactly.
+    run would (the same numbers): the file holds every logit exactly. With ``placement`` the model runs
+    shard by shard on Dask workers (:mod:`sitecal.inference._sharded`) and the file is the same.
     """
     if loaded.predictions_path is not None:
         from sitecal.errors import DataError
@@ -238,7 +243,9 @@ def predict_protocol(
         )
     pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
     cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
-    predictions, _ = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
+    predictions, _ = predict(
+        loaded, cohort, pseudonymize, device=device, progress=progress, placement=placement
+    )
     split_keys = {s.study_key: (s.split_key, s.study_order) for s in cohort.studies}
     write_predictions(
         output,

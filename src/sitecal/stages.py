@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
@@ -56,6 +57,9 @@ from sitecal.results import (
     read_document,
 )
 
+if TYPE_CHECKING:
+    from sitecal.inference._sharded import Placement
+
 __all__ = [
     "Analysed",
     "ModelRun",
@@ -76,6 +80,8 @@ logger = logging.getLogger(__name__)
 
 #: The run folder file holding the protocol facts the report prints (besides protocol.yaml).
 REPORT_CONTEXT = "report-context.json"
+#: Where sharded inference writes its parts (under the protocol's output folder) until they are merged.
+SHARD_PARTS = ".sitecal-shards"
 
 
 def series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
@@ -180,8 +186,13 @@ def predict(
     *,
     device: str = "cpu",
     progress: bool = True,
+    placement: Placement | None = None,
 ) -> tuple[Predictions, ModelRun]:
-    """Cohort + model → logits of every study the model could read (the others in ``failures``)."""
+    """Cohort + model → logits of every study the model could read (the others in ``failures``).
+
+    With ``placement`` the model runs shard by shard on Dask workers
+    (:mod:`sitecal.inference._sharded`), giving the same logits.
+    """
     from sitecal.inference import (
         LogitCache,
         build_transforms,
@@ -205,27 +216,42 @@ def predict(
     n_classes = len(protocol.model.class_names)
     volume = protocol.inputs.kind == "volume"
     cache_dir = loaded.logit_cache_dir
-    inference = predict_files(
-        model,
-        [list(s.files) if volume else s.path for s in cohort.studies],
-        transforms,
-        n_classes=n_classes,
-        batch_size=protocol.inputs.batch_size,
-        num_workers=protocol.inputs.num_workers,
-        device=device,
-        progress=progress,
-        cache=(
-            LogitCache(
-                cache_dir,
-                cache_identity(model.identity(), transforms_sha256=transforms_sha256),
-                n_classes,
-                secret=pseudonymize.key,
-            )
-            if cache_dir
-            else None
-        ),
-        keys=[image_key(pseudonymize, hashed(s, file_hashes)) for s in cohort.studies],
-    )
+    identity = cache_identity(model.identity(), transforms_sha256=transforms_sha256)
+    cache = LogitCache(cache_dir, identity, n_classes, secret=pseudonymize.key) if cache_dir else None
+    items = [list(s.files) if volume else s.path for s in cohort.studies]
+    keys = [image_key(pseudonymize, hashed(s, file_hashes)) for s in cohort.studies]
+    if placement is not None:
+        from sitecal.inference._sharded import predict_sharded
+
+        assert loaded.model_path is not None
+        inference = predict_sharded(
+            model=protocol.model,
+            model_path=loaded.model_path,
+            model_sha256=model.sha256,
+            inputs=protocol.inputs,
+            items=items,
+            keys=keys,
+            n_classes=n_classes,
+            identity_sha256=_canonical_sha256(identity),
+            cache=cache,
+            parts_dir=loaded.output_root / SHARD_PARTS,
+            placement=placement,
+            device=device,
+            progress=progress,
+        )
+    else:
+        inference = predict_files(
+            model,
+            items,
+            transforms,
+            n_classes=n_classes,
+            batch_size=protocol.inputs.batch_size,
+            num_workers=protocol.inputs.num_workers,
+            device=device,
+            progress=progress,
+            cache=cache,
+            keys=keys,
+        )
     logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
     ok = [cohort.studies[i] for i in inference.ok]
     predictions = Predictions(
@@ -495,6 +521,10 @@ def _check_run_size(cohort: Cohort, limit: int) -> None:
             f"inputs.max_pixels_per_run ({limit:,}). Nothing was inferred. Raise inputs.max_pixels_per_run "
             "in the protocol if this is the cohort you mean to validate, or narrow data.dicom_dir."
         )
+
+
+def _canonical_sha256(document: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def file_hashes_of(cohort: Cohort, *, progress: bool) -> dict[Path, str]:

@@ -29,7 +29,7 @@ from sitecal.errors import DicomError, ModelError
 from sitecal.inference.cache import LogitCache
 from sitecal.inference.models import LoadedModel
 
-__all__ = ["InferenceResult", "predict_files"]
+__all__ = ["InferenceResult", "broken_model_error", "predict_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class InferenceResult:
     n_cached: int = 0
     n_model_failed: int = 0
     n_non_finite: int = 0
+    #: The distinct (type, message) of the model's failures (sharded runs judge a broken model from them).
+    model_errors: tuple[tuple[str, str], ...] = ()
 
     @property
     def n_computed(self) -> int:
@@ -191,6 +193,7 @@ def predict_files(
     progress: bool = False,
     cache: LogitCache | None = None,
     keys: Sequence[str] | None = None,
+    raise_if_broken: bool = True,
 ) -> InferenceResult:
     """Run the model on each image after the transform chain.
 
@@ -215,6 +218,9 @@ def predict_files(
         not read) and the finite logits of every batch are added to it as it completes; needs ``keys``.
     keys : sequence of str, optional
         The cache key of each entry of ``files`` (:func:`sitecal.inference.cache.image_key`).
+    raise_if_broken : bool
+        Raise :class:`~sitecal.errors.ModelError` when the model failed on every study with one error
+        (``False``: a shard of a larger run, judged with the others; see ``model_errors``).
 
     Returns
     -------
@@ -263,7 +269,8 @@ def predict_files(
                 bar.update(len(batch["failed"]))
     finally:
         module.train(was_training)
-    run.raise_if_broken()
+    if raise_if_broken:
+        run.raise_if_broken()
     failures.extend(run.failures)
     if cache is not None and hits:
         logger.info("logit cache: %d of %d images already computed (%s)", len(hits), len(files), cache.folder)
@@ -286,6 +293,7 @@ def predict_files(
         n_cached=len(hits),
         n_model_failed=run.n_failed,
         n_non_finite=run.n_non_finite,
+        model_errors=tuple(sorted(run.errors)),
     )
 
 
@@ -304,7 +312,7 @@ class _Forward:
         self.n_non_finite = 0
         #: (type, message) of each study's failure, and the first traceback (text: an exception object
         #: would keep its frames, and the batch on the device, alive)
-        self._errors: set[tuple[str, str]] = set()
+        self.errors: set[tuple[str, str]] = set()
         self._first: str | None = None
 
     def batch(self, indices: list[int], images: torch.Tensor) -> list[int]:
@@ -313,7 +321,7 @@ class _Forward:
         done = []
         for index, row in zip(indices, rows, strict=True):
             if isinstance(row, tuple):
-                self._errors.add(row)
+                self.errors.add(row)
                 self.n_failed += 1
                 self.failures.append((index, f"the model failed on this study ({row[0]}: {row[1]})"))
             elif not np.isfinite(row).all():
@@ -349,15 +357,20 @@ class _Forward:
 
     def raise_if_broken(self) -> None:
         """Raise ModelError when every study the model was run on failed, all with one error."""
-        if self.computed or self.n_non_finite or len(self._errors) != 1:
+        if self.computed or self.n_non_finite or len(self.errors) != 1:
             return
-        kind, message = next(iter(self._errors))
         logger.info("the model's first failure:\n%s", self._first)
-        raise ModelError(
-            f"model '{self.name}' failed on every study it was given ({self.n_failed}), each time with "
-            f"{kind}: {message}. The model is broken, not the data: check model.architecture, its "
-            "arguments and weights, and the input shape inputs.transforms produce."
-        )
+        raise broken_model_error(self.name, self.n_failed, next(iter(self.errors)))
+
+
+def broken_model_error(name: str, n_failed: int, error: tuple[str, str]) -> ModelError:
+    """The error of a model that failed on every study it was given, each time with ``error``."""
+    kind, message = error
+    return ModelError(
+        f"model '{name}' failed on every study it was given ({n_failed}), each time with "
+        f"{kind}: {message}. The model is broken, not the data: check model.architecture, its "
+        "arguments and weights, and the input shape inputs.transforms produce."
+    )
 
 
 class _ForwardFailed(Exception):

@@ -1,0 +1,427 @@
+"""Sharded inference on Dask: one task per shard of studies, each writing its part atomically.
+
+``sitecal predict --dask-workers N`` (a ``LocalCluster`` of N worker processes) or ``--scheduler ADDRESS``
+(a cluster already running, e.g. one dask-jobqueue started on a hospital's Slurm) runs the model here
+instead of in one process. Scheduling, placement, retries and progress are Dask's:
+
+- the studies still to compute (those the logit cache does not hold) are cut, in the order a single
+  process would run them, into shards of ``shard_size`` studies, a multiple of ``inputs.batch_size``, so
+  that every shard's batches are the single process's batches and its logits the same bit for bit (a
+  model's float32 output can move in the last bits with the batch it is computed in);
+- each shard is one Dask task (:func:`run_shard`): the worker loads the model (once per worker process,
+  checking its sha256 against the one the run recorded), runs
+  :func:`~sitecal.inference.predict.predict_files` on the shard and writes ``shard-<index>.npz`` (no
+  pickle: positions, float32 logits, failures) atomically into the parts folder, which must be on a file
+  system the workers share with the process that submits (for a ``LocalCluster``, any folder);
+- a worker that dies mid-shard (killed, out of memory, its node lost) has its shard run again on another
+  worker by the scheduler (up to ``distributed.scheduler.allowed-failures`` times, 3 by default); a shard
+  whose task raises is retried :data:`TASK_RETRIES` times;
+- a part already written for the same shard (same model, transforms, batch size and studies: its
+  signature) is taken as it is, so a submitting process killed half-way loses only the shards under way;
+- the parts merge, in shard order, into one :class:`~sitecal.inference.predict.InferenceResult` equal to a
+  single process's; the parts folder is removed once merged and the logits are in the logit cache.
+
+A shard's task description holds file paths; its ``repr`` (what Dask writes in a log when a task fails)
+names only the shard's number and size. With ``device="cuda"`` on a ``LocalCluster``, worker ``i`` runs on
+``cuda:i`` (one worker per GPU, ``--dask-workers`` defaulting to the number of GPUs); on another cluster each
+worker uses the device it is given (dask-cuda's workers each see one GPU as ``cuda``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sitecal._io import write_bytes_atomic
+from sitecal.errors import DataError, ModelError
+from sitecal.inference.cache import LogitCache
+from sitecal.inference.predict import InferenceResult, broken_model_error
+from sitecal.protocol import InputSettings, ModelSettings
+
+__all__ = ["TASK_RETRIES", "Placement", "ShardJob", "predict_sharded", "run_shard", "shard_size_for"]
+
+logger = logging.getLogger(__name__)
+
+#: Times a shard whose task raised is submitted again (a worker's death is counted by the scheduler).
+TASK_RETRIES = 2
+#: Studies per shard when none is asked for (rounded up to a multiple of the batch size).
+DEFAULT_SHARD_SIZE = 256
+_PART_LAYOUT = "sitecal-shard-part/1"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where shards run: a new ``LocalCluster`` of ``n_workers`` processes, or the cluster ``scheduler``."""
+
+    n_workers: int | None = None
+    scheduler: str | None = None
+    shard_size: int = DEFAULT_SHARD_SIZE
+
+    def __post_init__(self) -> None:
+        if self.n_workers is not None and self.n_workers < 1:
+            raise DataError(f"--dask-workers {self.n_workers}: give at least 1 worker.")
+        if self.shard_size < 1:
+            raise DataError(f"--shard-size {self.shard_size}: give at least 1 study per shard.")
+
+
+@dataclass(frozen=True, repr=False)
+class ShardJob:
+    """One shard: what a worker needs to compute its logits and where to write its part."""
+
+    index: int
+    positions: tuple[int, ...]  # the studies' places in the run's list
+    items: tuple[str | tuple[str, ...], ...]  # a file, or a series' files, per study (never in a repr)
+    model: ModelSettings
+    model_path: Path
+    model_sha256: str
+    inputs: InputSettings
+    n_classes: int
+    device: str
+    part: Path
+    signature: str
+
+    def __repr__(self) -> str:  # Dask logs a failed task's arguments: paths can hold names
+        return f"ShardJob(shard {self.index}, {len(self.positions)} studies)"
+
+
+def shard_size_for(requested: int, batch_size: int) -> int:
+    """``requested`` rounded up to a multiple of ``batch_size``: shards then hold whole batches."""
+    return max(1, -(-requested // batch_size)) * batch_size
+
+
+def predict_sharded(
+    *,
+    model: ModelSettings,
+    model_path: Path,
+    model_sha256: str,
+    inputs: InputSettings,
+    items: Sequence[Path | Sequence[Path]],
+    keys: Sequence[str],
+    n_classes: int,
+    identity_sha256: str,
+    cache: LogitCache | None,
+    parts_dir: Path,
+    placement: Placement,
+    device: str = "cpu",
+    progress: bool = True,
+) -> InferenceResult:
+    """Logits of every study, computed shard by shard on Dask workers; equal to one process's run.
+
+    ``identity_sha256`` names the model and transform chain (the logit cache identity's sha256): with the
+    batch size and the shard's keys it makes the part's signature.
+    """
+    from tqdm import tqdm
+
+    if len(keys) != len(items):
+        raise ValueError("sharded inference needs one key per entry of items")
+    cached = cache.load() if cache is not None else {}
+    hits = {i: cached[k] for i, k in enumerate(keys) if k in cached and np.isfinite(cached[k]).all()}
+    todo = [i for i in range(len(items)) if i not in hits]
+    size = shard_size_for(placement.shard_size, inputs.batch_size)
+    jobs = [
+        _job(
+            index,
+            todo[start : start + size],
+            items=items,
+            keys=keys,
+            model=model,
+            model_path=model_path,
+            model_sha256=model_sha256,
+            inputs=inputs,
+            n_classes=n_classes,
+            device=device,
+            parts_dir=parts_dir,
+            identity_sha256=identity_sha256,
+        )
+        for index, start in enumerate(range(0, len(todo), size))
+    ]
+    parts: dict[int, _Part] = {}
+    for job in jobs:  # a part a killed run left behind for the same shard is taken as it is
+        part = _read_part(job.part, job.signature)
+        if part is not None:
+            parts[job.index] = part
+    missing = [job for job in jobs if job.index not in parts]
+    if len(parts):
+        logger.info("sharded inference: %d of %d shards already computed", len(parts), len(jobs))
+    if missing:
+        with (
+            _DaskClient(placement, device) as client,
+            tqdm(
+                total=len(jobs),
+                initial=len(parts),
+                desc="Inference shards",
+                unit="shard",
+                disable=not progress,
+            ) as bar,
+        ):
+            from distributed import as_completed
+
+            futures = {
+                client.submit(
+                    run_shard,
+                    job,
+                    key=f"sitecal-shard-{job.index:05d}-{job.signature[:12]}",
+                    retries=TASK_RETRIES,
+                    pure=False,
+                ): job
+                for job in missing
+            }
+            for future in as_completed(futures):  # type: ignore[no-untyped-call]
+                job = futures[future]
+                future.result()  # re-raises a shard's error here, after its retries
+                part = _read_part(job.part, job.signature)
+                if part is None:
+                    raise ModelError(
+                        f"shard {job.index}: its worker reported it written, but the part "
+                        f"{job.part.name} in {parts_dir} cannot be read. Is the parts folder on a file "
+                        "system every worker shares with this machine?"
+                    )
+                parts[job.index] = part
+                if cache is not None and len(part.positions):
+                    cache.store([keys[i] for i in part.positions], part.logits)
+                bar.update(1)
+    result = _merge(hits, [parts[job.index] for job in jobs], n_classes, model.name)
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    return result
+
+
+def run_shard(job: ShardJob) -> str:
+    """A worker's task: the shard's logits, written as its part; returns the part's file name."""
+    from sitecal.inference.predict import predict_files
+
+    loaded, transforms = _worker_model(job)
+    result = predict_files(
+        loaded,
+        [Path(i) if isinstance(i, str) else [Path(f) for f in i] for i in job.items],
+        transforms,
+        n_classes=job.n_classes,
+        batch_size=job.inputs.batch_size,
+        num_workers=job.inputs.num_workers,
+        device=_worker_device(job.device),
+        progress=False,
+        raise_if_broken=False,  # whether the model is broken is judged over every shard together
+    )
+    positions = np.asarray([job.positions[i] for i in result.ok], dtype=np.int64)
+    failures = [[job.positions[i], reason] for i, reason in result.failures]
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        layout=np.frombuffer(_PART_LAYOUT.encode(), dtype=np.uint8),
+        signature=np.frombuffer(job.signature.encode(), dtype=np.uint8),
+        positions=positions,
+        logits=result.logits.astype(np.float32),
+        failures=np.frombuffer(json.dumps(failures).encode(), dtype=np.uint8),
+        errors=np.frombuffer(json.dumps(result.model_errors).encode(), dtype=np.uint8),
+        counts=np.asarray([result.n_model_failed, result.n_non_finite], dtype=np.int64),
+    )
+    write_bytes_atomic(job.part, buffer.getvalue())
+    return job.part.name
+
+
+@dataclass(frozen=True)
+class _Part:
+    positions: np.ndarray
+    logits: np.ndarray
+    failures: tuple[tuple[int, str], ...]
+    errors: tuple[tuple[str, str], ...]
+    n_model_failed: int
+    n_non_finite: int
+
+
+def _job(
+    index: int,
+    positions: list[int],
+    *,
+    items: Sequence[Path | Sequence[Path]],
+    keys: Sequence[str],
+    model: ModelSettings,
+    model_path: Path,
+    model_sha256: str,
+    inputs: InputSettings,
+    n_classes: int,
+    device: str,
+    parts_dir: Path,
+    identity_sha256: str,
+) -> ShardJob:
+    digest = hashlib.sha256(f"{_PART_LAYOUT}\0{identity_sha256}\0{inputs.batch_size}".encode())
+    for i in positions:
+        digest.update(b"\0" + keys[i].encode())
+    return ShardJob(
+        index=index,
+        positions=tuple(positions),
+        items=tuple(_item(items[i]) for i in positions),
+        model=model,
+        model_path=model_path,
+        model_sha256=model_sha256,
+        inputs=inputs,
+        n_classes=n_classes,
+        device=device,
+        part=parts_dir / f"shard-{index:05d}.npz",
+        signature=digest.hexdigest(),
+    )
+
+
+def _item(entry: Path | Sequence[Path]) -> str | tuple[str, ...]:
+    return str(entry) if isinstance(entry, (str, Path)) else tuple(str(f) for f in entry)
+
+
+def _read_part(path: Path, signature: str) -> _Part | None:
+    """The part at ``path`` when it is whole and is the shard's (its signature); else ``None``."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if (
+                bytes(data["layout"]).decode() != _PART_LAYOUT
+                or bytes(data["signature"]).decode() != signature
+            ):
+                return None
+            failures = json.loads(bytes(data["failures"]).decode())
+            counts = data["counts"]
+            part = _Part(
+                positions=np.asarray(data["positions"], dtype=np.int64),
+                logits=np.asarray(data["logits"], dtype=np.float32),
+                failures=tuple((int(i), str(reason)) for i, reason in failures),
+                errors=tuple((str(k), str(m)) for k, m in json.loads(bytes(data["errors"]).decode())),
+                n_model_failed=int(counts[0]),
+                n_non_finite=int(counts[1]),
+            )
+    except (OSError, ValueError, KeyError, UnicodeDecodeError, TypeError, IndexError):
+        return None
+    if part.logits.shape != (len(part.positions), part.logits.shape[1] if part.logits.ndim == 2 else -1):
+        return None
+    return part
+
+
+def _merge(
+    hits: dict[int, np.ndarray], parts: Sequence[_Part], n_classes: int, model_name: str
+) -> InferenceResult:
+    computed = {int(i): row for part in parts for i, row in zip(part.positions, part.logits, strict=True)}
+    failures = sorted(f for part in parts for f in part.failures)
+    n_model_failed = sum(part.n_model_failed for part in parts)
+    n_non_finite = sum(part.n_non_finite for part in parts)
+    errors = sorted({error for part in parts for error in part.errors})
+    if not computed and not n_non_finite and len(errors) == 1:  # as one process judges it
+        raise broken_model_error(model_name, n_model_failed, errors[0])
+    ok = sorted({*hits, *computed})
+    logits = (
+        np.stack([hits[i] if i in hits else computed[i] for i in ok]).astype(np.float32)
+        if ok
+        else np.zeros((0, n_classes), dtype=np.float32)
+    )
+    return InferenceResult(
+        logits=logits,
+        ok=np.asarray(ok, dtype=np.int64),
+        failures=tuple(failures),
+        n_cached=len(hits),
+        n_model_failed=n_model_failed,
+        n_non_finite=n_non_finite,
+        model_errors=tuple(errors),
+    )
+
+
+class _DaskClient:
+    """A Dask client on the cluster at ``placement.scheduler``, or on a new ``LocalCluster`` it closes."""
+
+    def __init__(self, placement: Placement, device: str) -> None:
+        self.placement, self.device = placement, device
+        self.cluster: Any = None
+        self.client: Any = None
+
+    def __enter__(self) -> Any:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:  # pragma: no cover - a dependency of the package
+            raise DataError(
+                "sharded inference needs dask.distributed: pip install 'dask[distributed]'"
+            ) from None
+        if self.placement.scheduler is not None:
+            try:
+                self.client = Client(self.placement.scheduler, timeout="30s")  # type: ignore[no-untyped-call]
+            except (OSError, TimeoutError) as exc:
+                raise DataError(
+                    f"--scheduler {self.placement.scheduler}: no Dask scheduler answered "
+                    f"({type(exc).__name__}). Check the address (tcp://host:8786) and that the scheduler "
+                    "is running."
+                ) from None
+            return self._quiet(self.client)
+        self.cluster = LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=self.placement.n_workers or _default_workers(self.device),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        self.client = Client(self.cluster)  # type: ignore[no-untyped-call]
+        return self._quiet(self.client)
+
+    @staticmethod
+    def _quiet(client: Any) -> Any:
+        from sitecal._worker_logs import QuietWorkerLogs
+
+        client.register_plugin(QuietWorkerLogs())
+        return client
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _default_workers(device: str) -> int:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return 2
+
+
+def _worker_device(device: str) -> str:
+    """A LocalCluster worker's own GPU for ``"cuda"`` (worker ``i`` on ``cuda:i``); else ``device``."""
+    if device != "cuda":
+        return device
+    import torch
+
+    count = torch.cuda.device_count()
+    try:
+        from distributed import get_worker
+
+        name = get_worker().name
+    except (ImportError, ValueError):
+        return device
+    return f"cuda:{name % count}" if isinstance(name, int) and count > 1 else device
+
+
+#: The model and transforms a worker process has loaded, by (model sha256, inputs): loaded once per worker.
+_LOADED: dict[str, tuple[Any, Any]] = {}
+
+
+def _worker_model(job: ShardJob) -> tuple[Any, Any]:
+    from sitecal.inference.models import load_model
+    from sitecal.inference.transforms import build_transforms
+
+    token = hashlib.sha256(
+        f"{job.model_sha256}\0{job.model.model_dump_json()}\0{job.inputs.model_dump_json()}".encode()
+    ).hexdigest()
+    if token not in _LOADED:
+        loaded = load_model(job.model, job.model_path)
+        if loaded.sha256 != job.model_sha256:
+            raise ModelError(
+                f"model.path: the model a worker read (sha256 {loaded.sha256[:12]}...) is not the one this "
+                f"run started with ({job.model_sha256[:12]}...): was the file replaced during the run, or "
+                "does the worker see another file at that path?"
+            )
+        transforms = build_transforms(
+            job.inputs.transforms, voi=job.inputs.voi, max_values=job.inputs.max_pixels_per_image
+        )
+        _LOADED.clear()
+        _LOADED[token] = (loaded, transforms)
+    return _LOADED[token]
