@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import shutil
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,20 +211,15 @@ def run_shard(job: ShardJob) -> str:
         progress=False,
         raise_if_broken=False,  # whether the model is broken is judged over every shard together
     )
-    positions = np.asarray([job.positions[i] for i in result.ok], dtype=np.int64)
-    failures = [[job.positions[i], reason] for i, reason in result.failures]
-    buffer = io.BytesIO()
-    np.savez(
-        buffer,
-        layout=np.frombuffer(_PART_LAYOUT.encode(), dtype=np.uint8),
-        signature=np.frombuffer(job.signature.encode(), dtype=np.uint8),
-        positions=positions,
+    part = _Part(
+        positions=np.asarray([job.positions[i] for i in result.ok], dtype=np.int64),
         logits=result.logits.astype(np.float32),
-        failures=np.frombuffer(json.dumps(failures).encode(), dtype=np.uint8),
-        errors=np.frombuffer(json.dumps(result.model_errors).encode(), dtype=np.uint8),
-        counts=np.asarray([result.n_model_failed, result.n_non_finite], dtype=np.int64),
+        failures=tuple((job.positions[i], reason) for i, reason in result.failures),
+        errors=result.model_errors,
+        n_model_failed=result.n_model_failed,
+        n_non_finite=result.n_non_finite,
     )
-    write_bytes_atomic(job.part, buffer.getvalue())
+    _write_part(job.part, part, job.signature)
     return job.part.name
 
 
@@ -235,6 +231,28 @@ class _Part:
     errors: tuple[tuple[str, str], ...]
     n_model_failed: int
     n_non_finite: int
+
+
+def _write_part(path: Path, part: _Part, signature: str) -> None:
+    """The part as an ``.npz`` of plain arrays (text as UTF-8 bytes; nothing pickled), written atomically."""
+
+    def text(value: object) -> np.ndarray:
+        return np.frombuffer(
+            json.dumps(value).encode() if not isinstance(value, str) else value.encode(), np.uint8
+        )
+
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        layout=text(_PART_LAYOUT),
+        signature=text(signature),
+        positions=part.positions,
+        logits=part.logits,
+        failures=text([list(f) for f in part.failures]),
+        errors=text([list(e) for e in part.errors]),
+        counts=np.asarray([part.n_model_failed, part.n_non_finite], dtype=np.int64),
+    )
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 def _job(
@@ -277,7 +295,7 @@ def _item(entry: Path | Sequence[Path]) -> str | tuple[str, ...]:
 def _read_part(path: Path, signature: str) -> _Part | None:
     """The part at ``path`` when it is whole and is the shard's (its signature); else ``None``."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
             if (
                 bytes(data["layout"]).decode() != _PART_LAYOUT
                 or bytes(data["signature"]).decode() != signature
@@ -293,8 +311,8 @@ def _read_part(path: Path, signature: str) -> _Part | None:
                 n_model_failed=int(counts[0]),
                 n_non_finite=int(counts[1]),
             )
-    except (OSError, ValueError, KeyError, UnicodeDecodeError, TypeError, IndexError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError, zipfile.BadZipFile):
+        return None  # absent, cut short or not a part (UnicodeDecodeError is a ValueError)
     if part.logits.shape != (len(part.positions), part.logits.shape[1] if part.logits.ndim == 2 else -1):
         return None
     return part
