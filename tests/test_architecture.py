@@ -27,6 +27,7 @@ LAYER = {
     "results": 1,
     "provenance": 1,
     "_pseudonym": 1,
+    "_hash_manifest": 1,  # remembered file hashes (hash once), keyed under the site key
     "_io": 1,
     "_dicomfile": 1,
     "_scrub": 1,

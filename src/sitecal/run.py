@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sitecal import __version__
+from sitecal._hash_manifest import FileHashes, HashManifest
 from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer, load_or_create_key
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
@@ -121,7 +122,15 @@ def run_protocol(
         file_hashes = (
             model_run.file_hashes
             if model_run is not None
-            else (file_hashes_of(cohort, progress=progress) if loaded.dicom_dir is not None else {})
+            else (
+                file_hashes_of(
+                    cohort,
+                    progress=progress,
+                    manifest=HashManifest(loaded.hash_manifest_path, pseudonymize.key),
+                )
+                if loaded.dicom_dir is not None
+                else FileHashes({})
+            )
         )
         provenance = _provenance(
             loaded,
@@ -302,7 +311,7 @@ def _provenance(
     analysed: Analysed,
     predictions: Predictions,
     model_run: ModelRun | None,
-    file_hashes: Mapping[Path, str],
+    file_hashes: FileHashes,
     *,
     pseudonymize: Pseudonymizer,
     command_line: Sequence[str] | None,
@@ -350,6 +359,8 @@ def _provenance(
     )
     if model_run is None:
         document["predictions_file"] = _predictions_file_record(loaded, cohort)
+    if file_hashes:  # how many files were read, how many remembered unchanged (sitecal._hash_manifest)
+        document["file_hashes"] = {"hashed": file_hashes.n_hashed, "reused": file_hashes.n_reused}
     if cohort.retrieval is not None:  # the query and what it returned: counts and hashes, no identifier
         document["pacs"] = dict(cohort.retrieval)
     return document

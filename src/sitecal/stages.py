@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm import tqdm
 
+from sitecal._hash_manifest import FileHashes, HashManifest, hash_files
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort import (
     UNKNOWN,
@@ -176,7 +176,7 @@ class ModelRun:
     sha256: str
     record: Mapping[str, Any]
     transforms_sha256: str
-    file_hashes: Mapping[Path, str]
+    file_hashes: FileHashes
 
 
 def predict(
@@ -212,7 +212,9 @@ def predict(
         protocol.inputs.transforms, voi=protocol.inputs.voi, max_values=protocol.inputs.max_pixels_per_image
     )
     transforms_sha256 = transform_fingerprint(protocol.inputs.transforms, protocol.inputs.voi)
-    file_hashes = file_hashes_of(cohort, progress=progress)  # cache keys and the dataset manifest
+    file_hashes = file_hashes_of(  # cache keys and the dataset manifest
+        cohort, progress=progress, manifest=HashManifest(loaded.hash_manifest_path, pseudonymize.key)
+    )
     n_classes = len(protocol.model.class_names)
     volume = protocol.inputs.kind == "volume"
     cache_dir = loaded.logit_cache_dir
@@ -527,14 +529,17 @@ def _canonical_sha256(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def file_hashes_of(cohort: Cohort, *, progress: bool) -> dict[Path, str]:
-    """sha256 of every file a study of the cohort is analysed on (read once, in 1 MiB chunks)."""
-    from sitecal.provenance import file_sha256
+def file_hashes_of(cohort: Cohort, *, progress: bool, manifest: HashManifest | None = None) -> FileHashes:
+    """sha256 of every file a study of the cohort is analysed on (read once, in 1 MiB chunks).
 
-    paths = [path for s in cohort.studies for path in s.files]
-    return {
-        path: file_sha256(path) for path in tqdm(paths, desc="Hashing", unit="file", disable=not progress)
-    }
+    With ``manifest``, a file unchanged since a run hashed it is not read again
+    (:mod:`sitecal._hash_manifest`).
+    """
+    hashes = hash_files(
+        (path for s in cohort.studies for path in s.files), manifest=manifest, progress=progress
+    )
+    logger.info("file hashes: %d from the manifest, %d computed", hashes.n_reused, hashes.n_hashed)
+    return hashes
 
 
 def hashed(study: Study, file_hashes: Mapping[Path, str]) -> list[tuple[str, str]]:

@@ -119,6 +119,11 @@ class LoadedProtocol:
         return self.output_root / ".sitecal-logit-cache"
 
     @property
+    def hash_manifest_path(self) -> Path:
+        """Where the sha256 of unchanged DICOM files is remembered (:mod:`sitecal._hash_manifest`)."""
+        return self.output_root / ".sitecal-file-hashes.sqlite"
+
+    @property
     def key_file(self) -> Path:
         """The site secret for pseudonymisation."""
         key_file = self.protocol.privacy.key_file
