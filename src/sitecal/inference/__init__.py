@@ -13,6 +13,8 @@ from sitecal.inference._export import (
     round_trip_tolerance,
 )
 from sitecal.inference._export_methods import IndexedMethodCalibrator
+from sitecal.inference._precision import PrecisionCheck
+from sitecal.inference._settle import settle_inference
 from sitecal.inference.cache import LogitCache, cache_identity, image_key
 from sitecal.inference.models import LoadedModel, architecture_code_sha256, file_sha256, load_model
 from sitecal.inference.predict import InferenceResult, predict_files
@@ -28,6 +30,7 @@ __all__ = [
     "InferenceResult",
     "LoadedModel",
     "LogitCache",
+    "PrecisionCheck",
     "architecture_code_sha256",
     "build_transforms",
     "cache_identity",
@@ -41,5 +44,6 @@ __all__ = [
     "predict_files",
     "presentation_values",
     "round_trip_tolerance",
+    "settle_inference",
     "transform_fingerprint",
 ]

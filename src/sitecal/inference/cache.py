@@ -4,7 +4,9 @@ A cached logit is reused only when everything that determines it is the same. Th
 identity (:func:`cache_identity`): the model's identity (weights or bundle fingerprint, format,
 version, architecture and its arguments, the sha256 of the architecture's code; see
 :meth:`sitecal.inference.LoadedModel.identity`), the transform fingerprint (reader version, VOI, MONAI
-version, the chain), the torch and MONAI versions, and the number of classes; the image key
+version, the chain), the torch and MONAI versions, the number of classes, and the precision the logits were
+computed in when it is not float32 (:meth:`LogitCache.for_precision`; float32 adds nothing, so the folders
+written before precisions existed keep their name); the image key
 (:func:`image_key`) adds each file's UID and sha256. The identity's sha256 names the folder
 ``<cache root>/<identity sha256>-<site key fingerprint>/``, which holds ``identity.json`` (for people; it
 is not trusted) and chunk files ``chunk-<random>.npz`` (arrays ``keys``, ``logits``, ``mac``; no
@@ -64,7 +66,9 @@ def image_key(pseudonymize: Pseudonymizer, instances: Iterable[tuple[str, str]])
     return pseudonymize.digest("instance", "\n".join(sorted(f"{uid} {sha}" for uid, sha in instances)))
 
 
-def cache_identity(model: Mapping[str, Any], *, transforms_sha256: str) -> dict[str, Any]:
+def cache_identity(
+    model: Mapping[str, Any], *, transforms_sha256: str, precision: str = "float32"
+) -> dict[str, Any]:
     """The identity of a model and transform chain's logits, for :class:`LogitCache`.
 
     Parameters
@@ -73,20 +77,32 @@ def cache_identity(model: Mapping[str, Any], *, transforms_sha256: str) -> dict[
         :meth:`sitecal.inference.LoadedModel.identity`.
     transforms_sha256 : str
         :func:`sitecal.inference.transform_fingerprint`.
+    precision : str, default "float32"
+        The precision the logits are computed in (``inputs.precision`` as it ran).
 
     Returns
     -------
     dict
-        ``{"layout", "model", "transforms_sha256", "torch", "monai"}``: the installed torch and MONAI
-        versions are part of it because a new release may change an operator or a transform.
+        ``{"layout", "model", "transforms_sha256", "torch", "monai"}``, and ``"precision"`` when it is not
+        float32: the installed torch and MONAI versions are part of it because a new release may change an
+        operator or a transform; mixed-precision logits differ from float32 ones in their last digits.
     """
-    return {
-        "layout": _LAYOUT,
-        "model": dict(model),
-        "transforms_sha256": transforms_sha256,
-        "torch": _installed("torch"),
-        "monai": _installed("monai"),
-    }
+    return _with_precision(
+        {
+            "layout": _LAYOUT,
+            "model": dict(model),
+            "transforms_sha256": transforms_sha256,
+            "torch": _installed("torch"),
+            "monai": _installed("monai"),
+        },
+        precision,
+    )
+
+
+def _with_precision(identity: Mapping[str, Any], precision: str) -> dict[str, Any]:
+    """``identity`` for logits computed in ``precision``: float32 is the identity without the entry."""
+    plain = {k: v for k, v in identity.items() if k != "precision"}
+    return plain if precision == "float32" else {**plain, "precision": precision}
 
 
 def _installed(name: str) -> str:
@@ -129,6 +145,7 @@ class LogitCache:
             raise ValueError("The 'secret' parameter of LogitCache must be the site key (16 bytes or more).")
         self.identity: dict[str, Any] = {**identity, "n_classes": n_classes}
         self.n_classes = n_classes
+        self._root, self._secret = root, secret
         self.digest = hashlib.sha256(
             json.dumps(self.identity, sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()
@@ -141,6 +158,18 @@ class LogitCache:
             current = None
         if current != self.identity:
             write_json_atomic(identity_file, self.identity)
+
+    def for_precision(self, precision: str) -> LogitCache:
+        """The cache of the same logits computed in ``precision``: this one when it is already that.
+
+        :func:`~sitecal.inference.predict_files` calls it once it knows the precision a run computes in
+        (after the check of ``inputs.precision``), so that float32 and mixed-precision logits never mix.
+        """
+        identity = {k: v for k, v in self.identity.items() if k != "n_classes"}
+        wanted = _with_precision(identity, precision)
+        if wanted == identity:
+            return self
+        return LogitCache(self._root, wanted, self.n_classes, secret=self._secret)
 
     def load(self) -> dict[str, np.ndarray]:
         """Every verified cached key → its float32 logits; failing chunks are quarantined (one warning)."""

@@ -14,9 +14,9 @@ import logging
 import re
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,6 +26,8 @@ from tqdm import tqdm
 
 from sitecal._scrub import safe_text
 from sitecal.errors import DicomError, ModelError
+from sitecal.inference._batch_size import DEFAULT_BATCH_SIZE
+from sitecal.inference._precision import Precision, PrecisionCheck, autocast
 from sitecal.inference.cache import LogitCache
 from sitecal.inference.models import LoadedModel
 
@@ -47,7 +49,9 @@ class InferenceResult:
     ``failures`` holds ``(index, reason)`` for every other entry; ``n_model_failed`` of them are studies
     on which the model's forward pass raised, ``n_non_finite`` studies for which it returned NaN or
     infinity (:data:`NON_FINITE_LOGITS`), so that the report can count the model's faults apart from the
-    images'.
+    images'. ``batch_size`` is the batch the model ran on (``inputs.batch_size: auto`` resolved; 0 when
+    not recorded) and ``precision_check`` the precision its logits were computed in, with the check that
+    chose it (:class:`~sitecal.inference.PrecisionCheck`).
     """
 
     logits: np.ndarray
@@ -58,6 +62,8 @@ class InferenceResult:
     n_non_finite: int = 0
     #: The distinct (type, message) of the model's failures (sharded runs judge a broken model from them).
     model_errors: tuple[tuple[str, str], ...] = ()
+    batch_size: int = 0
+    precision_check: PrecisionCheck = field(default_factory=PrecisionCheck)
 
     @property
     def n_computed(self) -> int:
@@ -187,13 +193,16 @@ def predict_files(
     transforms: Compose,
     *,
     n_classes: int,
-    batch_size: int = 32,
+    batch_size: int | Literal["auto"] = DEFAULT_BATCH_SIZE,
     num_workers: int = 0,
     device: str | torch.device = "cpu",
     progress: bool = False,
     cache: LogitCache | None = None,
     keys: Sequence[str] | None = None,
     raise_if_broken: bool = True,
+    precision: Precision = "float32",
+    precision_tolerance: float = 1e-3,
+    precision_check: PrecisionCheck | None = None,
 ) -> InferenceResult:
     """Run the model on each image after the transform chain.
 
@@ -207,20 +216,39 @@ def predict_files(
         Loading and preprocessing, from :func:`sitecal.inference.transforms.build_transforms`.
     n_classes : int
         Expected number of logits per study; a single logit is read as a binary model ``[0, z]``.
-    batch_size, num_workers : int
-        DataLoader settings; workers load and transform ahead of the model.
+    batch_size : int or "auto", default 32
+        Studies per forward pass. ``"auto"``: on a CUDA device the largest power of two up to 256 whose
+        forward pass fits in its memory, probed on the first studies that load; elsewhere 32 (see
+        :mod:`sitecal.inference._batch_size`).
+    num_workers : int
+        DataLoader workers, which load and transform ahead of the model.
     device : str or torch.device
-        Where the model runs.
+        Where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...). On CUDA, batches are loaded into
+        pinned memory and copied to the device asynchronously.
     progress : bool
         Show a progress bar.
     cache : LogitCache, optional
         Logits already computed for this model and transform chain are taken from it (their images are
         not read) and the finite logits of every batch are added to it as it completes; needs ``keys``.
+        It is the float32 logits' cache (:func:`~sitecal.inference.cache_identity` without ``precision``);
+        a run in another precision uses ``cache.for_precision(...)`` instead.
     keys : sequence of str, optional
         The cache key of each entry of ``files`` (:func:`sitecal.inference.cache.image_key`).
     raise_if_broken : bool
         Raise :class:`~sitecal.errors.ModelError` when the model failed on every study with one error
         (``False``: a shard of a larger run, judged with the others; see ``model_errors``).
+    precision : {"float32", "float16", "bfloat16"}, default "float32"
+        Anything but float32 runs the model under :func:`torch.autocast`, once the first 32 studies that
+        load show that it moves no class probability (at temperatures 0.25 to 4) by more than
+        ``precision_tolerance`` against float32; otherwise, or where the device cannot run it, the run is in
+        float32, with a logged warning (:mod:`sitecal.inference._precision`). Cached logits of one
+        precision are never taken for another's.
+    precision_tolerance : float, default 1e-3
+        The largest change of a class probability the check accepts.
+    precision_check : PrecisionCheck, optional
+        A check already made on this model and chain (:func:`~sitecal.inference.settle_inference`; a shard of
+        a larger run): its ``used`` precision is taken as it is, and ``precision`` and
+        ``precision_tolerance`` are ignored.
 
     Returns
     -------
@@ -236,21 +264,54 @@ def predict_files(
     """
     if cache is not None and (keys is None or len(keys) != len(files)):
         raise ValueError("a logit cache needs one key per entry of files")
+    from sitecal.inference._settle import check_options, first_studies, needs_sample, settle
+
+    check_options(batch_size, precision, precision_tolerance)
+    target = torch.device(device)
+    module = model.module
+    was_training = module.training
+    given = precision_check
+    sample = (
+        first_studies(files, transforms)
+        if needs_sample(batch_size, "float32" if given else precision, target)
+        else []
+    )
+    try:
+        if sample:
+            module.eval()
+            module.to(target)
+        size, check = settle(
+            model,
+            sample,
+            n_classes=n_classes,
+            device=target,
+            batch_size=batch_size,
+            precision=precision,
+            tolerance=precision_tolerance,
+            given=given,
+        )
+    finally:
+        module.train(was_training)
+    if cache is not None and check.used != "float32":  # mixed-precision logits have a cache of their own
+        cache = cache.for_precision(check.used)
     cached = cache.load() if cache is not None else {}
     # a non-finite row in the cache (written before such rows were refused) is computed again
     hits = {i: cached[k] for i, k in enumerate(keys or ()) if k in cached and np.isfinite(cached[k]).all()}
     todo = [i for i in range(len(files)) if i not in hits]
     dataset = _SafeDataset(data=[_item(files[i]) for i in todo], transform=transforms)
     loader = DataLoader(
-        dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=_collate, shuffle=False
+        dataset,
+        batch_size=size,
+        num_workers=num_workers,
+        collate_fn=_collate,
+        shuffle=False,
+        pin_memory=_cuda(target),
     )
-    module = model.module
-    was_training = module.training
-    run = _Forward(module, n_classes=n_classes, name=model.name, device=device)
+    run = _Forward(module, n_classes=n_classes, name=model.name, device=target, precision=check.used)
     failures: list[tuple[int, str]] = []
     if todo:
         module.eval()
-        module.to(device)
+        module.to(target)
     try:
         with (
             torch.inference_mode(),
@@ -294,7 +355,13 @@ def predict_files(
         n_model_failed=run.n_failed,
         n_non_finite=run.n_non_finite,
         model_errors=tuple(sorted(run.errors)),
+        batch_size=size,
+        precision_check=check,
     )
+
+
+def _cuda(device: torch.device) -> bool:
+    return device.type == "cuda"
 
 
 class _Forward:
@@ -304,8 +371,19 @@ class _Forward:
     cannot take costs only that study; a row of non-finite logits is that study's exclusion.
     """
 
-    def __init__(self, module: torch.nn.Module, *, n_classes: int, name: str, device: str | torch.device):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        *,
+        n_classes: int,
+        name: str,
+        device: torch.device,
+        precision: Precision = "float32",
+    ):
         self.module, self.n_classes, self.name, self.device = module, n_classes, name, device
+        self.precision = precision
+        #: a pinned batch is copied to a GPU asynchronously; the logits' copy back waits for it
+        self.non_blocking = _cuda(device)
         self.computed: dict[int, np.ndarray] = {}
         self.failures: list[tuple[int, str]] = []
         self.n_failed = 0
@@ -349,7 +427,9 @@ class _Forward:
 
     def _logits(self, images: torch.Tensor) -> np.ndarray:
         try:
-            out = self.module(images.to(device=self.device, dtype=torch.float32))
+            inputs = images.to(device=self.device, dtype=torch.float32, non_blocking=self.non_blocking)
+            with autocast(self.precision, self.device):
+                out = self.module(inputs)
         except Exception as exc:  # the model's own failure on these inputs; the caller isolates it
             self._first = self._first or "".join(traceback.format_exception(exc))
             raise _ForwardFailed(_innermost(_causes(exc))) from None

@@ -112,8 +112,24 @@ class InputSettings(_Strict):
         default="image",
         description="'image': one image per study; 'volume': one series per study (data.series)",
     )
-    batch_size: int = Field(default=32, ge=1)
+    batch_size: int | Literal["auto"] = Field(
+        default=32,
+        description="studies per forward pass; 'auto': the largest power of two up to 256 that fits the GPU "
+        "(32 on a CPU)",
+    )
     num_workers: int = Field(default=0, ge=0)
+    precision: Literal["float32", "float16", "bfloat16"] = Field(
+        default="float32",
+        description="'float16' or 'bfloat16': mixed precision (autocast; bfloat16 also on a CPU), used only "
+        "when the first 32 studies' class probabilities move less than precision_tolerance against float32",
+    )
+    precision_tolerance: float = Field(
+        default=1e-3,
+        gt=0,
+        le=0.05,
+        description="the largest change of any class probability, at temperatures 0.25 to 4, that "
+        "precision may cause; above it the run is in float32",
+    )
     logit_cache: bool = Field(
         default=True, description="reuse logits computed before for the same model, transforms and image"
     )
@@ -141,9 +157,26 @@ class InputSettings(_Strict):
     MAX_BATCH_SIZE: ClassVar[int] = 1024
     MAX_NUM_WORKERS: ClassVar[int] = 64
 
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _whole_or_auto(cls, value: Any) -> Any:
+        # one clear message instead of pydantic's two (one per member of the union)
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        if isinstance(value, float) and value.is_integer():  # 32.0, as YAML may write it
+            return int(value)
+        raise ValueError(
+            "must be a whole number of studies (e.g. 32), or 'auto' for the largest batch that fits the GPU. "
+            f"Got {value!r}"
+        )
+
     @field_validator("batch_size")
     @classmethod
-    def _batch_size_bound(cls, value: int) -> int:
+    def _batch_size_bound(cls, value: int | Literal["auto"]) -> int | Literal["auto"]:
+        if value == "auto":
+            return value
+        if value < 1:
+            raise ValueError(f"must be at least 1 (or 'auto'). Got {value}")
         why = (
             "a batch of images is held in memory whole (1024 images of 512 x 512 already take 1 GiB); "
             "8 to 64 is usual"
