@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import multiprocessing
-import multiprocessing.synchronize
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +104,25 @@ def test_replaced_file_with_same_size_and_mtime_is_hashed_again(
     reads.clear()
     again = hash_files(files, manifest=manifest)
     assert reads == [files[2]] and dict(again) == _reference(files)
+
+
+def test_the_resolved_path_is_what_counts(
+    files: list[Path],
+    manifest: HashManifest,
+    reads: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same file through a linked folder, a relative path or a link to it is the same file."""
+    hash_files(files, manifest=manifest)
+    (tmp_path / "linked").symlink_to(tmp_path / "data")
+    (tmp_path / "c-link.dcm").symlink_to(files[2])
+    monkeypatch.chdir(tmp_path / "data")
+    other_names = [tmp_path / "linked" / NAMES[0], Path(NAMES[1]), tmp_path / "c-link.dcm", files[2]]
+    reads.clear()
+    again = hash_files(other_names, manifest=manifest)
+    assert reads == [] and (again.n_hashed, again.n_reused) == (0, 4)
+    assert list(again.values()) == [*_reference(files).values(), _reference(files)[files[2]]]
 
 
 def test_file_modified_just_now_is_not_remembered(tmp_path: Path, manifest: HashManifest) -> None:
@@ -303,31 +322,36 @@ def test_unreadable_file_raises_as_before(tmp_path: Path, manifest: HashManifest
         file_sha256(tmp_path / "gone.dcm")
 
 
-def _writer(path: str, folder: str, names: list[str], start: multiprocessing.synchronize.Event) -> None:
-    start.wait()
-    for _ in range(3):
-        hash_files([Path(folder) / n for n in names], manifest=HashManifest(Path(path), KEY))
+# One run writing into the manifest: a separate interpreter, as three per-site runs are; small batches so
+# that the two runs' writes interleave.
+_WRITER = """
+import sys
+from pathlib import Path
+from sitecal import _hash_manifest as hm
+hm._WRITE_ROWS, hm._LOOKUP_BATCH = 5, 7
+manifest, folder, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
+for _ in range(3):
+    hm.hash_files([folder / n for n in names], manifest=hm.HashManifest(manifest, KEY))
+"""
 
 
-def test_concurrent_writers(tmp_path: Path, manifest: HashManifest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two processes filling one manifest at once (small write batches, so that their writes interleave)."""
-    monkeypatch.setattr(_hash_manifest, "_WRITE_ROWS", 5)
-    monkeypatch.setattr(_hash_manifest, "_LOOKUP_BATCH", 7)
+def test_concurrent_writers(tmp_path: Path, manifest: HashManifest) -> None:
+    """Two processes filling one manifest at once, overlapping on 40 files, leave it whole and complete."""
     names = [f"f{i:03d}.dcm" for i in range(120)]
     paths = [_write(tmp_path / "d" / n, os.urandom(64 + i)) for i, n in enumerate(names)]
-    context = multiprocessing.get_context("fork")
-    start = context.Event()
-    halves = [names[:80], names[40:]]  # overlapping: both write rows 40-79
-    workers = [
-        context.Process(target=_writer, args=(str(manifest.path), str(tmp_path / "d"), half, start))
+    script = f"KEY = bytes.fromhex({KEY.hex()!r})\n" + _WRITER
+    halves = [names[:80], names[40:]]  # both write rows 40-79
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(manifest.path), str(tmp_path / "d"), ",".join(half)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for half in halves
     ]
-    for worker in workers:
-        worker.start()
-    start.set()
-    for worker in workers:
-        worker.join(60)
-    assert [w.exitcode for w in workers] == [0, 0]
+    errors = [w.communicate(timeout=120)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    assert errors == ["", ""]  # no warning (a lock waited out too long), no traceback
     with sqlite3.connect(manifest.path) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert connection.execute("SELECT count(*) FROM file_hashes").fetchone() == (120,)
