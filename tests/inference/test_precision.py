@@ -349,3 +349,22 @@ def test_float32_and_mixed_precision_logits_never_mix_in_the_cache(tmp_path: Pat
         precision_tolerance=1e-6,
     )
     assert strict.n_cached == N_STUDIES and np.array_equal(strict.logits, plain.logits)
+
+
+# --- on a GPU (skipped, and listed as skipped by -ra, where none is visible) -------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_auto_pinned_and_float16_agree_with_the_cpu() -> None:
+    model, images = _demo(), _Images()
+    cpu = predict_files(model, _files(), images, n_classes=3)
+    device = f"cuda:{torch.cuda.device_count() - 1}"  # a device other than the first where there is one
+    gpu = predict_files(model, _files(), images, n_classes=3, device=device, batch_size="auto", num_workers=1)
+    assert gpu.batch_size >= N_STUDIES and not gpu.failures
+    np.testing.assert_allclose(gpu.logits, cpu.logits, rtol=0, atol=1e-3)
+    half = predict_files(
+        model, _files(), images, n_classes=3, device=device, precision="float16", precision_tolerance=0.05
+    )
+    assert half.precision_check.outcome in ("passed", "exceeded")
+    assert half.precision_check.max_change is not None and half.precision_check.n_studies == 32
+    model.module.to("cpu")
