@@ -358,3 +358,34 @@ def test_concurrent_writers(tmp_path: Path, manifest: HashManifest) -> None:
     connection.close()
     hashes = hash_files(paths, manifest=manifest)
     assert (hashes.n_hashed, hashes.n_reused) == (0, 120) and dict(hashes) == _reference(paths)
+
+
+@pytest.mark.slow
+def test_second_run_hashes_no_file_and_names_the_same_data(tmp_path: Path) -> None:
+    """Two `sitecal run` of one cohort: the second reads no file to hash, and the dataset manifest hash
+    it records is the first's (the same files, the same definition)."""
+    import json
+
+    from tests.conftest import assert_exit_is_the_verdicts, write_demo_protocol
+
+    from sitecal.cli import main
+    from sitecal.demo import generate_demo
+
+    cohort = generate_demo(tmp_path / "data", n_studies=40, seed=18)
+    for path in cohort.dicom_dir.rglob("*"):  # written long ago, as an archive's files are
+        os.utime(path, ns=(AN_HOUR_AGO_NS, AN_HOUR_AGO_NS))
+    protocol = write_demo_protocol(
+        tmp_path, cohort, n_resamples=50, calibration={"min_group_size": 10}, inputs={"num_workers": 0}
+    )
+    provenance = []
+    for _ in range(2):
+        code = main(["run", str(protocol), "--no-progress", "--workers", "1"])
+        folder = max((tmp_path / "reports").glob("demo-*"))
+        assert_exit_is_the_verdicts(code, folder)
+        provenance.append(json.loads((folder / "provenance.json").read_text()))
+        assert "file hashes: " in (folder / "run.log").read_text()
+    first, second = (p["file_hashes"] for p in provenance)
+    assert first["reused"] == 0 and first["hashed"] > 30
+    assert second == {"hashed": 0, "reused": first["hashed"]}
+    assert provenance[0]["sha256"]["dataset_manifest"] == provenance[1]["sha256"]["dataset_manifest"]
+    assert (tmp_path / "reports" / ".sitecal-file-hashes.sqlite").is_file()
