@@ -17,6 +17,7 @@ its own. Target (issue 18): a second run on an unchanged folder of 10^4 files ha
 
 Run:  python benchmarks/bench_hash.py            (N = 10,000)
       python benchmarks/bench_hash.py --quick    (N = 1,000)
+      python benchmarks/bench_hash.py --files 1000 --size-kib 512,512   (files the size of a CT slice)
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ KEY = bytes.fromhex("0123456789abcdef" * 4)  # a fixed site key: the benchmark's
 MANIFEST_NAME = ".sitecal-file-hashes.sqlite"
 
 
-def write_files(root: Path, n_files: int, *, seed: int = 18) -> list[Path]:
-    """``n_files`` files of 4-64 KiB random bytes, 100 to a folder."""
+def write_files(
+    root: Path, n_files: int, *, size_kib: tuple[int, int] = (4, 64), seed: int = 18
+) -> list[Path]:
+    """``n_files`` files of random bytes, sizes uniform in ``size_kib`` (KiB, both ends), 100 to a folder."""
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(4 << 10, (64 << 10) + 1, size=n_files)
+    sizes = rng.integers(size_kib[0] << 10, (size_kib[1] << 10) + 1, size=n_files)
     paths = []
     for i, size in enumerate(sizes):
         path = root / f"folder{i // 100:04d}" / f"file{i:06d}.bin"
@@ -50,9 +53,10 @@ def write_files(root: Path, n_files: int, *, seed: int = 18) -> list[Path]:
     return paths
 
 
-def measure(n_files: int, root: Path) -> dict[str, Any]:
-    """Hash the files under ``root`` (writing ``n_files`` random files there first when it holds none)
-    without a manifest, then twice with a new one; the timings and counts of each.
+def measure(n_files: int, root: Path, *, size_kib: tuple[int, int] = (4, 64)) -> dict[str, Any]:
+    """Hash the files under ``root`` without a manifest, then twice with a new one.
+
+    When ``root`` holds no file, ``n_files`` files of random bytes (``size_kib``) are written there first.
 
     Returns
     -------
@@ -63,7 +67,7 @@ def measure(n_files: int, root: Path) -> dict[str, Any]:
     """
     paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     if not paths:
-        paths = write_files(root, n_files)
+        paths = write_files(root, n_files, size_kib=size_kib)
     n_bytes = 0
     newest = 0
     for path in paths:  # warm the page cache for every route alike
@@ -95,12 +99,14 @@ def measure(n_files: int, root: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--size-kib", default="4,64", help="smallest,largest file in KiB (default 4,64)")
     parser.add_argument("--quick", action="store_true", help="1,000 files")
     args = parser.parse_args()
     n = 1_000 if args.quick else args.files
+    low, high = (int(v) for v in args.size_kib.split(","))
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"writing {n:,} files of 4-64 KiB ...", flush=True)
-        result = measure(n, Path(tmp))
+        print(f"writing {n:,} files of {low}-{high} KiB ...", flush=True)
+        result = measure(n, Path(tmp), size_kib=(low, high))
     print(
         f"{result['files']:,} files, {result['bytes'] / 2**20:.0f} MiB, page cache warm, {os.cpu_count()} "
         f"cores; manifest {result['manifest_bytes'] / 2**10:.0f} KiB\n"
