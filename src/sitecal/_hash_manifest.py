@@ -26,7 +26,8 @@ What the file holds
 No path, folder name or file hash in clear: folder names can hold patient names, and a file's sha256 would
 tell anyone holding a copy of an image that it is in the site's data. A row is
 
-- ``key``: ``HMAC-SHA256(site key, path NUL size NUL mtime_ns NUL inode NUL device)``, 32 bytes;
+- ``key``: ``HMAC-SHA256(site key, "sitecal file" NUL path NUL size NUL mtime_ns NUL inode NUL device)``
+  (the resolved path's bytes, the numbers in decimal), 32 bytes;
 - ``sha256``: the file's sha256 XOR a pad, ``BLAKE2b-256(key)`` keyed with a value key derived from the
   site key (``HMAC-SHA256(site key, "sitecal file-hash manifest values")``), 32 bytes;
 - ``mac``: ``BLAKE2b-128(key + sha256)`` keyed with the value key: a row altered on disk is ignored and
@@ -173,7 +174,7 @@ def hash_files(
     hashes: dict[Path, str] = {}
     n_reused = 0
     with (
-        _Store.open(manifest) as store,
+        _Store.open(manifest if unique else None) as store,
         tqdm(total=len(unique), desc="Hashing", unit="file", disable=not progress) as bar,
     ):
         folders: dict[str, str] = {}  # each folder resolved once, not once a file
