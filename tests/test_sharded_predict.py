@@ -142,6 +142,7 @@ def test_an_unreachable_scheduler_is_bad_input(cohort: dict, capsys: pytest.Capt
 
 
 def _job_repr() -> str:
+    from sitecal.inference._precision import PrecisionCheck
     from sitecal.protocol import InputSettings, ModelSettings
 
     job = _sharded.ShardJob(
@@ -156,6 +157,8 @@ def _job_repr() -> str:
         device="cpu",
         part=Path("p"),
         signature="s",
+        batch_size=4,
+        precision_check=PrecisionCheck(),
     )
     text = repr(job)
     assert text == "ShardJob(shard 3, 2 studies)" and "DOE" not in text

@@ -20,7 +20,15 @@ from pathlib import Path, PurePath
 from sitecal._io import unwritable_folder
 from sitecal.errors import OutputError
 
-__all__ = ["KEPT_SUFFIXES", "Pseudonymizer", "key_file_problem", "load_or_create_key"]
+__all__ = [
+    "KEPT_SUFFIXES",
+    "Pseudonymizer",
+    "create_network_key",
+    "key_file_problem",
+    "load_network_key",
+    "load_or_create_key",
+    "network_key_problem",
+]
 
 _PREFIX = {"patient": "P", "study": "S", "instance": "I", "path": "F", "series": "R"}
 
@@ -81,6 +89,47 @@ def key_file_problem(path: Path) -> str | None:
     except OutputError as exc:
         return str(exc)
     return None
+
+
+#: How a network's sites come to share a key.
+_NETWORK_KEY_HOW = (
+    "A network's sites pseudonymise under one key: its coordinator creates it once with 'sitecal "
+    "network-key FILE' and gives each site a copy (mode 0600) through a channel the network trusts."
+)
+
+
+def load_network_key(path: Path) -> bytes:
+    """The network's shared key (``privacy.network_key_file``): read, never created here.
+
+    Each site creating its own would give every site other pseudonyms, and parts that cannot be joined.
+    """
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        raise OutputError(
+            f"{path}: the network key (privacy.network_key_file) is not there. {_NETWORK_KEY_HOW}"
+        ) from None
+    except OutputError as exc:
+        raise OutputError(f"privacy.network_key_file: {exc}") from None
+
+
+def network_key_problem(path: Path) -> str | None:
+    """Why ``path`` cannot serve as the network key, or ``None`` (``sitecal check``)."""
+    try:
+        load_network_key(path)
+    except OutputError as exc:
+        return str(exc)
+    return None
+
+
+def create_network_key(path: Path) -> None:
+    """Write a new random key at ``path`` (mode 0600) for a network's sites; refuse to replace a file."""
+    if path.exists() or path.is_symlink():
+        raise OutputError(
+            f"{path}: a file is already there; a network key is never overwritten. {_NETWORK_KEY_HOW}"
+        )
+    _create_key(path)
+    _read_key(path)
 
 
 def _create_key(path: Path) -> None:
@@ -163,8 +212,8 @@ class Pseudonymizer:
         """A short, non-reversible name of the key, recorded in provenance.
 
         Pseudonyms in the run's tables match another run's exactly when both used the same key; this says
-        which key a run used without revealing it. (No number depends on the key: see
-        :mod:`sitecal._split_key`.)
+        which key a run used without revealing it. (No number depends on a site key, see
+        :mod:`sitecal._split_key`; under a network's shared key the split follows the network pseudonyms.)
         """
         return hmac.new(self.key, b"sitecal key fingerprint", hashlib.sha256).hexdigest()[:16]
 

@@ -10,7 +10,9 @@ one.
 A predictions file that sitecal writes holds pseudonyms only, so it carries each study's rank among
 the file's studies in (patient, study) split-key order (``split_rank``); reading it back gives the same
 order, hence the same split. A rank says where a study falls in an order drawn from identifiers; it
-names nobody without the list of the cohort's identifiers.
+names nobody without the list of the cohort's identifiers. Under a network's shared key
+(``privacy.network_key_file``) the split keys are drawn from the network pseudonyms instead
+(:func:`network_split_keys`), so that parts predicted at different sites join in one order.
 
 >>> a, b = split_key("patient", "MRN-1"), split_key("patient", "MRN-2")
 >>> len(a), a == split_key("patient", "MRN-1"), a != b
@@ -27,7 +29,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["rank_key", "split_key", "split_ranks"]
+__all__ = ["network_split_keys", "rank_key", "split_key", "split_ranks"]
 
 T = TypeVar("T", str, tuple[str, str])
 
@@ -36,6 +38,16 @@ def split_key(kind: str, identifier: str) -> str:
     """The split key of an identifier of ``kind`` (``"patient"``, ``"study"`` or a file's key column)."""
     data = f"sitecal split\0{kind}\0{identifier}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(data).hexdigest()
+
+
+def network_split_keys(study_key: str, patient_key: str) -> tuple[str, str]:
+    """The (patient, study) split keys of a study under a network key, drawn from its pseudonyms.
+
+    The sites of a network ship pseudonyms under the network's shared key, never identifiers; keys drawn
+    from those pseudonyms order a patient the same way at every site and centrally (another network key
+    gives another order, as the key is part of the network's set-up, like the protocol).
+    """
+    return split_key("network patient", patient_key), split_key("network study", study_key)
 
 
 def split_ranks(keys: Sequence[T]) -> list[int]:

@@ -33,7 +33,7 @@ def quiet_logs() -> None:
                 handler.addFilter(ScrubFilter())
 
 
-class QuietWorkerLogs(WorkerPlugin):  # type: ignore[misc]
+class QuietWorkerLogs(WorkerPlugin):
     """A worker plugin running :func:`quiet_logs` on every worker, the ones started later included."""
 
     name = "sitecal-quiet-logs"

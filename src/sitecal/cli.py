@@ -46,12 +46,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{run,check,predict,evaluate,report,send,apply,export,plan,demo}",
+        metavar="{run,check,predict,evaluate,report,send,apply,export,plan,demo,network-key}",
     )
 
     run = sub.add_parser("run", help="run a protocol and write a run folder with the validation report")
     run.add_argument("protocol", type=Path, help="protocol YAML file")
     _run_options(run)
+
+    network_key = sub.add_parser(
+        "network-key",
+        help="create a network's shared pseudonymisation key (privacy.network_key_file of every site)",
+    )
+    network_key.add_argument("file", type=Path, help="where to write it (mode 0600); never overwritten")
 
     check = sub.add_parser(
         "check",
@@ -283,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _apply(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "network-key":
+            return _network_key(args.file)
         return _run(args.protocol, args, argv)
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
@@ -421,6 +429,15 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
     _print_exclusion_rows(exclusion_counts(result.exclusions), listed_in=result.exclusions_csv.name)
     print(f"Predicted: {result.n_predicted} studies")
     print(f"Predictions: {result.path}")
+    return EXIT_PASS
+
+
+def _network_key(path: Path) -> int:
+    from sitecal._pseudonym import create_network_key
+
+    create_network_key(path)
+    print(f"Network key: {path} (mode 0600). Give each site a copy through a channel the network trusts;")
+    print("each site's protocol names its copy in privacy.network_key_file.")
     return EXIT_PASS
 
 

@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from sitecal import __version__
-from sitecal._pseudonym import Pseudonymizer, load_or_create_key
+from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
@@ -433,7 +433,7 @@ def _read_studies(
             f"{key_file}: the run's pseudonym key (privacy.key_file) is not there, so its studies cannot be "
             "found again. Restore the key file, or pass --protocol with the protocol that names it."
         )
-    pseudonymize = Pseudonymizer(load_or_create_key(key_file))
+    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
     protocol = loaded.protocol
     if protocol.data.source is not None:
         data = protocol.data.model_copy(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sitecal._io import unwritable_folder
-from sitecal._pseudonym import key_file_problem
+from sitecal._pseudonym import key_file_problem, network_key_problem
 from sitecal.errors import SitecalError
 from sitecal.protocol import LoadedProtocol
 
@@ -60,7 +60,7 @@ def preflight(
     device_problem = check_device(device)
     if device_problem:
         problems.append(f"--device: {device_problem}")
-    source = loaded.protocol.data.source
+    source = None if loaded.parts else loaded.protocol.data.source
     if source is not None:  # the studies come from a PACS: can it be asked?
         from sitecal.pacs import source_problems
 
@@ -79,8 +79,10 @@ def preflight(
     problems += _predictions_problems(loaded)
     problems += _mapping_problems(loaded)
     problems += _output_problems(loaded, allow_output_anywhere)
-    key_problem = key_file_problem(loaded.key_file)
-    if key_problem:
+    if loaded.network:
+        key_problem = network_key_problem(loaded.key_file)
+        problems += [key_problem] if key_problem else []
+    elif key_problem := key_file_problem(loaded.key_file):
         problems.append(f"privacy.key_file: {key_problem}")
     if loaded.predictions_path is None:
         model_problems, model_notes = _model_problems(loaded)
@@ -167,6 +169,8 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
     path = loaded.predictions_path
     if path is None:
         return []
+    if loaded.parts:
+        return _parts_problems(loaded)
     protocol = loaded.protocol
     data = protocol.data
     try:
@@ -199,9 +203,41 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
     return []
 
 
+def _parts_problems(loaded: LoadedProtocol) -> list[str]:
+    """A network's parts read whole, as the evaluation reads them (under the network key)."""
+    from sitecal._pseudonym import Pseudonymizer
+    from sitecal.cohort._parts import part_facts, read_parts
+
+    path = loaded.predictions_path
+    assert path is not None
+    if not loaded.network:
+        return [
+            f"data.predictions: {path} is a folder (of sites' predictions parts): set "
+            "privacy.network_key_file to the network's key, under which the sites wrote them."
+        ]
+    try:
+        pseudonymize = Pseudonymizer(loaded.pseudonym_key())
+    except SitecalError:
+        return []  # the key's own problem is reported with privacy.network_key_file
+    protocol = loaded.protocol
+    try:
+        read_parts(
+            path,
+            facts=part_facts(protocol, pseudonymize.fingerprint, model_sha256=None),
+            subgroups=protocol.subgroups,
+            min_count_shown=protocol.privacy.min_count_shown,
+            pseudonymize=pseudonymize,
+        )
+    except SitecalError as exc:
+        return [f"data.predictions: {exc}"]
+    return []
+
+
 def _mapping_problems(loaded: LoadedProtocol) -> list[str]:
     from sitecal.cohort.mapping import read_mapping
 
+    if loaded.parts:  # the sites mapped the values before they shipped them
+        return []
     problems = []
     for name, subgroup in loaded.protocol.subgroups.items():
         if subgroup.mapping is not None:

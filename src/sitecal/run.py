@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,9 +17,10 @@ import numpy as np
 from sitecal import __version__
 from sitecal._hash_manifest import FileHashes, HashManifest
 from sitecal._io import write_json_atomic, write_text_atomic
-from sitecal._pseudonym import Pseudonymizer, load_or_create_key
+from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.cohort import Cohort, Exclusion, write_predictions
+from sitecal.cohort._parts import part_facts, part_files, write_part
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
@@ -102,7 +103,7 @@ def run_protocol(
     handler = attach_log(folder / "run.log")
     try:
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
-        pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
+        pseudonymize = Pseudonymizer(loaded.pseudonym_key())
         cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
         model_run: ModelRun | None = None
         if loaded.predictions_path is None:
@@ -250,21 +251,36 @@ def predict_protocol(
             f"{loaded.path}: data.predictions is given, so there is no model to run here. Run 'sitecal "
             "evaluate' on it, or remove data.predictions to predict with model.path."
         )
-    pseudonymize = Pseudonymizer(load_or_create_key(loaded.key_file))
-    cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
-    predictions, _ = predict(
+    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
+    k = loaded.protocol.privacy.min_count_shown
+    # a part holds values unpooled (rare ones as keyed tokens): the network pools them over every site
+    shown = 1 if loaded.network else k
+    cohort = scan(_min_count_shown(loaded, shown), pseudonymize, workers=workers, progress=progress)
+    predictions, model_run = predict(
         loaded, cohort, pseudonymize, device=device, progress=progress, placement=placement
     )
-    split_keys = {s.study_key: (s.split_key, s.study_order) for s in cohort.studies}
-    write_predictions(
-        output,
-        predictions.class_names,
-        predictions.study_keys,
-        predictions.patient_keys,
-        [split_keys[key] for key in predictions.study_keys],
-        predictions.logits,
-    )
-    analysed = analysed_studies(cohort, predictions, min_count_shown=loaded.protocol.privacy.min_count_shown)
+    analysed = analysed_studies(cohort, predictions, min_count_shown=shown)
+    if loaded.network:  # a part: what this site ships for the network's evaluation (sitecal.cohort._parts)
+        write_part(
+            output,
+            cohort,
+            analysed.studies,
+            analysed.logits,
+            analysed.exclusions,
+            facts=part_facts(loaded.protocol, pseudonymize.fingerprint, model_sha256=model_run.sha256),
+            pseudonymize=pseudonymize,
+            min_count_shown=k,
+        )
+    else:
+        split_keys = {s.study_key: (s.split_key, s.study_order) for s in cohort.studies}
+        write_predictions(
+            output,
+            predictions.class_names,
+            predictions.study_keys,
+            predictions.patient_keys,
+            [split_keys[key] for key in predictions.study_keys],
+            predictions.logits,
+        )
     exclusions_csv = output.with_name(f"{output.stem}-exclusions.csv")
     write_exclusions(exclusions_csv, analysed.exclusions, pseudonymize)
     return PredictResult(
@@ -273,6 +289,13 @@ def predict_protocol(
         exclusions=analysed.exclusions,
         exclusions_csv=exclusions_csv,
     )
+
+
+def _min_count_shown(loaded: LoadedProtocol, k: int) -> LoadedProtocol:
+    """The protocol with ``privacy.min_count_shown`` set to ``k``."""
+    protocol = loaded.protocol
+    privacy = protocol.privacy.model_copy(update={"min_count_shown": k})
+    return replace(loaded, protocol=protocol.model_copy(update={"privacy": privacy}))
 
 
 def _write_tables(
@@ -319,14 +342,18 @@ def _provenance(
 ) -> dict[str, Any]:
     protocol = loaded.protocol
     studies = analysed.studies
-    sha256 = {"protocol": loaded.sha256}
+    sha256: dict[str, Any] = {"protocol": loaded.sha256}
     if model_run is not None:
         sha256["model"] = model_run.sha256
     elif loaded.model_path is not None and loaded.model_path.is_file():
         sha256["model"] = file_sha256(loaded.model_path)  # named by the protocol, not run
     if loaded.labels_path is not None:
         sha256["labels"] = file_sha256(loaded.labels_path)
-    if loaded.predictions_path is not None:
+    if loaded.parts:  # a network's sites' parts
+        sha256["predictions_parts"] = {
+            part.name: file_sha256(part) for part in part_files(Path(str(loaded.predictions_path)))
+        }
+    elif loaded.predictions_path is not None:
         sha256["predictions_file"] = file_sha256(loaded.predictions_path)
     if file_hashes:
         sha256["dataset_manifest"] = manifest_sha256(pair for s in studies for pair in hashed(s, file_hashes))

@@ -41,6 +41,11 @@ from sitecal.cohort import (
     read_predictions,
     scan_folder,
 )
+from sitecal.cohort._parts import (
+    network_order,
+    part_facts,
+    read_parts,
+)
 from sitecal.cohort._records import exclusion_counts
 from sitecal.cohort.attributes import suppress_rare_values
 from sitecal.cohort.series import describe_selection
@@ -104,6 +109,15 @@ def scan(
     mappings = read_mappings(protocol.subgroups, loaded.resolve)  # before the scan: fail fast
     key_column = data.key_column or data.key
     table = None
+    if loaded.parts:
+        assert loaded.predictions_path is not None
+        return read_parts(
+            loaded.predictions_path,
+            facts=part_facts(protocol, pseudonymize.fingerprint, model_sha256=None),
+            subgroups=protocol.subgroups,
+            min_count_shown=protocol.privacy.min_count_shown,
+            pseudonymize=pseudonymize,
+        )
     if loaded.predictions_path is not None:
         table = read_predictions(
             loaded.predictions_path,
@@ -166,6 +180,8 @@ def scan(
             for uid, reason in retrieval.failed
         ],
     )
+    if loaded.network:  # the split follows the network pseudonyms, as the parts of every site do
+        cohort = network_order(cohort)
     return cohort if retrieval is None else replace(cohort, retrieval=retrieval.summary)
 
 
@@ -223,9 +239,20 @@ def predict(
     items = [list(s.files) if volume else s.path for s in cohort.studies]
     keys = [image_key(pseudonymize, hashed(s, file_hashes)) for s in cohort.studies]
     if placement is not None:
+        from sitecal.inference._settle import settle_inference
         from sitecal.inference._sharded import predict_sharded
 
         assert loaded.model_path is not None
+        size, check = settle_inference(  # once for every shard: one batch size, one precision
+            model,
+            items,
+            transforms,
+            n_classes=n_classes,
+            batch_size=protocol.inputs.batch_size,
+            precision=protocol.inputs.precision,
+            tolerance=protocol.inputs.precision_tolerance,
+            device="cuda:0" if device == "cuda" else device,
+        )
         inference = predict_sharded(
             model=protocol.model,
             model_path=loaded.model_path,
@@ -238,6 +265,8 @@ def predict(
             cache=cache,
             parts_dir=loaded.output_root / SHARD_PARTS,
             placement=placement,
+            batch_size=size,
+            precision_check=check,
             device=device,
             progress=progress,
         )
@@ -253,6 +282,8 @@ def predict(
             progress=progress,
             cache=cache,
             keys=keys,
+            precision=protocol.inputs.precision,
+            precision_tolerance=protocol.inputs.precision_tolerance,
         )
     logger.info("logits: %d from the cache, %d computed", inference.n_cached, inference.n_computed)
     ok = [cohort.studies[i] for i in inference.ok]
@@ -349,7 +380,8 @@ def evaluate_cohort(
         "analysed": len(studies),
         "exclusions": exclusion_counts(analysed.exclusions),
     }
-    if loaded.dicom_dir is not None:  # sites, scanners and months come from the headers
+    if loaded.dicom_dir is not None:
+        # sites, scanners and months come from the headers
         flow["sources"] = summarise_sources(
             (s.sources for s in studies), min_count_shown=protocol.privacy.min_count_shown
         )

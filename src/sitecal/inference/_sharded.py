@@ -44,6 +44,7 @@ import numpy as np
 
 from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError, ModelError
+from sitecal.inference._precision import PrecisionCheck
 from sitecal.inference.cache import LogitCache
 from sitecal.inference.predict import InferenceResult, broken_model_error
 from sitecal.protocol import InputSettings, ModelSettings
@@ -89,6 +90,8 @@ class ShardJob:
     device: str
     part: Path
     signature: str
+    batch_size: int
+    precision_check: PrecisionCheck
 
     def __repr__(self) -> str:  # Dask logs a failed task's arguments: paths can hold names
         return f"ShardJob(shard {self.index}, {len(self.positions)} studies)"
@@ -112,22 +115,28 @@ def predict_sharded(
     cache: LogitCache | None,
     parts_dir: Path,
     placement: Placement,
+    batch_size: int,
+    precision_check: PrecisionCheck,
     device: str = "cpu",
     progress: bool = True,
 ) -> InferenceResult:
     """Logits of every study, computed shard by shard on Dask workers; equal to one process's run.
 
     ``identity_sha256`` names the model and transform chain (the logit cache identity's sha256): with the
-    batch size and the shard's keys it makes the part's signature.
+    batch size, the precision and the shard's keys it makes the part's signature. ``batch_size`` and
+    ``precision_check`` are settled once for the whole run
+    (:func:`~sitecal.inference._settle.settle_inference`), so that every shard computes as one process.
     """
     from tqdm import tqdm
 
     if len(keys) != len(items):
         raise ValueError("sharded inference needs one key per entry of items")
+    if cache is not None and precision_check.used != "float32":  # mixed-precision logits kept apart
+        cache = cache.for_precision(precision_check.used)
     cached = cache.load() if cache is not None else {}
     hits = {i: cached[k] for i, k in enumerate(keys) if k in cached and np.isfinite(cached[k]).all()}
     todo = [i for i in range(len(items)) if i not in hits]
-    size = shard_size_for(placement.shard_size, inputs.batch_size)
+    size = shard_size_for(placement.shard_size, batch_size)
     jobs = [
         _job(
             index,
@@ -142,6 +151,8 @@ def predict_sharded(
             device=device,
             parts_dir=parts_dir,
             identity_sha256=identity_sha256,
+            batch_size=batch_size,
+            precision_check=precision_check,
         )
         for index, start in enumerate(range(0, len(todo), size))
     ]
@@ -205,11 +216,12 @@ def run_shard(job: ShardJob) -> str:
         [Path(i) if isinstance(i, str) else [Path(f) for f in i] for i in job.items],
         transforms,
         n_classes=job.n_classes,
-        batch_size=job.inputs.batch_size,
+        batch_size=job.batch_size,
         num_workers=job.inputs.num_workers,
         device=_worker_device(job.device),
         progress=False,
         raise_if_broken=False,  # whether the model is broken is judged over every shard together
+        precision_check=job.precision_check,  # the run's, settled once: no shard checks again
     )
     part = _Part(
         positions=np.asarray([job.positions[i] for i in result.ok], dtype=np.int64),
@@ -269,8 +281,12 @@ def _job(
     device: str,
     parts_dir: Path,
     identity_sha256: str,
+    batch_size: int,
+    precision_check: PrecisionCheck,
 ) -> ShardJob:
-    digest = hashlib.sha256(f"{_PART_LAYOUT}\0{identity_sha256}\0{inputs.batch_size}".encode())
+    digest = hashlib.sha256(
+        f"{_PART_LAYOUT}\0{identity_sha256}\0{batch_size}\0{precision_check.used}".encode()
+    )
     for i in positions:
         digest.update(b"\0" + keys[i].encode())
     return ShardJob(
@@ -285,6 +301,8 @@ def _job(
         device=device,
         part=parts_dir / f"shard-{index:05d}.npz",
         signature=digest.hexdigest(),
+        batch_size=batch_size,
+        precision_check=precision_check,
     )
 
 

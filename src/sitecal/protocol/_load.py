@@ -68,10 +68,21 @@ class LoadedProtocol:
         With ``data.source`` (a PACS): the store the studies are retrieved into,
         ``<output_dir>/.sitecal-pacs/<source id>/files``.
         """
+        if self.parts:  # a network's evaluation reads the sites' parts only
+            return None
         source = self.protocol.data.source
         if source is not None:
             return self.pacs_store / "files"
         return self._optional(self.protocol.data.dicom_dir)
+
+    @property
+    def parts(self) -> bool:
+        """Whether the model's outputs are a folder of sites' parts (:mod:`sitecal.cohort._parts`).
+
+        Such an evaluation reads the parts only: no DICOM folder, labels table or PACS is read or checked.
+        """
+        path = self.predictions_path
+        return path is not None and path.is_dir()
 
     @property
     def pacs_store(self) -> Path:
@@ -83,7 +94,7 @@ class LoadedProtocol:
     @property
     def labels_path(self) -> Path | None:
         """The ground-truth table (``None`` when the labels are a column of the predictions file)."""
-        return self._optional(self.protocol.data.labels)
+        return None if self.parts else self._optional(self.protocol.data.labels)
 
     @property
     def predictions_path(self) -> Path | None:
@@ -125,9 +136,26 @@ class LoadedProtocol:
 
     @property
     def key_file(self) -> Path:
-        """The site secret for pseudonymisation."""
-        key_file = self.protocol.privacy.key_file
-        return self.resolve(key_file) if key_file else self.output_root / ".sitecal-pseudonym-key"
+        """The secret for pseudonymisation: the network's key when the protocol names one, else the site's."""
+        privacy = self.protocol.privacy
+        if privacy.network_key_file:
+            return self.resolve(privacy.network_key_file)
+        return (
+            self.resolve(privacy.key_file)
+            if privacy.key_file
+            else self.output_root / ".sitecal-pseudonym-key"
+        )
+
+    @property
+    def network(self) -> bool:
+        """Whether keys are under a network's shared key (``privacy.network_key_file``)."""
+        return self.protocol.privacy.network_key_file is not None
+
+    def pseudonym_key(self) -> bytes:
+        """The pseudonymisation key: the network's (read, never created) or the site's (created if absent)."""
+        from sitecal._pseudonym import load_network_key, load_or_create_key
+
+        return load_network_key(self.key_file) if self.network else load_or_create_key(self.key_file)
 
 
 def load_protocol(path: str | Path) -> LoadedProtocol:

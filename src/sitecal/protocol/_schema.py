@@ -284,6 +284,8 @@ class PrivacySettings(_Strict):
     mode 0600). A subgroup value held by fewer than ``min_count_shown`` studies is never shown: all such
     values of an attribute are pooled as ``"other (n < k)"`` before anything is evaluated or written, so
     that a value typed by hand into a header (a person's name in StationName) cannot reach an output.
+    ``network_key_file`` names a network's shared key (:mod:`sitecal.cohort._parts`): keys are then
+    HMAC-SHA256 under it, the same at every site of the network.
     """
 
     key_file: str | None = Field(
@@ -295,6 +297,11 @@ class PrivacySettings(_Strict):
         ge=1,
         le=1000,
         description="subgroup values of fewer studies are pooled as 'other (n < k)'; 1 shows every value",
+    )
+    network_key_file: str | None = Field(
+        default=None,
+        description="a network's shared key (from 'sitecal network-key'): pseudonyms under it instead of "
+        "key_file, so that sites' predictions parts join into one evaluation; never created by a run",
     )
 
 
