@@ -386,6 +386,8 @@ def _provenance(
     )
     if model_run is None:
         document["predictions_file"] = _predictions_file_record(loaded, cohort)
+    else:
+        document["inference"] = dict(model_run.inference)
     if file_hashes:  # how many files were read, how many remembered unchanged (sitecal._hash_manifest)
         document["file_hashes"] = {"hashed": file_hashes.n_hashed, "reused": file_hashes.n_reused}
     if cohort.retrieval is not None:  # the query and what it returned: counts and hashes, no identifier

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,6 +193,8 @@ class ModelRun:
     record: Mapping[str, Any]
     transforms_sha256: str
     file_hashes: FileHashes
+    #: how the logits were computed: batch size, precision and its check, and the Dask shards if any
+    inference: Mapping[str, Any] = field(default_factory=dict)
 
 
 def predict(
@@ -303,6 +305,17 @@ def predict(
         record=model.record(),
         transforms_sha256=transforms_sha256,
         file_hashes=file_hashes,
+        inference={
+            "batch_size": inference.batch_size,
+            "precision": inference.precision_check.to_dict(),
+            "dask": None
+            if placement is None
+            else {
+                "cluster": "existing scheduler" if placement.scheduler else "LocalCluster",
+                "workers": placement.n_workers,
+                "shard_size": placement.shard_size,
+            },
+        },
     )
 
 

@@ -36,7 +36,7 @@ import logging
 import shutil
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +201,11 @@ def predict_sharded(
                 if cache is not None and len(part.positions):
                     cache.store([keys[i] for i in part.positions], part.logits)
                 bar.update(1)
-    result = _merge(hits, [parts[job.index] for job in jobs], n_classes, model.name)
+    result = replace(
+        _merge(hits, [parts[job.index] for job in jobs], n_classes, model.name),
+        batch_size=batch_size,
+        precision_check=precision_check,
+    )
     shutil.rmtree(parts_dir, ignore_errors=True)
     return result
 
