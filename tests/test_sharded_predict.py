@@ -32,7 +32,7 @@ def cohort(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("sharded")
     manifest = generate_demo(root / "data", n_studies=120, seed=5)
     path = write_demo_protocol(
-        root, manifest, inputs={"num_workers": 0, "batch_size": 4, "logit_cache": False}, n_resamples=50
+        root, manifest, inputs={"num_workers": 2, "batch_size": 4, "logit_cache": False}, n_resamples=50
     )
     protocol = yaml.safe_load(path.read_text())
     protocol["model"]["architecture"] = "tests.slow_model:SlowDemoNet"  # 80 ms more per batch

@@ -416,13 +416,19 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
     if problem:
         raise _InputError(f"--output: {problem}")
     _refuse_if_not_ready(path, loaded, args, verb="cannot predict")
+    placement = _shard_placement(args)
+    if placement is not None and placement.scheduler is not None:  # before the scan, not after it
+        from sitecal.inference._sharded import scheduler_problem
+
+        if problem := scheduler_problem(placement.scheduler):
+            raise _InputError(problem)
     result = predict_protocol(
         loaded,
         args.output,
         progress=not args.no_progress,
         workers=args.workers,
         device=args.device,
-        placement=_shard_placement(args),
+        placement=placement,
     )
     from sitecal.cohort._records import exclusion_counts
 

@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import logging
+import multiprocessing
 import shutil
 import zipfile
 from collections.abc import Sequence
@@ -49,7 +50,15 @@ from sitecal.inference.cache import LogitCache
 from sitecal.inference.predict import InferenceResult, broken_model_error
 from sitecal.protocol import InputSettings, ModelSettings
 
-__all__ = ["TASK_RETRIES", "Placement", "ShardJob", "predict_sharded", "run_shard", "shard_size_for"]
+__all__ = [
+    "TASK_RETRIES",
+    "Placement",
+    "ShardJob",
+    "predict_sharded",
+    "run_shard",
+    "scheduler_problem",
+    "shard_size_for",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +198,7 @@ def predict_sharded(
             }
             for future in as_completed(futures):  # type: ignore[no-untyped-call]
                 job = futures[future]
-                future.result()  # re-raises a shard's error here, after its retries
+                _result(future, job)  # re-raises a shard's error here, after its retries
                 part = _read_part(job.part, job.signature)
                 if part is None:
                     raise ModelError(
@@ -210,6 +219,42 @@ def predict_sharded(
     return result
 
 
+def _result(future: Any, job: ShardJob) -> None:
+    from distributed import KilledWorker
+
+    try:
+        future.result()
+    except KilledWorker:
+        raise DataError(
+            f"shard {job.index} ({len(job.positions)} studies): the workers running it died each time it was "
+            "tried (distributed.scheduler.allowed-failures), most often from lack of memory. Lower "
+            "--shard-size or inputs.batch_size, or give the workers more memory, and run again: the shards "
+            "already written are kept and not computed again."
+        ) from None
+
+
+def scheduler_problem(address: str) -> str | None:
+    """Why no Dask scheduler answers at ``address`` (checked before the scan), or ``None``."""
+    try:
+        _connect(address).close()
+    except DataError as exc:
+        return str(exc)
+    return None
+
+
+def _connect(address: str) -> Any:
+    """A client of the scheduler at ``address``; DataError naming the address when none answers."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout="15s")  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise DataError(
+            f"--scheduler {address}: no Dask scheduler answered ({type(exc).__name__}). Check the address "
+            "(tcp://host:8786) and that the scheduler is running."
+        ) from None
+
+
 def run_shard(job: ShardJob) -> str:
     """A worker's task: the shard's logits, written as its part; returns the part's file name."""
     from sitecal.inference.predict import predict_files
@@ -221,7 +266,9 @@ def run_shard(job: ShardJob) -> str:
         transforms,
         n_classes=job.n_classes,
         batch_size=job.batch_size,
-        num_workers=job.inputs.num_workers,
+        # a Dask worker is a daemonic process, which may not start DataLoader processes: it loads its
+        # shard itself (the cluster's workers are the parallel loaders; the logits are the same)
+        num_workers=0 if multiprocessing.current_process().daemon else job.inputs.num_workers,
         device=_worker_device(job.device),
         progress=False,
         raise_if_broken=False,  # whether the model is broken is judged over every shard together
@@ -383,14 +430,7 @@ class _DaskClient:
                 "sharded inference needs dask.distributed: pip install 'dask[distributed]'"
             ) from None
         if self.placement.scheduler is not None:
-            try:
-                self.client = Client(self.placement.scheduler, timeout="30s")  # type: ignore[no-untyped-call]
-            except (OSError, TimeoutError) as exc:
-                raise DataError(
-                    f"--scheduler {self.placement.scheduler}: no Dask scheduler answered "
-                    f"({type(exc).__name__}). Check the address (tcp://host:8786) and that the scheduler "
-                    "is running."
-                ) from None
+            self.client = _connect(self.placement.scheduler)
             return self._quiet(self.client)
         self.cluster = LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=self.placement.n_workers or _default_workers(self.device),
