@@ -68,6 +68,10 @@ _SIDECAR = ".part.json"
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 #: Larger parts are refused before they are read (a row is a few hundred bytes: about 4 million rows).
 MAX_PART_BYTES = 1 << 30
+_MAX_SIDECAR_BYTES = 1 << 20
+_FLOW = ("files_found", "dicom_instances", "studies", "labelled")
+#: Exclusions a sidecar may count (each becomes a record of the central flow).
+_MAX_EXCLUSIONS = 10**7
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ def read_parts(
     excluded: Counter[tuple[str, str, str]] = Counter()
     for part in parts:
         sidecar = _sidecar(part, facts)
-        for name in ("files_found", "dicom_instances", "studies", "labelled"):
+        for name in _FLOW:
             flow[name] += int(sidecar["flow"][name])
         series.append((sidecar["flow"].get("series_found"), sidecar["flow"].get("series_selected")))
         for row in sidecar["exclusions"]:
@@ -291,6 +295,8 @@ def _sidecar(part: Path, facts: SidecarFacts) -> dict[str, Any]:
 
     path = part.with_name(part.name + _SIDECAR)
     try:
+        if path.stat().st_size > _MAX_SIDECAR_BYTES:
+            raise DataError(f"{path}: larger than a sidecar can be; copy it again from the site.")
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(
@@ -319,27 +325,32 @@ def _sidecar(part: Path, facts: SidecarFacts) -> dict[str, Any]:
             f"{path}: the part it describes, {part.name}, is missing (or was renamed: a part keeps the name "
             "its site gave it). Copy both files the site wrote."
         )
+    if part.stat().st_size > MAX_PART_BYTES:
+        raise DataError(f"{part}: larger than {MAX_PART_BYTES >> 20} MiB; split the site's cohort in parts.")
     try:
         if file_sha256(part) != document.get("csv_sha256"):
             raise DataError(
                 f"{part}: its sha256 is not the one its sidecar recorded: the file was changed or cut short "
                 "after the site wrote it. Ask the site for it again."
             )
-        int(document["rows"])
-        for name in ("files_found", "dicom_instances", "studies", "labelled"):
-            int(document["flow"][name])
-        for row in document["exclusions"]:
-            int(row["count"]), str(row["stage"]), str(row["reason"]), str(row["unit"])
+        flow = [
+            int(document["flow"][name]) for name in ("files_found", "dicom_instances", "studies", "labelled")
+        ]
+        excluded = [int(row["count"]) for row in document["exclusions"]]
+        texts = [row[f] for row in document["exclusions"] for f in ("stage", "reason", "unit")]
+        if not all(isinstance(text, str) for text in texts):
+            raise ValueError("exclusions")
+        counts = [int(document["rows"]), *flow, *excluded]
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(
             f"{path}: field {exc} is missing or not a number. Copy it again from the site."
         ) from None
+    if min(counts) < 0 or sum(excluded) > _MAX_EXCLUSIONS:
+        raise DataError(f"{path}: a count is negative or beyond any cohort. Copy it again from the site.")
     return document
 
 
 def _rows(part: Path, facts: SidecarFacts, n_rows: int) -> list[Study]:
-    if part.stat().st_size > MAX_PART_BYTES:
-        raise DataError(f"{part}: larger than {MAX_PART_BYTES >> 20} MiB; split the site's cohort in parts.")
     classes = list(facts.class_names)
     header = ["study_key", "patient_key", "label"]
     header += [f"logit:{c}" for c in classes] + [f"subgroup:{n}" for n in facts.subgroups]
