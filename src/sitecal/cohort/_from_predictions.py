@@ -73,6 +73,8 @@ def cohort_from_predictions(
     for row in table.rows.values():
         if row.split_rank is not None and row.patient is not None:
             first_rank[row.patient] = min(row.split_rank, first_rank.get(row.patient, row.split_rank))
+    # a network's rows repeat a few combinations of subgroup cells: each is normalised, banded and mapped once
+    values_of: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     for row_key, row in sorted(table.rows.items(), key=lambda item: item[1].position):
         study_key = study_pseudonym(table, row_key, key, pseudonymize)
         used.add(row_key)
@@ -97,6 +99,10 @@ def cohort_from_predictions(
             order = split_key("patient", row.patient)
         else:
             order = study_order
+        cells = tuple(row.columns.items())
+        values = values_of.get(cells)
+        if values is None:
+            values = values_of[cells] = column_values(row.columns, subgroups, mappings)
         studies.append(
             Study(
                 study_key=study_key,
@@ -104,7 +110,7 @@ def cohort_from_predictions(
                 files=(),
                 relative_path="",
                 instance_uids=(),
-                attributes=column_values(row.columns, subgroups, mappings),
+                attributes=dict(values),
                 label=label,
                 logits=row.logits,
                 split_key=order,
