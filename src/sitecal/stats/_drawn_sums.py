@@ -46,6 +46,8 @@ class DrawnSums:
         self._vals[rows, slot] = values[rows, cols]
         if width == 1:  # one entry per cluster: 1-D arrays gather faster
             self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
+        #: Elements per drawn cluster of the largest temporary (the (draws, width) sparse keys and values)
+        self.elements_per_draw = width if self._sparse.shape[0] else 1
 
     def _buffers(self, shape: tuple[int, ...]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """The calling thread's key and value buffers, reused across chunks of the same shape.

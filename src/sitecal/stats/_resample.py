@@ -279,6 +279,7 @@ class Evaluator:
     """A statistic bound to its data and plan: estimate, replicates and jackknife values."""
 
     row_weights: bool  # whether evaluation needs (B, N) row weights
+    elements_per_draw: int = 1  # elements per drawn cluster of its largest temporary
 
     def estimate(self) -> float:
         raise NotImplementedError
@@ -303,6 +304,7 @@ class _SumEvaluator(Evaluator):
         starts = np.searchsorted(plan.cluster_of_row[order], np.arange(plan.n_clusters))
         self._cluster_sums = np.add.reduceat(terms[order], starts, axis=0)  # (K, J)
         self._sums = DrawnSums(self._cluster_sums)
+        self.elements_per_draw = self._sums.elements_per_draw
         # the total as the resample that draws every cluster once, in order, computes it
         self._total = self._sums(np.arange(plan.n_clusters, dtype=np.int64)[None, :])[0]
         self._statistic = statistic
@@ -386,6 +388,16 @@ def make_evaluator(statistic: Any, data: Sequence[Any], plan: ClusterPlan) -> Ev
 
 
 def auto_chunk_size(evaluators: Sequence[Evaluator], plan: ClusterPlan, n_resamples: int) -> int:
-    """Resamples per chunk so that the largest temporary holds about CHUNK_ELEMENTS elements."""
-    width = max([plan.n_clusters] + [plan.n for e in evaluators if e.row_weights])
+    """Resamples per chunk so that the largest temporary holds about CHUNK_ELEMENTS elements.
+
+    A sum statistic's sparse columns take ``width`` (key, value) pairs per drawn cluster (``width``: the
+    most nonzero entries a cluster holds, e.g. three per study for the debiased ECE's bins), so its
+    temporaries are ``width`` times the draws; the chunk is sized by the largest. The replicates do not
+    depend on the chunk size.
+    """
+    width = max(
+        [plan.n_clusters * e.elements_per_draw for e in evaluators]
+        + [plan.n_clusters]
+        + [plan.n for e in evaluators if e.row_weights]
+    )
     return max(1, min(n_resamples, CHUNK_ELEMENTS // max(width, 1)))
