@@ -14,6 +14,7 @@ import csv
 import difflib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pydicom
@@ -101,6 +102,11 @@ def test_two_sites_parts_evaluate_as_one_central_run(network: dict) -> None:
     assert len(sites) >= 2  # per-site results, from both sites' parts
     provenance = json.loads((together / "provenance.json").read_text())
     assert sorted(provenance["sha256"]["predictions_parts"]) == ["site-a.csv", "site-b.csv"]
+    assert provenance["network_parts"]["parts"] == 2 and "predictions_file" not in provenance
+    assert evaluation["cohort_flow"]["source"] == "network_parts"
+    text = " ".join(_pdf_text(together / "report.pdf").split())
+    assert "come from the predictions parts of 2 sites of a network" in text
+    assert "Predictions part site-b.csv" in text and "read from a predictions file" not in text
 
 
 def test_a_part_carries_no_identifier(network: dict) -> None:
@@ -176,6 +182,12 @@ def test_a_missing_network_key_is_never_created(network: dict, tmp_path: Path, c
     assert "sitecal network-key" in capsys.readouterr().err
     assert not (tmp_path / "missing.key").exists()
     assert main(["network-key", str(network["root"] / "network.key")]) == 2  # never overwritten
+
+
+def _pdf_text(path: Path) -> str:
+    return subprocess.run(
+        ["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _headers(dicom_dir: Path) -> dict[Path, tuple[str, str]]:

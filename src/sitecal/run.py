@@ -20,7 +20,7 @@ from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.cohort import Cohort, Exclusion, write_predictions
-from sitecal.cohort._parts import part_facts, part_files, write_part
+from sitecal.cohort._parts import part_facts, parts_record, write_part
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
@@ -349,10 +349,10 @@ def _provenance(
         sha256["model"] = file_sha256(loaded.model_path)  # named by the protocol, not run
     if loaded.labels_path is not None:
         sha256["labels"] = file_sha256(loaded.labels_path)
-    if loaded.parts:  # a network's sites' parts
-        sha256["predictions_parts"] = {
-            part.name: file_sha256(part) for part in part_files(Path(str(loaded.predictions_path)))
-        }
+    parts = parts_record(Path(str(loaded.predictions_path))) if loaded.parts else None
+    if parts is not None:  # a network's sites' parts: the model was run there, by sitecal predict
+        sha256["predictions_parts"] = parts.pop("sha256")
+        sha256["model"] = parts["model_sha256"]
     elif loaded.predictions_path is not None:
         sha256["predictions_file"] = file_sha256(loaded.predictions_path)
     if file_hashes:
@@ -384,7 +384,9 @@ def _provenance(
             else None
         ),
     )
-    if model_run is None:
+    if parts is not None:
+        document["network_parts"] = parts
+    elif model_run is None:
         document["predictions_file"] = _predictions_file_record(loaded, cohort)
     else:
         document["inference"] = dict(model_run.inference)

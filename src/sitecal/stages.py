@@ -402,7 +402,9 @@ def evaluate_cohort(
         flow |= {"model_failed": predictions.n_model_failed, "non_finite_logits": predictions.n_non_finite}
     if cohort.n_series_found is not None:
         flow |= {"series_found": cohort.n_series_found, "series_selected": cohort.n_series_selected}
-    if loaded.dicom_dir is None:
+    if loaded.parts:  # the sites' scans, summed (sitecal.cohort._parts)
+        flow |= {"source": "network_parts"}
+    elif loaded.dicom_dir is None:
         flow |= {"source": "predictions_file"}
     return evaluate(protocol, data, cohort_flow=flow, protocol_sha256=loaded.sha256, progress=progress)
 

@@ -56,6 +56,7 @@ __all__ = [
     "network_order",
     "part_facts",
     "part_files",
+    "parts_record",
     "rare_token",
     "read_parts",
     "shipped_subgroups",
@@ -172,6 +173,21 @@ def part_files(folder: Path) -> list[Path]:
     return sorted(path.with_name(path.name.removesuffix(_SIDECAR)) for path in folder.glob("*" + _SIDECAR))
 
 
+def parts_record(folder: Path) -> dict[str, Any]:
+    """What provenance records of a network's parts: how many, their rows, the model, each part's sha256."""
+    from sitecal.provenance import file_sha256
+
+    parts = part_files(folder)
+    sidecars = [json.loads(part.with_name(part.name + _SIDECAR).read_text("utf-8")) for part in parts]
+    return {
+        "parts": len(sidecars),
+        "rows": sum(int(s["rows"]) for s in sidecars),
+        "model_sha256": sidecars[0].get("model_sha256") if sidecars else None,
+        "network_key_fingerprint": sidecars[0].get("network_key_fingerprint") if sidecars else None,
+        "sha256": {part.name: file_sha256(part) for part in parts},
+    }
+
+
 def read_parts(
     folder: Path,
     *,
@@ -194,11 +210,18 @@ def read_parts(
         )
     studies: list[Study] = []
     seen: dict[str, str] = {}
+    models: dict[object, str] = {}
     flow: Counter[str] = Counter()
     series: list[tuple[int | None, int | None]] = []
     excluded: Counter[tuple[str, str, str]] = Counter()
     for part in parts:
         sidecar = _sidecar(part, facts)
+        models.setdefault(sidecar.get("model_sha256"), part.name)
+        if len(models) > 1:
+            raise DataError(
+                f"{part}: written with another model (sha256) than {next(iter(models.values()))}: the parts "
+                "of one evaluation must all come from one model."
+            )
         for name in _FLOW:
             flow[name] += int(sidecar["flow"][name])
         series.append((sidecar["flow"].get("series_found"), sidecar["flow"].get("series_selected")))

@@ -161,6 +161,19 @@ def _months_text(months: Mapping[str, Any]) -> str:
 
 def _sources(ctx: Context, flow: Mapping[str, Any]) -> list[Flowable]:
     story: list[Flowable] = [ctx.h2("Sources")]
+    if flow.get("source") == "network_parts":
+        parts = get(ctx.provenance, "network_parts", "parts")
+        return [
+            *story,
+            ctx.p(
+                f"The {format_count(flow.get('analysed'))} studies analysed come from the predictions "
+                f"parts of {format_count(parts)} sites of a network: each site scanned its own DICOM folder "
+                "with this protocol and sent only pseudonyms (under the network's key), labels, logits, "
+                "subgroup values and counts. The sites, scanners and study months of the headers are not "
+                "carried by the parts beyond the subgroups of the results; the counts of the flow below are "
+                "the sums of the sites' own."
+            ),
+        ]
     sources = flow.get("sources")
     if not isinstance(sources, Mapping):
         return [*story, ctx.p(f"Sources of the studies: {NOT_RECORDED} in this run's evaluation.json.")]

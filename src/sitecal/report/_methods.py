@@ -211,6 +211,13 @@ def _model_text(ctx: Context) -> str:
         + "). The model was run as supplied: no layer was retrained; only the "
         + f"{ctx.fitted()} below is fitted."
     )
+    parts = get(ctx.provenance, "network_parts")
+    if isinstance(parts, dict):
+        text += (
+            f" It was run at the network's sites, each on its own studies (sitecal predict under the "
+            f"network's key), and its logits were read here from the {format_count(parts.get('parts'))} "
+            "sites' predictions parts, whose sha256 are listed with the fingerprints below."
+        )
     return text
 
 

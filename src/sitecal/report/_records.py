@@ -40,6 +40,7 @@ _OTHER_HASHES = {"instances": "DICOM instances (set of SOP Instance UIDs)"}
 _PREDICTIONS_FILE = "Predictions file (the model's outputs, as read)"
 _NOT_RUN = "not run here"
 _NO_DICOM = "none: no DICOM folder was read"
+_PARTS_MANIFEST = "none here: each site read its own files; each site's part is fingerprinted below"
 _SEEDS = {
     "split": "Fit / evaluation split (calibration.split.seed)",
     "bootstrap": "Bootstrap resampling (evaluation.bootstrap.seed)",
@@ -159,12 +160,21 @@ def _hash_table(ctx: Context) -> list[Flowable]:
                 label = f"Model file (named by the protocol; {_NOT_RUN})"
         if key == "dataset_manifest" and value is None and no_dicom:
             value, style = _NO_DICOM, ctx.styles.cell
+        if key == "dataset_manifest" and value is None and "predictions_parts" in recorded:
+            value, style = (
+                "none here: each site read its own files; its part is fingerprinted below",
+                ctx.styles.cell,
+            )
         if key == "labels" and value is None and get(record, "labels") == "predictions file":
             value, style = "none: the labels are a column of the predictions file", ctx.styles.cell
         rows.append([ctx.cell(label), ctx.cell(value, style=style)])
         if key == "model" and "predictions_file" in recorded:
             rows.append([ctx.cell(_PREDICTIONS_FILE), ctx.cell(recorded["predictions_file"], style=mono)])
     for key in (k for k in recorded if k not in _HASHES and k != "predictions_file"):
+        if key == "predictions_parts" and isinstance(recorded[key], Mapping):  # one row per site's part
+            for name, sha in recorded[key].items():
+                rows.append([ctx.cell(f"Predictions part {name}"), ctx.cell(sha, style=mono)])
+            continue
         label = _OTHER_HASHES.get(str(key), words(key).capitalize())
         rows.append([ctx.cell(label), ctx.cell(recorded[key], style=mono)])
     w = ctx.width
@@ -174,6 +184,11 @@ def _hash_table(ctx: Context) -> list[Flowable]:
         if no_dicom
         else _MANIFEST_RECIPE
     )
+    if "predictions_parts" in recorded:
+        recipe = (
+            "No DICOM folder was read here: each site's predictions part, written by sitecal predict from "
+            "the site's own files (which never left it), is named by its sha256 above."
+        )
     return [
         KeepTogether(
             ctx.table_block("Fingerprints of the inputs and outputs.", table(rows, [w * 0.4, w * 0.6]))

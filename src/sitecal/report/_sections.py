@@ -135,6 +135,8 @@ def title_page(ctx: Context) -> list[Flowable]:
     record = predictions_record(provenance)
     # sites are read from DICOM headers: without a DICOM folder there are none to count
     sites = "no DICOM folder was read" if flow_without_dicom(flow, record) else _sites_text(flow)
+    if flow.get("source") == "network_parts":
+        sites = f"{format_count(get(provenance, 'network_parts', 'parts'))} sites' predictions parts"
     weights: list[tuple[str, Any]] = [("Model sha256", short_sha(get(provenance, "sha256", "model")))]
     if record is not None:  # the model was not run here: say so, and where its outputs came from
         weights = [

@@ -105,9 +105,11 @@ class CohortFlow(Record):
         Volumes only: series considered (every series of every study).
     series_selected : int or None
         Volumes only: series chosen by data.series, at most one per study.
-    source : "predictions_file" or None
-        Present when the studies are the rows of a predictions file (no DICOM folder was read): then
-        ``files_found`` and ``dicom_instances`` are 0 and ``studies`` counts the file's usable rows.
+    source : "predictions_file", "network_parts" or None
+        ``predictions_file`` when the studies are the rows of a predictions file (no DICOM folder was read):
+        then ``files_found`` and ``dicom_instances`` are 0 and ``studies`` counts the file's usable rows.
+        ``network_parts`` when they come from the predictions parts of a network's sites
+        (:mod:`sitecal.cohort._parts`): the counts are the sums of the sites' own scans.
     fit : int
         Analysed studies in the fit split (temperatures fitted on them).
     evaluation : int
@@ -125,6 +127,6 @@ class CohortFlow(Record):
     non_finite_logits: OrAbsent[Count] = None
     series_found: OrAbsent[Count] = None
     series_selected: OrAbsent[Count] = None
-    source: OrAbsent[Literal["predictions_file"]] = None
+    source: OrAbsent[Literal["predictions_file", "network_parts"]] = None
     fit: Count
     evaluation: Count
