@@ -173,3 +173,45 @@ def _same(a: object, b: _sharded._Part) -> bool:
         and (a.failures, a.errors, a.n_model_failed, a.n_non_finite)
         == (b.failures, b.errors, b.n_model_failed, b.n_non_finite)
     )
+
+
+def test_parts_left_by_a_killed_run_are_taken_and_no_cluster_is_started(tmp_path: Path) -> None:
+    from sitecal.inference._precision import PrecisionCheck
+    from sitecal.protocol import InputSettings, ModelSettings
+
+    inputs = InputSettings(batch_size=2)
+    settings = ModelSettings.model_construct(name="m")
+    items = [tmp_path / f"{i}.dcm" for i in range(5)]
+    keys = [f"k{i}" for i in range(5)]
+    common = {
+        "items": items,
+        "keys": keys,
+        "model": settings,
+        "model_path": Path("m"),
+        "model_sha256": "0",
+        "inputs": inputs,
+        "n_classes": 2,
+        "device": "cpu",
+        "parts_dir": tmp_path / "parts",
+        "identity_sha256": "id",
+        "batch_size": 2,
+        "precision_check": PrecisionCheck(),
+    }
+    for index, positions in enumerate([[0, 1], [2, 3], [4]]):
+        job = _sharded._job(index, positions, **common)
+        logits = np.array([[float(i), -float(i)] for i in positions], np.float32)
+        part = _sharded._Part(np.array(positions), logits, (), (), 0, 0)
+        _sharded._write_part(job.part, part, job.signature)
+    common.pop("parts_dir"), common.pop("batch_size"), common.pop("precision_check")
+    merged = _sharded.predict_sharded(
+        **common,
+        cache=None,
+        parts_dir=tmp_path / "parts",
+        placement=Placement(scheduler="tcp://0.0.0.0:1", shard_size=2),
+        batch_size=2,
+        precision_check=PrecisionCheck(),
+        progress=False,
+    )  # a cluster asked for would fail: the address answers nobody
+    assert merged.ok.tolist() == [0, 1, 2, 3, 4]
+    assert merged.logits[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert not (tmp_path / "parts").exists()  # merged, then removed
