@@ -67,6 +67,8 @@ _KNOWN = {
     "model",
     "device",
     "logits",
+    "file_hashes",
+    "inference",
     "predictions_file",
 }
 # How many logits came from the cache depends on what ran before, not on the result: provenance.json keeps
@@ -78,6 +80,31 @@ _LOGITS = (
     "with a key derived from the site key: a reused logit is the one this model gives this image. "
     "provenance.json records how many were computed and how many reused in this run."
 )
+
+
+# Like the logits: how many files were hashed depends on what ran before; provenance.json keeps the counts.
+_FILE_HASHES = (
+    "The sha256 of each analysed file is read from the file, or taken from the file-hash manifest when the "
+    "file is unchanged since it was hashed (same path, size, modification time and inode). "
+    "provenance.json records how many of each in this run."
+)
+
+
+def _inference_text(inference: Mapping[str, Any]) -> str:
+    """Batch size, precision (with its check when not float32) and the Dask placement, as recorded."""
+    recorded = inference.get("precision")
+    precision: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else {}
+    text = f"batch size {inference.get('batch_size', NOT_RECORDED)}; {precision.get('used', 'float32')}"
+    if precision.get("requested", "float32") != "float32":
+        text += (
+            f" ({precision.get('requested')} asked for; its largest change of a class probability against "
+            f"float32 on {precision.get('n_studies')} studies was {precision.get('max_change')}, tolerance "
+            f"{precision.get('tolerance')})"
+        )
+    dask = inference.get("dask")
+    if isinstance(dask, Mapping):
+        text += f"; sharded on Dask ({dask.get('cluster')}, shards of {dask.get('shard_size')} studies)"
+    return text
 
 
 def _scalar(value: Any) -> str:
@@ -121,6 +148,10 @@ def provenance(ctx: Context) -> list[Flowable]:
         rows.append([ctx.head("Architecture code sha256"), ctx.cell(model["code_sha256"], style=mono)])
     if "logits" in prov:
         rows.append([ctx.head("Logits"), ctx.cell(_LOGITS)])
+    if isinstance(prov.get("inference"), Mapping):
+        rows.append([ctx.head("Inference"), ctx.cell(_inference_text(prov["inference"]))])
+    if "file_hashes" in prov:
+        rows.append([ctx.head("File hashes"), ctx.cell(_FILE_HASHES)])
     for key in sorted(set(prov) - _KNOWN):
         value = prov[key]
         if value is None and key == "transforms_sha256" and record is not None:
