@@ -33,7 +33,7 @@ COMPARED = ("evaluation.json", "calibration.json", "cohort.csv", "report-context
 @pytest.fixture(scope="module")
 def network(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("network")
-    manifest = generate_demo(root / "data", n_studies=160, seed=11)
+    manifest = generate_demo(root / "data", n_studies=100, seed=11)
     template = write_demo_protocol(
         root,
         manifest,
