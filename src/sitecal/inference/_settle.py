@@ -52,6 +52,7 @@ def settle_inference(
     precision: Precision = "float32",
     tolerance: float = 1e-3,
     device: str | torch.device = "cpu",
+    given: PrecisionCheck | None = None,
 ) -> tuple[int, PrecisionCheck]:
     """The batch size and precision :func:`~sitecal.inference.predict_files` would settle on, and its check.
 
@@ -69,7 +70,9 @@ def settle_inference(
     target = torch.device(device)
     module = model.module
     was_training = module.training
-    sample = first_studies(files, transforms) if needs_sample(batch_size, precision, target) else []
+    # a check already made (a shard of a larger run) is taken as it is: only ``auto`` may need studies
+    checked = "float32" if given else precision
+    sample = first_studies(files, transforms) if needs_sample(batch_size, checked, target) else []
     try:
         if sample:
             module.eval()
@@ -82,6 +85,7 @@ def settle_inference(
             batch_size=batch_size,
             precision=precision,
             tolerance=tolerance,
+            given=given,
         )
     finally:
         module.train(was_training)

@@ -264,34 +264,22 @@ def predict_files(
     """
     if cache is not None and (keys is None or len(keys) != len(files)):
         raise ValueError("a logit cache needs one key per entry of files")
-    from sitecal.inference._settle import check_options, first_studies, needs_sample, settle
+    from sitecal.inference._settle import settle_inference
 
-    check_options(batch_size, precision, precision_tolerance)
+    size, check = settle_inference(
+        model,
+        files,
+        transforms,
+        n_classes=n_classes,
+        batch_size=batch_size,
+        precision=precision,
+        tolerance=precision_tolerance,
+        device=device,
+        given=precision_check,
+    )
     target = torch.device(device)
     module = model.module
     was_training = module.training
-    given = precision_check
-    sample = (
-        first_studies(files, transforms)
-        if needs_sample(batch_size, "float32" if given else precision, target)
-        else []
-    )
-    try:
-        if sample:
-            module.eval()
-            module.to(target)
-        size, check = settle(
-            model,
-            sample,
-            n_classes=n_classes,
-            device=target,
-            batch_size=batch_size,
-            precision=precision,
-            tolerance=precision_tolerance,
-            given=given,
-        )
-    finally:
-        module.train(was_training)
     if cache is not None and check.used != "float32":  # mixed-precision logits have a cache of their own
         cache = cache.for_precision(check.used)
     cached = cache.load() if cache is not None else {}
