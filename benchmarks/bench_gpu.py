@@ -45,28 +45,14 @@ from monai.transforms import Compose
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ct_files import write_ct_files
+from bench_inference import CLASSES, SPECS, _densenet  # the same chain and model as on the CPU
 
 from sitecal.inference import InferenceResult, build_transforms, predict_files, settle_inference
 from sitecal.inference._precision import Precision, autocast
 from sitecal.inference.models import LoadedModel
-from sitecal.protocol import TransformSettings
 
-SPECS = [
-    TransformSettings(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
-    TransformSettings(name="Resize", args={"spatial_size": [224, 224]}),
-    TransformSettings(name="NormalizeIntensity"),
-]
-CLASSES = 2
 #: So that the precision asked for is the one timed (the check's figure is printed, not acted on).
 TOLERANCE = 0.99
-
-
-def _densenet() -> LoadedModel:
-    from monai.networks.nets import DenseNet121
-
-    torch.manual_seed(0)
-    module = DenseNet121(spatial_dims=2, in_channels=1, out_channels=CLASSES).eval()
-    return LoadedModel(module=module, name="densenet121", format="in-memory", sha256="", path=Path("-"))
 
 
 def _bare(
