@@ -208,7 +208,7 @@ def crossfit_bootstrap(
     ones = np.ones((1, ze.shape[0]))
     estimates = np.stack(
         [
-            _after_metrics(stats, ze, ye, np.zeros(1), ones)[:, 0],
+            _after_metrics(stats, ze, ye, None, ones)[:, 0],
             _after_metrics(stats, ze, ye, s0[fe][None, :], ones)[:, 0],
         ],
         axis=1,
@@ -225,7 +225,7 @@ def crossfit_bootstrap(
         s_rep[start:stop] = deployed[0].solve(weights[:, deployed[1]]).log_temperature
         s_fold = np.stack([s.solve(weights[:, used]).log_temperature for s, used in fold_solvers], axis=1)
         row_weights = weights[:, eval_codes]
-        replicates[:, 0, start:stop] = _after_metrics(stats, ze, ye, np.zeros(draws.size), row_weights)
+        replicates[:, 0, start:stop] = _after_metrics(stats, ze, ye, None, row_weights)
         replicates[:, 1, start:stop] = _after_metrics(stats, ze, ye, s_fold[:, fe], row_weights)
         start = stop
     return CrossfitIntervals(

@@ -19,6 +19,7 @@ from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
+from sitecal.metrics._softmax import _softmax
 from sitecal.metrics.registry import ECE
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
@@ -32,6 +33,7 @@ from sitecal.stats._resample import (
     make_plan,
 )
 from sitecal.stats._spec import BootstrapSpec
+from sitecal.stats._term_sums import weighted_term_sums
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
 
@@ -54,35 +56,61 @@ def _after_metrics(
     statistics: Sequence[RefitStatistic],
     logits: NDArray[np.float64],
     labels: NDArray[np.int64],
-    s: NDArray[np.float64],
+    s: NDArray[np.float64] | None,
     row_weights: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
 
     ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
-    each row its fold's). Chunked so that the (resamples x rows x classes) probabilities stay near
-    ``CHUNK_ELEMENTS``. A sum statistic is reduced from its per-row terms; another from each resample's
-    own probabilities.
+    each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
+    once). Chunked so that the (resamples x rows x classes) probabilities stay near ``CHUNK_ELEMENTS``.
+    A sum statistic is reduced from its sparse per-row terms (:func:`weighted_term_sums`); another from
+    each resample's own probabilities.
     """
     n, c = logits.shape
-    r = s.shape[0]
-    step = max(1, CHUNK_ELEMENTS // max(n * c, 1))
+    r = row_weights.shape[0]
     out = np.empty((len(statistics), r))
-    tiled_labels = np.tile(labels, min(step, r))
+    fixed = softmax(logits) if s is None else None
+    widths = [
+        st.row_terms((softmax(logits[:1]) if fixed is None else fixed[:1]), labels[:1]).shape[1]
+        if isinstance(st, SumMetricStatistic)
+        else 0
+        for st in statistics
+    ]
+    fixed_terms = (
+        None
+        if fixed is None
+        else [
+            st.sparse_terms(fixed, labels) if isinstance(st, SumMetricStatistic) else None
+            for st in statistics
+        ]
+    )
+    step = max(1, CHUNK_ELEMENTS // max(n * c, 1))
+    tiled_labels = np.tile(labels, min(step, r)) if fixed is None else labels
     for start in range(0, r, step):  # a loop over chunks of resamples
         sl = slice(start, min(r, start + step))
         size = sl.stop - sl.start
-        temps = np.exp(s[sl]).reshape(-1) if s.ndim == 2 else np.repeat(np.exp(s[sl]), n)
-        probs = softmax(np.tile(logits, (size, 1)), temperature=temps)
+        if fixed is None:
+            assert s is not None
+            temps = np.exp(s[sl]).reshape(-1) if s.ndim == 2 else np.repeat(np.exp(s[sl]), n)
+            probs = _softmax(np.tile(logits, (size, 1)) / temps[:, None])
         for i, stat in enumerate(statistics):  # a loop over metrics
             if not isinstance(stat, SumMetricStatistic):
-                out[i, sl] = stat.evaluate_each(probs.reshape(size, n, c), labels, row_weights[sl])
+                chunk_probs = (
+                    np.broadcast_to(fixed, (size, n, c)) if fixed is not None else probs.reshape(size, n, c)
+                )
+                out[i, sl] = stat.evaluate_each(chunk_probs, labels, row_weights[sl])
                 continue
-            terms = stat.row_terms(probs, tiled_labels[: size * n]).reshape(size, n, -1)
-            sums = np.empty((size, terms.shape[2]))
-            for j in range(terms.shape[2]):  # a loop over sufficient-statistic columns
-                sums[:, j] = np.multiply(row_weights[sl], terms[:, :, j]).sum(axis=1)
-            out[i, sl] = stat.from_sums(sums)
+            if fixed_terms is not None:
+                terms = fixed_terms[i]
+                assert terms is not None
+                columns, values = terms
+            else:
+                columns, values = stat.sparse_terms(probs, tiled_labels[: size * n])
+                columns, values = columns.reshape(size, n, -1), values.reshape(size, n, -1)
+            out[i, sl] = stat.from_sums(
+                weighted_term_sums(columns, values, row_weights[sl], widths[i])[:, 0, :]
+            )
     return out
 
 
