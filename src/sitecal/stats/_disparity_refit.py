@@ -18,10 +18,12 @@ from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
+from sitecal.metrics._softmax import _softmax
 from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapSpec
+from sitecal.stats._term_sums import weighted_term_sums
 
 __all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals"]
 
@@ -202,30 +204,46 @@ def refit_disparity_intervals(
         raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
     plan = make_plan(z.shape[0], patients, strata, func=func)
     n_groups = grouped.names.shape[0]
-    rows_of = [grouped.codes == g for g in range(n_groups)]
+    codes = grouped.codes.astype(np.int64)
+    widths = [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics]
+    n = z.shape[0]
+    step = max(1, CHUNK_ELEMENTS // (n * z.shape[1]))  # resamples per (resamples x rows x classes) array
+    labels_r = np.tile(y, min(step, spec.n_resamples))
 
     def values(
         s: NDArray[np.float64], row_weights: NDArray[np.float64]
     ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
         """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
-        r, n = s.shape
-        probs = softmax(np.tile(z, (r, 1)), temperature=np.exp(s).reshape(-1))
-        labels_r = np.tile(y, r)
-        out = []
-        for statistic in statistics:  # a loop over metrics
-            terms = statistic.row_terms(probs, labels_r).reshape(r, n, -1)
-            sums = np.empty((r, n_groups, terms.shape[2]))
-            for g, rows in enumerate(rows_of):  # a loop over groups: plain sums, no BLAS
-                sums[:, g, :] = (row_weights[:, rows, None] * terms[:, rows, :]).sum(axis=1)
-            out.append((_apply(statistic, sums), _apply(statistic, sums.sum(axis=1, keepdims=True) - sums)))
-        return out
+        r = s.shape[0]
+        sums = [np.empty((r, n_groups, width)) for width in widths]
+        for start in range(0, r, step):  # a loop over sub-chunks of resamples, bounding the probabilities
+            sl = slice(start, min(r, start + step))
+            size = sl.stop - sl.start
+            probs = _softmax(np.tile(z, (size, 1)) / np.exp(s[sl]).reshape(-1)[:, None])
+            for statistic, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
+                columns, terms = statistic.sparse_terms(probs, labels_r[: size * n])
+                out[sl] = weighted_term_sums(
+                    columns.reshape(size, n, -1),
+                    terms.reshape(size, n, -1),
+                    row_weights[sl],
+                    width,
+                    codes,
+                    n_groups,
+                )
+        return [
+            (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
+            for statistic, total in zip(statistics, sums, strict=True)
+        ]
 
-    estimates = [(g[0], rest[0]) for g, rest in values(s0[None, :], np.ones((1, z.shape[0])))]
+    estimates = [(g[0], rest[0]) for g, rest in values(s0[None, :], np.ones((1, n)))]
     reps = [
         (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
     ]
-    width = max([z.shape[1]] + [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics])
-    chunk = spec.chunk_size or max(1, min(spec.n_resamples, CHUNK_ELEMENTS // (z.shape[0] * width)))
+    # resamples per chunk: the (chunk, patients) draws and (chunk, rows) weights near 4 * CHUNK_ELEMENTS,
+    # so that each temperature's batched solve is called once per chunk (not once per resample)
+    chunk = spec.chunk_size or max(
+        1, min(spec.n_resamples, 4 * CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
+    )
     eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
     start = 0
     for draws, s in temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
