@@ -31,6 +31,14 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_labels, check_probs
 from sitecal.metrics._binning import assign_bins, bin_edges
 from sitecal.metrics._calibration_error import top_label
+from sitecal.metrics._class_major import (
+    SparseTerms,
+    accuracy_t,
+    brier_t,
+    nll_t,
+    score_entries,
+    top_label_entries,
+)
 from sitecal.metrics._clinical import event_outcome
 from sitecal.metrics._debiased import debiased_squared_from_sums
 from sitecal.metrics._scores import accuracy_terms, brier_terms, nll_terms
@@ -75,11 +83,9 @@ def _one_hot_columns(
 RowTerms = Callable[[NDArray[np.float64], NDArray[np.int64], int, str], NDArray[np.float64]]
 #: ``from_sums(sums, n_bins)``: weighted sums of the terms, (B, J), to the metric, (B,).
 FromSums = Callable[[NDArray[np.float64], int], NDArray[np.float64]]
-#: ``sparse_terms(probs, labels, n_bins)``: the same terms as (columns, values), each (N, k) with k <= J:
-#: ``terms[i, columns[i, j]] += values[i, j]`` rebuilds ``row_terms`` (a row's nonzero entries only).
-SparseTerms = Callable[
-    [NDArray[np.float64], NDArray[np.int64], int], tuple[NDArray[np.int64], NDArray[np.float64]]
-]
+#: ``sparse_terms(probs_t, labels, n_bins)``: the terms of class-major probabilities (C, N) as (columns,
+#: values), each (k, N) with k <= J: ``terms[i, columns[j, i]] += values[j, i]`` rebuilds ``row_terms``.
+SparseForm = Callable[[NDArray[np.float64], NDArray[np.int64], int], SparseTerms]
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ class SumForm:
 
     row_terms: RowTerms
     from_sums: FromSums
-    sparse_terms: SparseTerms | None = None  # None: every column of ``row_terms`` for every row
+    sparse_terms: SparseForm | None = None  # None: every column of ``row_terms`` for every row
 
     def __call__(self, name: str, n_bins: int) -> SumMetricStatistic:
         """The metric ``name`` in this form, with ``n_bins`` equal-width bins."""
@@ -130,18 +136,17 @@ class SumMetricStatistic:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
         return self.form.from_sums(sums, self.n_bins)
 
-    def sparse_terms(
-        self, probs: NDArray[np.float64], labels: NDArray[np.int64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-        """The terms of already validated rows as (columns, values), each (N, k); see :data:`SparseTerms`.
+    def sparse_terms(self, probs_t: NDArray[np.float64], labels: NDArray[np.int64]) -> SparseTerms:
+        """The terms of class-major probabilities (C, N) as (columns, values), each (k, N).
 
-        For the hot loops of the refit bootstraps, which compute probabilities themselves (no checks
-        repeated here): ``probs`` float64 rows on the simplex, ``labels`` int64 in range.
+        For the hot loops of the refit bootstraps, which compute the probabilities themselves: no checks
+        are repeated here (``probs_t`` float64 columns on the simplex, ``labels`` int64 in range).
+        ``terms[i, columns[j, i]] += values[j, i]`` rebuilds :meth:`row_terms`.
         """
         if self.form.sparse_terms is not None:
-            return self.form.sparse_terms(probs, labels, self.n_bins)
-        terms = self.form.row_terms(probs, labels, self.n_bins, f"metric_statistic({self.name!r})")
-        columns = np.broadcast_to(np.arange(terms.shape[1], dtype=np.int64), terms.shape)
+            return self.form.sparse_terms(probs_t, labels, self.n_bins)
+        terms = self.form.row_terms(probs_t.T, labels, self.n_bins, f"metric_statistic({self.name!r})").T
+        columns = np.broadcast_to(np.arange(terms.shape[0], dtype=np.int64)[:, None], terms.shape)
         return columns, terms
 
     def __call__(
@@ -171,23 +176,17 @@ def _mean_term(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
 
 
 def _score_sparse(
-    terms: Callable[[NDArray[np.float64], NDArray[np.int64]], NDArray[np.float64]],
-    probs: NDArray[np.float64],
+    score: Callable[[NDArray[np.float64], NDArray[np.int64]], NDArray[np.float64]],
+    probs_t: NDArray[np.float64],
     labels: NDArray[np.int64],
     n_bins: int,
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    n = probs.shape[0]
-    values = np.empty((n, 2))
-    values[:, 0] = 1.0
-    values[:, 1] = terms(probs, labels)
-    return np.broadcast_to(np.array([0, 1], dtype=np.int64), (n, 2)), values
+) -> SparseTerms:
+    return score_entries(score, probs_t, labels)
 
 
-nll_sums = SumForm(partial(_score_terms, nll_terms), _mean_term, partial(_score_sparse, nll_terms))
-brier_sums = SumForm(partial(_score_terms, brier_terms), _mean_term, partial(_score_sparse, brier_terms))
-accuracy_sums = SumForm(
-    partial(_score_terms, accuracy_terms), _mean_term, partial(_score_sparse, accuracy_terms)
-)
+nll_sums = SumForm(partial(_score_terms, nll_terms), _mean_term, partial(_score_sparse, nll_t))
+brier_sums = SumForm(partial(_score_terms, brier_terms), _mean_term, partial(_score_sparse, brier_t))
+accuracy_sums = SumForm(partial(_score_terms, accuracy_terms), _mean_term, partial(_score_sparse, accuracy_t))
 
 
 # -- observed / expected: a ratio of two sums --
@@ -232,20 +231,7 @@ def _classwise_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.f
     return out
 
 
-def _classwise_sparse(
-    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    n, n_classes = probs.shape
-    edges = bin_edges(np.empty(0), n_bins, "width")
-    columns = np.zeros((n, n_classes + 1), dtype=np.int64)
-    values = np.ones((n, n_classes + 1))
-    index = assign_bins(probs.reshape(-1), edges).reshape(n, n_classes)
-    columns[:, 1:] = 1 + index + n_bins * np.arange(n_classes)[None, :]
-    values[:, 1:] = (labels[:, None] == np.arange(n_classes)[None, :]) - probs
-    return columns, values
-
-
-classwise_ece_sums = SumForm(_classwise_terms, _classwise_from_sums, _classwise_sparse)
+classwise_ece_sums = SumForm(_classwise_terms, _classwise_from_sums)
 
 
 def _top_label_bins(
@@ -270,26 +256,7 @@ def _ece_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64
     return out
 
 
-def _top_label_sparse(
-    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, parts: str
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """Top-label terms as (columns, values): column 0 (ones), then one per-bin block per letter of ``parts``.
-
-    The blocks, ``n_bins`` columns each, in the order given: ``n`` count, ``g`` correctness minus
-    confidence, ``a`` correctness, ``c`` confidence.
-    """
-    confidence, correct, index = _top_label_bins(probs, labels, n_bins)
-    n = probs.shape[0]
-    columns = np.zeros((n, len(parts) + 1), dtype=np.int64)
-    values = np.ones((n, len(parts) + 1))
-    block = {"n": 1.0, "g": correct - confidence, "a": correct, "c": confidence}
-    for j, part in enumerate(parts):  # a loop over the per-bin blocks
-        columns[:, j + 1] = 1 + j * n_bins + index
-        values[:, j + 1] = block[part]
-    return columns, values
-
-
-ece_sums = SumForm(_ece_terms, _ece_from_sums, partial(_top_label_sparse, parts="g"))
+ece_sums = SumForm(_ece_terms, _ece_from_sums, partial(top_label_entries, parts="g"))
 
 
 def _mce_terms(
@@ -311,7 +278,7 @@ def _mce_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64
     return out
 
 
-mce_sums = SumForm(_mce_terms, _mce_from_sums, partial(_top_label_sparse, parts="ng"))
+mce_sums = SumForm(_mce_terms, _mce_from_sums, partial(top_label_entries, parts="ng"))
 
 
 def _debiased_terms(
@@ -334,7 +301,7 @@ def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.fl
     return out
 
 
-debiased_ece_sums = SumForm(_debiased_terms, _debiased_from_sums, partial(_top_label_sparse, parts="nac"))
+debiased_ece_sums = SumForm(_debiased_terms, _debiased_from_sums, partial(top_label_entries, parts="nac"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.metrics._softmax import _softmax
+from sitecal.metrics._softmax import softmax_class_major
 from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
@@ -207,8 +207,7 @@ def refit_disparity_intervals(
     codes = grouped.codes.astype(np.int64)
     widths = [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics]
     n = z.shape[0]
-    step = max(1, CHUNK_ELEMENTS // (n * z.shape[1]))  # resamples per (resamples x rows x classes) array
-    labels_r = np.tile(y, min(step, spec.n_resamples))
+    z_t = np.ascontiguousarray(z.T)
 
     def values(
         s: NDArray[np.float64], row_weights: NDArray[np.float64]
@@ -216,20 +215,11 @@ def refit_disparity_intervals(
         """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
         r = s.shape[0]
         sums = [np.empty((r, n_groups, width)) for width in widths]
-        for start in range(0, r, step):  # a loop over sub-chunks of resamples, bounding the probabilities
-            sl = slice(start, min(r, start + step))
-            size = sl.stop - sl.start
-            probs = _softmax(np.tile(z, (size, 1)) / np.exp(s[sl]).reshape(-1)[:, None])
+        for b in range(r):  # a loop over resamples: each row calibrated with its own refitted temperature
+            probs_t = softmax_class_major(z_t / np.exp(s[b]))
             for statistic, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
-                columns, terms = statistic.sparse_terms(probs, labels_r[: size * n])
-                out[sl] = weighted_term_sums(
-                    columns.reshape(size, n, -1),
-                    terms.reshape(size, n, -1),
-                    row_weights[sl],
-                    width,
-                    codes,
-                    n_groups,
-                )
+                columns, terms = statistic.sparse_terms(probs_t, y)
+                out[b] = weighted_term_sums(columns, terms, row_weights[b : b + 1], width, codes, n_groups)[0]
         return [
             (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
             for statistic, total in zip(statistics, sums, strict=True)

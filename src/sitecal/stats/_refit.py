@@ -19,7 +19,7 @@ from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
-from sitecal.metrics._softmax import _softmax
+from sitecal.metrics._softmax import softmax_class_major
 from sitecal.metrics.registry import ECE
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
@@ -63,54 +63,49 @@ def _after_metrics(
 
     ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
     each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
-    once). Chunked so that the (resamples x rows x classes) probabilities stay near ``CHUNK_ELEMENTS``.
-    A sum statistic is reduced from its sparse per-row terms (:func:`weighted_term_sums`); another from
-    each resample's own probabilities.
+    once). A sum statistic is reduced from its sparse per-row terms (:func:`weighted_term_sums`), computed
+    from class-major probabilities one resample at a time; another statistic from each resample's own
+    probabilities.
     """
-    n, c = logits.shape
+    n = logits.shape[0]
     r = row_weights.shape[0]
     out = np.empty((len(statistics), r))
-    fixed = softmax(logits) if s is None else None
+    logits_t = np.ascontiguousarray(logits.T)
     widths = [
-        st.row_terms((softmax(logits[:1]) if fixed is None else fixed[:1]), labels[:1]).shape[1]
-        if isinstance(st, SumMetricStatistic)
-        else 0
+        st.row_terms(softmax(logits[:1]), labels[:1]).shape[1] if isinstance(st, SumMetricStatistic) else 0
         for st in statistics
     ]
-    fixed_terms = (
-        None
-        if fixed is None
-        else [
-            st.sparse_terms(fixed, labels) if isinstance(st, SumMetricStatistic) else None
-            for st in statistics
-        ]
-    )
-    step = max(1, CHUNK_ELEMENTS // max(n * c, 1))
-    tiled_labels = np.tile(labels, min(step, r)) if fixed is None else labels
-    for start in range(0, r, step):  # a loop over chunks of resamples
-        sl = slice(start, min(r, start + step))
-        size = sl.stop - sl.start
-        if fixed is None:
-            assert s is not None
-            temps = np.exp(s[sl]).reshape(-1) if s.ndim == 2 else np.repeat(np.exp(s[sl]), n)
-            probs = _softmax(np.tile(logits, (size, 1)) / temps[:, None])
+    if s is None:  # the same probabilities in every resample: terms once, a chunk of resamples per sum
+        probs_t = softmax_class_major(logits_t.copy())
+        step = max(1, CHUNK_ELEMENTS // (4 * n))
         for i, stat in enumerate(statistics):  # a loop over metrics
             if not isinstance(stat, SumMetricStatistic):
-                chunk_probs = (
-                    np.broadcast_to(fixed, (size, n, c)) if fixed is not None else probs.reshape(size, n, c)
-                )
-                out[i, sl] = stat.evaluate_each(chunk_probs, labels, row_weights[sl])
+                out[i] = [
+                    stat.evaluate_each(np.ascontiguousarray(probs_t.T)[None], labels, row_weights[b : b + 1])[
+                        0
+                    ]
+                    for b in range(r)
+                ]
                 continue
-            if fixed_terms is not None:
-                terms = fixed_terms[i]
-                assert terms is not None
-                columns, values = terms
-            else:
-                columns, values = stat.sparse_terms(probs, tiled_labels[: size * n])
-                columns, values = columns.reshape(size, n, -1), values.reshape(size, n, -1)
-            out[i, sl] = stat.from_sums(
-                weighted_term_sums(columns, values, row_weights[sl], widths[i])[:, 0, :]
-            )
+            columns, values = stat.sparse_terms(probs_t, labels)
+            for start in range(0, r, step):  # a loop over chunks of resamples
+                sl = slice(start, min(r, start + step))
+                out[i, sl] = stat.from_sums(
+                    weighted_term_sums(columns, values, row_weights[sl], widths[i])[:, 0]
+                )
+        return out
+    for b in range(r):  # a loop over resamples: each its own temperatures
+        probs_t = softmax_class_major(logits_t / np.exp(s[b]))
+        for i, stat in enumerate(statistics):  # a loop over metrics
+            if not isinstance(stat, SumMetricStatistic):
+                out[i, b] = stat.evaluate_each(
+                    np.ascontiguousarray(probs_t.T)[None], labels, row_weights[b : b + 1]
+                )[0]
+                continue
+            columns, values = stat.sparse_terms(probs_t, labels)
+            out[i, b] = stat.from_sums(
+                weighted_term_sums(columns, values, row_weights[b : b + 1], widths[i])[:, 0]
+            )[0]
     return out
 
 

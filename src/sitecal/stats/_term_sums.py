@@ -28,9 +28,11 @@ def weighted_term_sums(
 
     Parameters
     ----------
-    columns, values : numpy.ndarray, shapes (N, k) or (R, N, k)
-        Each row's term columns (in ``[0, n_columns)``) and values: the same for every resample, or one
-        set per resample (probabilities that move with a refitted temperature).
+    columns, values : numpy.ndarray, shapes (k, N) or (R, k, N)
+        Each row's term columns (in ``[0, n_columns)``) and values, entry-major
+        (:meth:`~sitecal.metrics.SumMetricStatistic.sparse_terms`): the same for every resample, or one
+        set per resample (probabilities that move with a refitted temperature). Each column must be fed
+        by one entry ``j`` only (a metric's blocks are disjoint), so every sum adds its rows in row order.
     row_weights : numpy.ndarray, shape (R, N)
         Each resample's weight of each row.
     n_columns : int
@@ -41,16 +43,16 @@ def weighted_term_sums(
 
     Examples
     --------
-    >>> cols = np.array([[0, 1], [0, 2], [0, 1]])
-    >>> vals = np.array([[1.0, 0.5], [1.0, 2.0], [1.0, 4.0]])
+    >>> cols = np.array([[0, 0, 0], [1, 2, 1]])
+    >>> vals = np.array([[1.0, 1.0, 1.0], [0.5, 2.0, 4.0]])
     >>> weighted_term_sums(cols, vals, np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]]), 3).tolist()
     [[[2.0, 0.5, 2.0]], [[3.0, 4.0, 4.0]]]
     """
     r = row_weights.shape[0]
     stride = n_groups * n_columns
-    base = columns if groups is None else columns + (groups * n_columns)[:, None]
+    base = columns if groups is None else columns + groups * n_columns
     offsets = (np.arange(r, dtype=np.int64) * stride)[:, None, None]
     keys = base + offsets if base.ndim == 3 else base[None, :, :] + offsets
-    weighted = row_weights[:, :, None] * values
+    weighted = row_weights[:, None, :] * values
     sums = np.bincount(keys.reshape(-1), weighted.reshape(-1), minlength=r * stride)
     return sums.reshape(r, n_groups, n_columns)
