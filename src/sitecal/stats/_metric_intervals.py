@@ -14,7 +14,7 @@ from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
 from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import Draws, auto_chunk_size, make_evaluator, make_plan, map_chunks
+from sitecal.stats._resample import Draws, SharedSums, auto_chunk_size, make_evaluator, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
@@ -201,14 +201,23 @@ def bootstrap_metrics(
     plan = make_plan(n, clusters, strata, func=func)
     evaluators = [[make_evaluator(statistics[m], (probs[s], y), plan) for s in prob_sets] for m in names]
     flat = [e for row in evaluators for e in row]
-    chunk = spec.chunk_size or auto_chunk_size(flat, plan, spec.n_resamples)
+    # the sum statistics share one pass over each chunk's draws; the others are evaluated one by one
+    summed = [i for i, e in enumerate(flat) if not e.row_weights]
+    shared = SharedSums([flat[i] for i in summed]) if len(summed) > 1 else None
+    chunk = spec.chunk_size or auto_chunk_size([*flat, *([shared] if shared else [])], plan, spec.n_resamples)
 
     estimates = np.array([[e.estimate() for e in row] for row in evaluators])
     replicates = np.empty((len(names), len(sets), spec.n_resamples))
 
     def chunk_replicates(draws: Draws) -> NDArray[np.float64]:
-        # loops over metrics and sets, not samples or resamples
-        return np.array([[evaluator.replicates(draws) for evaluator in row] for row in evaluators])
+        out: list[NDArray[np.float64] | None] = [None] * len(flat)
+        if shared is not None:
+            for i, values in zip(summed, shared.replicates(draws), strict=True):  # a loop over statistics
+                out[i] = values
+        for i, evaluator in enumerate(flat):  # a loop over metrics and sets, not samples or resamples
+            if out[i] is None:
+                out[i] = evaluator.replicates(draws)
+        return np.array(out).reshape(len(names), len(sets), draws.size)
 
     chunks = map_chunks(
         chunk_replicates,

@@ -30,6 +30,7 @@ __all__ = [
     "ClusterPlan",
     "Draws",
     "PreparedStatistic",
+    "SharedSums",
     "SufficientStatistic",
     "draw",
     "draw_chunks",
@@ -309,6 +310,15 @@ class _SumEvaluator(Evaluator):
         self._total = self._sums(np.arange(plan.n_clusters, dtype=np.int64)[None, :])[0]
         self._statistic = statistic
 
+    @property
+    def cluster_sums(self) -> NDArray[np.float64]:
+        """Per-cluster sums of the terms, (n_clusters, J)."""
+        return self._cluster_sums
+
+    def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The statistic of resampled sums (R, J), shape (R,)."""
+        return self._apply(sums)
+
     def _apply(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.asarray(self._statistic.from_sums(sums), dtype=np.float64).reshape(sums.shape[0])
 
@@ -320,6 +330,47 @@ class _SumEvaluator(Evaluator):
 
     def jackknife(self, chunk_size: int) -> NDArray[np.float64]:
         return self._apply(self._total[None, :] - self._cluster_sums)
+
+
+class SharedSums:
+    """Several sum evaluators of one plan, their resamples summed through one :class:`DrawnSums`.
+
+    The evaluators' per-cluster sums are laid side by side and a column repeated exactly (the row count
+    every metric carries, or the same score under two probability sets) is kept once; each column is
+    summed as its own evaluator would sum it (dense columns one by one, sparse ones keyed per resample and
+    column in draw order), so the replicates are bit for bit theirs, for one pass over the draws.
+    """
+
+    def __init__(self, evaluators: Sequence[Evaluator]) -> None:
+        self._evaluators = [e for e in evaluators if isinstance(e, _SumEvaluator)]
+        if len(self._evaluators) != len(evaluators):
+            raise TypeError("SharedSums takes sum evaluators only")
+        blocks = [e.cluster_sums for e in self._evaluators]
+        stacked = np.concatenate(blocks, axis=1) if blocks else np.zeros((0, 0))
+        # a column equal to an earlier one, bit for bit, is read from that one
+        first: dict[bytes, int] = {}
+        keep: list[int] = []
+        place: list[int] = []  # each stacked column's place among the kept ones
+        for j in range(stacked.shape[1]):  # a loop over columns
+            known = first.setdefault(np.ascontiguousarray(stacked[:, j]).tobytes(), len(keep))
+            if known == len(keep):
+                keep.append(j)
+            place.append(known)
+        self._columns = np.array(place, dtype=np.int64)
+        self._bounds = np.cumsum([0] + [b.shape[1] for b in blocks])
+        self._sums = DrawnSums(np.ascontiguousarray(stacked[:, keep]))
+        self.row_weights = False
+        self.elements_per_draw = self._sums.elements_per_draw
+
+    def replicates(self, draws: Draws) -> list[NDArray[np.float64]]:
+        """Each evaluator's replicates for the chunk, in the order given."""
+        sums = self._sums(draws.indices)[:, self._columns]
+        # each evaluator's block contiguous, as its own DrawnSums gives it: numpy may order a reduction
+        # over a strided block's rows differently
+        return [
+            e.from_sums(np.ascontiguousarray(sums[:, self._bounds[i] : self._bounds[i + 1]]))
+            for i, e in enumerate(self._evaluators)
+        ]
 
 
 class _RowEvaluator(Evaluator):
@@ -387,7 +438,7 @@ def make_evaluator(statistic: Any, data: Sequence[Any], plan: ClusterPlan) -> Ev
     )
 
 
-def auto_chunk_size(evaluators: Sequence[Evaluator], plan: ClusterPlan, n_resamples: int) -> int:
+def auto_chunk_size(evaluators: Sequence[Evaluator | SharedSums], plan: ClusterPlan, n_resamples: int) -> int:
     """Resamples per chunk so that the largest temporary holds about CHUNK_ELEMENTS elements.
 
     A sum statistic's sparse columns take ``width`` (key, value) pairs per drawn cluster (``width``: the

@@ -55,4 +55,5 @@ def weighted_term_sums(
     keys = base + offsets if base.ndim == 3 else base[None, :, :] + offsets
     weighted = row_weights[:, None, :] * values
     sums = np.bincount(keys.reshape(-1), weighted.reshape(-1), minlength=r * stride)
-    return sums.reshape(r, n_groups, n_columns)
+    out: NDArray[np.float64] = sums.reshape(r, n_groups, n_columns).astype(np.float64, copy=False)
+    return out
