@@ -7,7 +7,7 @@ import pytest
 
 from sitecal.errors import DataError
 from sitecal.metrics import expected_calibration_error, softmax
-from sitecal.stats import size_matched_flags
+from sitecal.stats import size_matched_flags, size_matched_flags_each
 
 
 def _calibrated(n_per_group: tuple[int, ...], seed: int, *, overconfident: str | None = None):
@@ -140,3 +140,23 @@ def test_the_chunking_of_permutations_changes_no_number(monkeypatch: pytest.Monk
     monkeypatch.setattr(flags, "_CHUNK_CELLS", 3 * groups.shape[0])  # three permutations a chunk
     b = size_matched_flags(probs, labels, groups, clusters=None, n_permutations=70, seed=3)
     assert a.adjusted_p == b.adjusted_p and a.expected_gap == pytest.approx(b.expected_gap, abs=1e-12)
+
+
+def test_several_cases_share_one_draw_of_the_permutations() -> None:
+    """Each case of size_matched_flags_each is what size_matched_flags gives it alone."""
+    rng = np.random.default_rng(11)
+    n = 900
+    z = rng.normal(size=(n, 3)) * 2.0
+    y = rng.integers(0, 3, n)
+    groups = rng.choice(np.array(["a", "b", "c", "d"]), n)
+    patients = rng.integers(0, 700, n)
+    sets = [softmax(z), softmax(z / 1.6)]
+    cases = [(p, m) for m in ("ece", "nll", "ece_debiased", "accuracy") for p in sets]
+    together = size_matched_flags_each(
+        cases, y, groups, clusters=patients, min_group_size=20, n_permutations=120, seed=5
+    )
+    for (p, m), flags in zip(cases, together, strict=True):
+        alone = size_matched_flags(
+            p, y, groups, clusters=patients, metric=m, min_group_size=20, n_permutations=120, seed=5
+        )
+        assert flags == alone

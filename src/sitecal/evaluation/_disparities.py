@@ -20,7 +20,7 @@ from sitecal.stats import (
     TemperatureReplicates,
     disparity_intervals,
     refit_disparity_intervals,
-    size_matched_flags,
+    size_matched_flags_each,
 )
 
 __all__ = ["attribute_disparities", "refit_temperatures"]
@@ -105,6 +105,22 @@ def attribute_disparities(
             min_group_size=ev.min_group_size,
         )
     )
+    # flags: against random patient sets of each group's size, max-T across the groups; one draw of
+    # the permutations serves every metric and stage
+    cases = [(probs, metric) for metric in ev.disparity_metrics for probs in prob_sets.values()]
+    flags = iter(
+        size_matched_flags_each(
+            cases,
+            labels,
+            values,
+            clusters=patients,
+            n_bins=ev.n_bins,
+            min_group_size=ev.min_group_size,
+            n_permutations=spec.n_resamples,
+            level=spec.level,
+            seed=spec.seed,
+        )
+    )
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
         stages = {
@@ -122,19 +138,7 @@ def attribute_disparities(
                     min_group_size=ev.min_group_size,
                     spec=spec,
                 ),
-                # flags: against random patient sets of each group's size, max-T across the groups
-                size_matched_flags(
-                    probs,
-                    labels,
-                    values,
-                    clusters=patients,
-                    metric=metric,
-                    n_bins=ev.n_bins,
-                    min_group_size=ev.min_group_size,
-                    n_permutations=spec.n_resamples,
-                    level=spec.level,
-                    seed=spec.seed,
-                ),
+                next(flags),
                 refit=refitted is not None and stage == "after",
             )
             for stage, probs in prob_sets.items()

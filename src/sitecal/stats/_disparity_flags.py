@@ -20,7 +20,7 @@ scanner effect; a flag says the group differs, not why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal._validation import check_float, check_int, check_option
+from sitecal.errors import DataError
 from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import metric as registry_metric
 from sitecal.stats._disparity import checked_groups
@@ -163,15 +164,53 @@ def size_matched_flags(
     >>> res.flagged
     {'a': True, 'b': False, 'c': False}
     """
+    return size_matched_flags_each(
+        [(probs, metric)],
+        labels,
+        groups,
+        clusters=clusters,
+        n_bins=n_bins,
+        min_group_size=min_group_size,
+        n_permutations=n_permutations,
+        level=level,
+        seed=seed,
+        alternative=alternative,
+    )[0]
+
+
+def size_matched_flags_each(
+    cases: Sequence[tuple[ArrayLike, str]],
+    labels: ArrayLike,
+    groups: ArrayLike,
+    *,
+    clusters: ArrayLike | None,
+    n_bins: int = 15,
+    min_group_size: int = 1,
+    n_permutations: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    alternative: Literal["worse", "two-sided"] = "worse",
+) -> list[GroupFlags]:
+    """:func:`size_matched_flags` for several (probabilities, metric) cases of the same rows and groups.
+
+    The permutations depend on the patients, the groups and the seed only, so each is drawn once and
+    every case's gaps are computed on it: the result for each case is what :func:`size_matched_flags`
+    gives it alone, for one draw of the permutations.
+    """
     func = "size_matched_flags"
     n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
     lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
     rng_seed = check_int(seed, name="seed", func=func, minimum=0)
     check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
-    p, y, statistic, grouped = checked_groups(
-        probs, labels, groups, metric, n_bins, min_group_size, func=func
-    )
+    if not cases:
+        raise DataError(f"{func}: give at least one (probabilities, metric) case.")
+    checked = [
+        checked_groups(probs, labels, groups, metric, n_bins, min_group_size, func=func)
+        for probs, metric in cases
+    ]
+    p, _, _, grouped = checked[0]
     names, codes, judged = grouped.names, grouped.codes, grouped.judged
+    n_groups = names.shape[0]
     plan = make_plan(p.shape[0], clusters, None, func=func)
     patient = plan.cluster_of_row
     # rows in patient order (then row order within a patient): the layout every permutation reshuffles
@@ -180,24 +219,35 @@ def size_matched_flags(
     within = np.empty(p.shape[0], dtype=np.int64)
     first = np.searchsorted(patient[by_patient], patient[by_patient])
     within[by_patient] = np.arange(p.shape[0]) - first
-    terms = statistic.row_terms(p, y)  # (N, J)
-    total = terms.sum(axis=0)
+    forms = []
+    for probs_c, y_c, statistic, _ in checked:  # a loop over cases: sparse terms, their total and width
+        columns, values = statistic.sparse_terms(np.ascontiguousarray(probs_c.T), y_c)
+        width = statistic.row_terms(probs_c[:1], y_c[:1]).shape[1]
+        total = np.bincount(columns.reshape(-1), values.reshape(-1), minlength=width).astype(np.float64)
+        forms.append((statistic, columns, values, width, total))
 
-    def gaps(assigned: NDArray[np.int64]) -> NDArray[np.float64]:
-        """(P, N) group codes -> (P, G) gap of every group to the rest."""
-        out = np.empty((assigned.shape[0], names.shape[0]))
-        for k in range(names.shape[0]):  # a loop over groups
-            sums = (assigned == k).astype(np.float64) @ terms  # (P, J)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[:, k] = statistic.from_sums(sums) - statistic.from_sums(total[None, :] - sums)
-        return out
+    def gaps(case: int, assigned: NDArray[np.int64]) -> NDArray[np.float64]:
+        """(P, N) group codes -> (P, G) gap of every group to the rest, for one case."""
+        statistic, columns, values, width, total = forms[case]
+        size = assigned.shape[0]
+        keys = (assigned[:, None, :] + (np.arange(size) * n_groups)[:, None, None]) * width + columns[None]
+        flat = np.bincount(
+            keys.reshape(-1),
+            np.broadcast_to(values, keys.shape).reshape(-1),
+            minlength=size * n_groups * width,
+        )
+        sums: NDArray[np.float64] = flat.reshape(size * n_groups, width).astype(np.float64, copy=False)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = statistic.from_sums(sums) - statistic.from_sums(total[None, :] - sums)
+        return np.asarray(out, dtype=np.float64).reshape(size, n_groups)
 
-    observed = gaps(codes[None, :])[0]
+    observed = [gaps(c, codes[None, :])[0] for c in range(len(cases))]
     rng = np.random.default_rng(rng_seed)
-    permuted = np.empty((n_perm, names.shape[0]))
+    permuted = [np.empty((n_perm, n_groups)) for _ in cases]
     patient_size = np.bincount(patient, minlength=plan.n_clusters)
     by_rank = np.empty(plan.n_clusters, dtype=np.int64)
-    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // p.shape[0]))
+    width = max(f[1].shape[0] for f in forms)
+    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // (p.shape[0] * width)))
     for start in range(0, n_perm, chunk):  # a loop over chunks of permutations
         size = min(chunk, n_perm - start)
         assigned = np.empty((size, p.shape[0]), dtype=np.int64)
@@ -209,8 +259,26 @@ def size_matched_flags(
             by_rank[rank] = np.arange(plan.n_clusters)
             before = np.cumsum(patient_size[by_rank]) - patient_size[by_rank]
             assigned[i] = label_sequence[before[rank][patient] + within]
-        permuted[start : start + size] = gaps(assigned)
-    cols = judged
+        for c in range(len(cases)):  # a loop over cases, on the same permutations
+            permuted[c][start : start + size] = gaps(c, assigned)
+    return [
+        _flags(metric, observed[c], permuted[c], names, judged, lvl, n_perm, rng_seed, alternative)
+        for c, (_, metric) in enumerate(cases)
+    ]
+
+
+def _flags(
+    metric: str,
+    observed: NDArray[np.float64],
+    permuted: NDArray[np.float64],
+    names: NDArray[Any],
+    cols: NDArray[np.int64],
+    lvl: float,
+    n_perm: int,
+    rng_seed: int,
+    alternative: Literal["worse", "two-sided"],
+) -> GroupFlags:
+    """The max-T adjusted p-values and flags from the observed and permuted gaps of one case."""
     expected = permuted[:, cols].mean(axis=0)
     spread = permuted[:, cols].std(axis=0, ddof=1)
     # standardised so that larger is worse (or farther, two-sided)
