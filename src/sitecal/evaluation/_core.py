@@ -21,7 +21,7 @@ from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._compare import compare_recalibration
 from sitecal.evaluation._disparities import attribute_disparities, refit_temperatures
-from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_strata
+from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_codes, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.evaluation._split import (
     Split,
@@ -142,6 +142,8 @@ def evaluate(
     stratify = cal.split.stratify or per
     strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
     split = make_split(cal, data.patient_keys, strata_all)
+    # from here on patients are integer codes in the keys' order: the same plans and resamples, no text sorts
+    data = dataclasses.replace(data, patient_keys=patient_codes(data.patient_keys))
     fit, held = split.fit, split.held
     policy = {"min_group_size": cal.min_group_size, "fallback": cal.fallback}
     temperatures = deployed_temperatures(

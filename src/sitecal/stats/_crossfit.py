@@ -23,7 +23,7 @@ from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _after_metrics, _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
-from sitecal.stats._resample import CHUNK_ELEMENTS, draw_chunks, make_plan
+from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["CrossfitIntervals", "crossfit_bootstrap"]
@@ -183,7 +183,7 @@ def crossfit_bootstrap(
     fe = _folds(eval_folds, ze.shape[0], k, "eval_folds", func)
     names, stats = _statistics(metrics, n_bins)
 
-    patients = np.concatenate([np.asarray(fit_clusters).astype(str), np.asarray(eval_clusters).astype(str)])
+    patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
     if patients.shape[0] != zf.shape[0] + ze.shape[0]:
         raise DataError(f"The cluster parameters of {func} must name one patient per row of each set.")
     plan = make_plan(patients.shape[0], patients, None, func=func)

@@ -21,7 +21,7 @@ from sitecal.metrics import softmax
 from sitecal.metrics._softmax import softmax_class_major
 from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
 from sitecal.stats._refit_result import fit_stream_seed
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
+from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapSpec
 from sitecal.stats._term_sums import weighted_term_sums
 
@@ -73,8 +73,7 @@ class TemperatureReplicates:
         func = "TemperatureReplicates"
         z = check_logits(fit_logits, func=func, name="fit_logits")
         y = check_labels(fit_labels, n=z.shape[0], n_classes=z.shape[1], func=func, name="fit_labels")
-        fit_p = np.asarray(fit_patients).astype(str)
-        eval_p = np.asarray(eval_patients).astype(str)
+        fit_p, eval_p = cluster_ids(fit_patients, eval_patients)
         n_eval = eval_p.shape[0]
         cover = np.zeros(n_eval, dtype=np.int64)
         for fit in fits:
@@ -199,8 +198,10 @@ def refit_disparity_intervals(
         for i in range(grouped.names.shape[0])
         if grouped.sizes[i] < min_group_size
     }
-    patients = np.asarray(clusters).astype(str)
-    if not np.array_equal(patients, temperatures.eval_patients):
+    (patients,) = cluster_ids(clusters)
+    if patients.dtype != temperatures.eval_patients.dtype or not np.array_equal(
+        patients, temperatures.eval_patients
+    ):
         raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
     plan = make_plan(z.shape[0], patients, strata, func=func)
     n_groups = grouped.names.shape[0]

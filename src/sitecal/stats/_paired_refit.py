@@ -24,7 +24,7 @@ from sitecal.calibration import FittedMethod, fit_method
 from sitecal.errors import DataError
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
-from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, draw_chunks, make_plan
+from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["Arms", "arm_interval", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
@@ -263,7 +263,7 @@ def _design(
             raise DataError(f"{func}: fold {fold} has no fit rows in the other folds; use fewer folds.")
         if evaluated.any():
             parts.append((rows, evaluated))
-    patients = np.concatenate([np.asarray(fit_clusters).astype(str), np.asarray(eval_clusters).astype(str)])
+    patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
     joint = make_plan(patients.shape[0], patients, None, func=func)
     return _Design(fit_plan, eval_plan, tuple(parts), joint)
 

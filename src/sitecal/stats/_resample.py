@@ -32,6 +32,7 @@ __all__ = [
     "PreparedStatistic",
     "SharedSums",
     "SufficientStatistic",
+    "cluster_ids",
     "draw",
     "draw_chunks",
     "draw_weights",
@@ -133,6 +134,18 @@ def _codes(
             f"The {name!r} parameter of {func} must hold ids of one type (all str or all int) ({exc})."
         ) from exc
     return labels, codes.reshape(-1).astype(np.int64)
+
+
+def cluster_ids(*columns: ArrayLike) -> tuple[NDArray[Any], ...]:
+    """Cluster columns as ids of one kind: integers kept (their order is their sort), otherwise str.
+
+    Integer ids sort as numbers; turned into text they would sort as text ("10" before "9") and number
+    the clusters, hence draw the resamples, differently. Mixed kinds all become str.
+    """
+    arrays = [np.asarray(c) for c in columns]
+    if all(a.dtype.kind in "iu" for a in arrays):
+        return tuple(a.astype(np.int64) for a in arrays)
+    return tuple(a.astype(str) for a in arrays)
 
 
 def make_plan(n: int, clusters: ArrayLike | None, strata: ArrayLike | None, *, func: str) -> ClusterPlan:
