@@ -61,6 +61,31 @@ def test_drawn_sums_equal_weighted_sums_for_sparse_dense_and_constant_columns() 
     assert drawn(draws.indices)[:, 0].tolist() == [float(k)] * 40
 
 
+@pytest.mark.parametrize("factor", [0.0, 1e9])
+def test_ragged_and_padded_sparse_entries_give_the_same_sums_bit_for_bit(
+    factor: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long tail of cluster sizes reads each draw's own run of entries: the sums of the padded table."""
+    import sitecal.stats._drawn_sums as drawn_sums
+
+    rng = np.random.default_rng(7)
+    k, j = 500, 40
+    sums = np.zeros((k, j))
+    sums[:, 0] = rng.integers(1, 3, k)  # dense
+    entries = np.where(rng.random(k) < 0.02, 12, 1)  # a few clusters with many entries
+    for c in range(k):  # a loop over clusters
+        sums[c, 1 + rng.choice(j - 1, entries[c], replace=False)] = rng.normal(size=entries[c])
+    default = DrawnSums(sums)  # ragged: the widest cluster is ten times the mean
+    assert default._ragged
+    monkeypatch.setattr(drawn_sums, "_RAGGED_FACTOR", factor)
+    other = DrawnSums(sums)
+    assert other._ragged is (factor == 0.0)
+    plan = make_plan(k, None, None, func="test")
+    draws = draw(plan, np.random.default_rng(2), 25)
+    assert np.array_equal(other(draws.indices), default(draws.indices))
+    np.testing.assert_allclose(other(draws.indices), draws.weights @ sums, rtol=1e-12, atol=1e-12)
+
+
 def test_integer_draws_are_below_the_stratum_size() -> None:
     # one stratum draws integers in [0, k); several strata floor(u * size) clamped to size - 1
     plan = make_plan(10, np.arange(10) % 3, None, func="test")

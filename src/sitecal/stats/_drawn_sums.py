@@ -9,6 +9,9 @@ from numpy.typing import NDArray
 
 __all__ = ["DrawnSums"]
 
+#: A padded table wider than this many times the mean entries per cluster is read run by run instead.
+_RAGGED_FACTOR = 2.5
+
 
 class DrawnSums:
     """Per-resample sums of per-cluster columns, straight from the drawn cluster indices.
@@ -38,16 +41,26 @@ class DrawnSums:
         rows, cols = np.nonzero(values)  # row-major: sorted by cluster, then column
         per_cluster = np.bincount(rows, minlength=k)
         width = max(1, int(per_cluster.max(initial=0)))
-        slot = np.arange(rows.shape[0]) - np.concatenate([[0], np.cumsum(per_cluster)[:-1]])[rows]
+        # entries of each cluster, in (cluster, column) order: a draw reads its cluster's run of them
+        self._nnz = per_cluster.astype(np.int64)
+        self._start = np.concatenate([[0], np.cumsum(per_cluster)[:-1]]).astype(np.int64)
+        self._flat_cols = cols.astype(np.int64)
+        self._flat_vals = values[rows, cols]
+        # a padded (k, width) table is gathered whole per draw; where a long tail of cluster sizes (many
+        # studies of one patient) makes it mostly padding, each draw's own run is read instead. Either
+        # way a sum adds its entries in draw order, so the two give the same sums bit for bit
+        self._ragged = width > _RAGGED_FACTOR * max(float(per_cluster.mean()) if k else 0.0, 1.0)
+        slot = np.arange(rows.shape[0]) - self._start[rows]
         self._width = width
-        self._cols = np.full((k, width), self._sparse.shape[0], dtype=np.int64)  # padding: spare column
-        self._vals = np.zeros((k, width))
-        self._cols[rows, slot] = cols
-        self._vals[rows, slot] = values[rows, cols]
-        if width == 1:  # one entry per cluster: 1-D arrays gather faster
-            self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
+        if not self._ragged:
+            self._cols = np.full((k, width), self._sparse.shape[0], dtype=np.int64)  # padding: spare column
+            self._vals = np.zeros((k, width))
+            self._cols[rows, slot] = cols
+            self._vals[rows, slot] = values[rows, cols]
+            if width == 1:  # one entry per cluster: 1-D arrays gather faster
+                self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
         #: Elements per drawn cluster of the largest temporary (the (draws, width) sparse keys and values)
-        self.elements_per_draw = width if self._sparse.shape[0] else 1
+        self.elements_per_draw = (3 if self._ragged else width) if self._sparse.shape[0] else 1
 
     def _buffers(self, shape: tuple[int, ...]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """The calling thread's key and value buffers, reused across chunks of the same shape.
@@ -71,11 +84,33 @@ class DrawnSums:
         if n_sparse:
             stride = n_sparse + 1
             offset = np.arange(size, dtype=np.int64) * stride
-            keys, vals = self._buffers(indices.shape + self._cols.shape[1:])
-            # indices are in range by construction: mode="clip" skips numpy's bounds check (faster)
-            np.take(self._cols, indices, axis=0, mode="clip", out=keys)
-            keys += offset[:, None] if self._width == 1 else offset[:, None, None]
-            np.take(self._vals, indices, axis=0, mode="clip", out=vals)
-            sums = np.bincount(keys.reshape(-1), vals.reshape(-1), minlength=size * stride)
+            if self._ragged:
+                sums = self._ragged_sums(indices, offset, size * stride)
+            else:
+                keys, vals = self._buffers(indices.shape + self._cols.shape[1:])
+                # indices are in range by construction: mode="clip" skips numpy's bounds check (faster)
+                np.take(self._cols, indices, axis=0, mode="clip", out=keys)
+                keys += offset[:, None] if self._width == 1 else offset[:, None, None]
+                np.take(self._vals, indices, axis=0, mode="clip", out=vals)
+                sums = np.bincount(keys.reshape(-1), vals.reshape(-1), minlength=size * stride).astype(
+                    np.float64
+                )
             out[:, self._sparse] = sums.reshape(size, stride)[:, :n_sparse]
+        return out
+
+    def _ragged_sums(
+        self, indices: NDArray[np.int64], offset: NDArray[np.int64], length: int
+    ) -> NDArray[np.float64]:
+        """Per (resample, column) sums from each draw's own run of entries, in draw order."""
+        flat = indices.reshape(-1)
+        counts = self._nnz[flat]
+        ends = np.cumsum(counts)
+        total = int(ends[-1]) if ends.shape[0] else 0
+        # entry e of the chunk is entry (e - first entry of its draw) of its draw's cluster's run
+        position = np.arange(total, dtype=np.int64) + np.repeat(self._start[flat] - (ends - counts), counts)
+        per_resample = counts.reshape(indices.shape).sum(axis=1)
+        keys = self._flat_cols[position] + np.repeat(offset, per_resample)
+        out: NDArray[np.float64] = np.bincount(keys, self._flat_vals[position], minlength=length).astype(
+            np.float64
+        )
         return out
