@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 _PREFIX = {"patient": "P", "study": "S", "instance": "I", "path": "F", "series": "R"}
+# HMAC-SHA256 (RFC 2104): the key, padded to SHA-256's block, XOR 0x36 inside and 0x5C outside
+_BLOCK = 64
+_INNER = bytes(x ^ 0x36 for x in range(256))
+_OUTER = bytes(x ^ 0x5C for x in range(256))
 
 #: File name endings written in clear after a path part's pseudonym (compared ignoring case): they say
 #: what a file is and nothing about whom. Any other ending is hashed with the rest of the name, since a
@@ -199,13 +204,43 @@ class Pseudonymizer:
 
     def __call__(self, kind: str, value: str) -> str:
         """The pseudonym of ``value`` as a ``kind`` identifier (patient, study, instance, series, path)."""
-        return f"{_PREFIX[kind]}-{self.digest(kind, value)[:16]}"
+        # the first 8 bytes of the hash are its first 16 hex digits
+        return f"{_PREFIX[kind]}-{self._hash(kind, value)[:8].hex()}"
 
     def digest(self, kind: str, value: str) -> str:
         """The full keyed hash (64 hex digits) behind :meth:`__call__`, where 16 digits are too few."""
+        return self._hash(kind, value).hex()
+
+    def many(self, kind: str, values: Iterable[str]) -> list[str]:
+        """The pseudonyms of ``values`` as ``kind`` identifiers, each as :meth:`__call__` gives it.
+
+        For a million keys: the key's HMAC pads are hashed once (RFC 2104), not once per value, which
+        halves the time per value.
+
+        Examples
+        --------
+        >>> p = Pseudonymizer(b"k" * 64)
+        >>> p.many("study", ["1.2.3", "1.2.4"]) == [p("study", "1.2.3"), p("study", "1.2.4")]
+        True
+        """
+        prefix, head = f"{_PREFIX[kind]}-", f"{kind}\0"
+        key = self.key if len(self.key) <= _BLOCK else hashlib.sha256(self.key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        inner, outer = hashlib.sha256(key.translate(_INNER)), hashlib.sha256(key.translate(_OUTER))
+        out = []
+        for value in values:
+            h = inner.copy()
+            h.update((head + value).encode("utf-8", "surrogateescape"))
+            o = outer.copy()
+            o.update(h.digest())
+            out.append(prefix + o.digest()[:8].hex())
+        return out
+
+    def _hash(self, kind: str, value: str) -> bytes:
         # surrogateescape: a file name that is not UTF-8 (os.fsdecode's lone surrogates) hashes as its bytes
         data = f"{kind}\0{value}".encode("utf-8", "surrogateescape")
-        return hmac.new(self.key, data, hashlib.sha256).hexdigest()
+        # hmac.digest: the one-shot HMAC (OpenSSL's where there is one), the same bytes as hmac.new's
+        return hmac.digest(self.key, data, "sha256")
 
     @property
     def fingerprint(self) -> str:

@@ -32,6 +32,7 @@ from sitecal.cohort._records import Cohort
 from sitecal.cohort.labels import LabelTable, read_labels
 from sitecal.cohort.mapping import read_mapping
 from sitecal.cohort.predictions_file import PredictionTable, read_predictions
+from sitecal.errors import DataError
 from sitecal.protocol import SubgroupSettings
 
 EXPECTED = Path(__file__).with_name("read_scale_expected.json")
@@ -165,7 +166,6 @@ def _mapping(tmp_path: Path) -> Path:
 
 
 def _probabilities(tmp_path: Path, two_class: bool) -> tuple[Path, Path]:
-    classes = ["normal", "nodule"] if two_class else CLASSES
     header = ["AccessionNumber", "site"] + (["prob:nodule"] if two_class else [f"prob:{c}" for c in CLASSES])
     probs = [
         ["0.5", "0.3", "0.2"],
@@ -192,7 +192,6 @@ def _probabilities(tmp_path: Path, two_class: bool) -> tuple[Path, Path]:
         "A6;0\nA7;1\nA8;normal\nA9;nodule\nA10;1\nA99;normal\n;normal\n",
         encoding="utf-8",
     )
-    del classes
     return path, labels
 
 
@@ -405,6 +404,14 @@ def _case(name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> dict[s
             subgroups=_subgroups(True),
             mapping=_mapping(tmp_path),
         )
+    if name == "utf8-other-breaks":  # line breaks of str.splitlines that do not end a CSV line
+        rows = [list(row) for row in MESSY_ROWS]
+        rows[0][7], rows[1][3], rows[2][7], rows[5][7] = "a\x0cb", "Hospital\u20281", "x\x85y\x1c", "\x0b"
+        path = tmp_path / "vendor.csv"
+        path.write_text(_csv_text(HEADER, rows, ",", "\n", extra=True), encoding="utf-8", newline="")
+        return _read(
+            caplog, path, key="StudyInstanceUID", patient_column="PatientID", subgroups=_subgroups(False)
+        )
     if name == "parquet":
         return _read(
             caplog,
@@ -438,6 +445,7 @@ def _case(name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> dict[s
 
 CASES = [
     "utf8-comma-crlf",
+    "utf8-other-breaks",
     "cp1252-semicolon-lf",
     "utf16-tab-lf",
     "utf8bom-pipe-cr",
@@ -453,7 +461,7 @@ def _expected() -> dict[str, Any]:
     return json.loads(EXPECTED.read_text(encoding="utf-8")) if EXPECTED.exists() else {}
 
 
-def _check(name: str, got: dict[str, Any], *, digest: bool = False) -> None:
+def _check(name: str, got: Any, *, digest: bool = False) -> None:
     plain = json.loads(json.dumps(got))
     value: Any = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest() if digest else plain
     if PIN:
@@ -489,3 +497,97 @@ def test_a_random_messy_file_reads_into_the_pinned_cohort(
     seed: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     _check(f"random-{seed}", _random_case(seed, tmp_path, caplog), digest=True)
+
+
+# Files that cannot be read: the error each gives (the folder replaced by <dir>)
+BROKEN = {
+    "empty": "",
+    "header-only": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion\n",
+    "blank-rows-only": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion\n,,,\n\n;;\n",
+    "no-usable-row": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion\n,1,2,3\nA,x,2,3\nB,1,,3\n",
+    "quote-in-header": 'StudyInstanceUID,"logit:normal\nlogit:nodule,logit:effusion\nA,1,2,3\n',
+    "quote-never-closed": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion\n"
+    + "".join(f"K{i},1,2,3\n" for i in range(40))
+    + 'K40,1,"2,3\n'
+    + "".join(f"K{i},1,2,3\n" for i in range(41, 60)),
+    "text-after-quote": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion\n"
+    + "".join(f"K{i},1,2,3\n" for i in range(40))
+    + 'K40,1,"2"x,3\n'
+    + "".join(f"K{i},1,2,3\n" for i in range(41, 60)),
+    "rows-swallowed": "StudyInstanceUID,logit:normal,logit:nodule,logit:effusion,note\n"
+    + "".join(f"K{i},1,2,3,\n" for i in range(30))
+    + 'K30,1,2,3,"open\nK31,1,2,3,\nK32,1,2,3,"\n'
+    + "".join(f"K{i},1,2,3,\n" for i in range(33, 50)),
+    "no-score-column": "StudyInstanceUID,score\nA,1\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_file_gives_the_pinned_error(name: str, tmp_path: Path) -> None:
+    path = tmp_path / "vendor.csv"
+    path.write_text(BROKEN[name], encoding="utf-8", newline="")
+    with pytest.raises(DataError) as raised:
+        read_predictions(path, class_names=CLASSES, key_column="StudyInstanceUID")
+    _check(f"error-{name}", str(raised.value).replace(str(tmp_path), "<dir>"))
+
+
+@pytest.mark.parametrize(("chunk_rows", "block_chars"), [(1, 1), (2, 7), (3, 64), (5, 1 << 20)])
+def test_the_cohort_does_not_depend_on_chunks_or_blocks(
+    chunk_rows: int,
+    block_chars: int,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sitecal.cohort import _labels_csv, _prediction_rows
+
+    monkeypatch.setattr(_prediction_rows, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(_labels_csv, "_BLOCK_CHARS", block_chars)
+    for name in CASES:
+        folder = tmp_path / name
+        folder.mkdir()
+        _check(name, _case(name, folder, caplog))
+    for seed in RANDOM_SEEDS:
+        folder = tmp_path / f"random-{seed}"
+        folder.mkdir()
+        _check(f"random-{seed}", _random_case(seed, folder, caplog), digest=True)
+    for name in sorted(BROKEN):
+        (tmp_path / name).mkdir()
+        test_a_broken_file_gives_the_pinned_error(name, tmp_path / name)
+
+
+def test_lines_are_split_as_stringio_splits_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sitecal.cohort import _labels_csv
+
+    rng = random.Random(5)
+    pieces = ["a", "bc", ",", '"', "\n", "\r", "\r\n", "\n\r", " ", "é", "\x0c", "\u2028", "\x85"]
+    for block_chars in (1, 3, 16, 1 << 20):
+        monkeypatch.setattr(_labels_csv, "_BLOCK_CHARS", block_chars)
+        for _ in range(300):
+            text = "".join(rng.choice(pieces[: rng.choice([9, 10, 13])]) for _ in range(rng.randrange(60)))
+            assert list(_labels_csv._lines(text)) == io.StringIO(text, newline="").readlines()
+
+
+def test_probabilities_in_bulk_are_those_of_each_row(tmp_path: Path) -> None:
+    """Scores checked and turned into logits a column at a time equal those of one row at a time."""
+    from sitecal.cohort._prediction_rows import scores
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    probs = rng.dirichlet([0.3, 1.0, 2.0], n)
+    probs[::7] *= 1.0 + rng.uniform(-2e-3, 2e-3, (len(probs[::7]), 1))  # sums about the tolerance
+    probs[::13, 0] = 0.0
+    probs[5::17, 1] = rng.choice([-1e-9, 1.0 + 1e-12, np.nan, np.inf], len(probs[5::17]))
+    header = "StudyInstanceUID,prob:normal,prob:nodule,prob:effusion\n"
+    lines = [f"K{i},{','.join(repr(float(v)) for v in row)}" for i, row in enumerate(probs)]
+    path = tmp_path / "probs.csv"
+    path.write_text(header + "\n".join(lines) + "\n", encoding="utf-8")
+    table = read_predictions(path, class_names=CLASSES, key_column="StudyInstanceUID")
+    bad = dict(table.bad_rows)
+    for i, line in enumerate(lines):
+        alone = scores(line.split(","), [1, 2, 3], ["prob:normal", "prob:nodule", "prob:effusion"], "prob")
+        if isinstance(alone, str):
+            assert bad[i + 2] == alone
+        else:
+            assert table.rows[f"K{i}"].logits.tobytes() == alone.tobytes()
+    assert 0 < len(bad) < n

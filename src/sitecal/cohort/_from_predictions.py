@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import rank_key, split_key
-from sitecal.cohort._build import _shown, column_values, prediction_row_exclusions
+from sitecal.cohort._build import column_values, prediction_row_exclusions
+from sitecal.cohort._prediction_rows import UsableRows, paused_gc
 from sitecal.cohort._records import Cohort, Exclusion, Study
+from sitecal.cohort.attributes import UNKNOWN, intersection_value, other_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable, label_table
-from sitecal.cohort.mapping import ValueMapping
+from sitecal.cohort.mapping import UNMAPPED, ValueMapping
 from sitecal.cohort.predictions_file import PredictionTable
 from sitecal.protocol import SubgroupSettings
 
 __all__ = ["cohort_from_predictions", "labels_from_predictions"]
 
+_NO_SOURCES: dict[str, str] = {}  # a study read from a predictions file has no DICOM sources (shared, empty)
+
 
 def labels_from_predictions(table: PredictionTable, class_names: Sequence[str]) -> LabelTable:
     """The labels of a predictions file's label column, by the file's keys (as :func:`read_labels`)."""
-    rows = [(row.position, key, row.label or "") for key, row in table.rows.items()]
-    return label_table(sorted(rows), table.key_column, class_names, table.numbered_by)
+    usable = _usable(table)
+    labels = usable.labels if usable.labels is not None else [""] * len(usable.keys)
+    # the usable rows are in the order of the file: by position, as a labels file's rows
+    rows = zip(usable.positions, usable.keys, labels, strict=True)
+    return label_table(rows, table.key_column, class_names, table.numbered_by)
 
 
 def study_pseudonym(table: PredictionTable, key: str, key_kind: str, pseudonymize: Pseudonymizer) -> str:
@@ -65,59 +77,20 @@ def cohort_from_predictions(
         Studies in the order of the file's rows; exclusions for rows without a label, unusable rows
         and labels matching no row. A row without a patient is its own patient.
     """
-    studies: list[Study] = []
-    exclusions: list[Exclusion] = []
-    used: set[str] = set()
-    # a file sitecal wrote ranks studies by (patient, study) split keys: a patient's first rank orders it
-    first_rank: dict[str, int] = {}
-    for row in table.rows.values():
-        if row.split_rank is not None and row.patient is not None:
-            first_rank[row.patient] = min(row.split_rank, first_rank.get(row.patient, row.split_rank))
-    # a network's rows repeat a few combinations of subgroup cells: each is normalised, banded and mapped once
-    values_of: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-    for row_key, row in sorted(table.rows.items(), key=lambda item: item[1].position):
-        study_key = study_pseudonym(table, row_key, key, pseudonymize)
-        used.add(row_key)
-        label = labels.labels.get(row_key)
-        if label is None:
-            exclusions.append(
-                Exclusion(stage="labels", reason="study has no label", key=study_key, unit="study")
-            )
-            continue
-        if row.patient is None:
-            patient_key = pseudonymize("patient", "study:" + study_key)
-        else:
-            patient_key = row.patient if table.pseudonymised else pseudonymize("patient", row.patient)
-        study_order = (
-            rank_key(row.split_rank)  # a file sitecal wrote
-            if row.split_rank is not None
-            else split_key("study" if key == "StudyInstanceUID" else key, row_key)
+    usable = _usable(table)
+    with paused_gc():
+        studies, exclusions = _studies(
+            usable,
+            labels,
+            subgroups=subgroups,
+            mappings=mappings,
+            key=key,
+            pseudonymised=table.pseudonymised,
+            pseudonymize=pseudonymize,
+            min_count_shown=min_count_shown,
         )
-        if row.split_rank is not None and row.patient is not None:
-            order = rank_key(first_rank[row.patient])
-        elif row.patient is not None:
-            order = split_key("patient", row.patient)
-        else:
-            order = study_order
-        cells = tuple(row.columns.items())
-        values = values_of.get(cells)
-        if values is None:
-            values = values_of[cells] = column_values(row.columns, subgroups, mappings)
-        studies.append(
-            Study(
-                study_key=study_key,
-                patient_key=patient_key,
-                files=(),
-                relative_path="",
-                instance_uids=(),
-                attributes=dict(values),
-                label=label,
-                logits=row.logits,
-                split_key=order,
-                study_order=study_order,
-            )
-        )
-    exclusions += prediction_row_exclusions(table, used)
+    # every usable row was taken above: what is left to list are the rows that cannot be used
+    exclusions += prediction_row_exclusions(replace(table, rows={}), set())
     for line, reason in labels.bad_rows:
         exclusions.append(
             Exclusion(
@@ -127,7 +100,7 @@ def cohort_from_predictions(
                 unit="label",
             )
         )
-    for unmatched in sorted(set(labels.labels) - used):
+    for unmatched in sorted(k for k in labels.labels if k not in usable.index):
         exclusions.append(
             Exclusion(
                 stage="labels",
@@ -137,12 +110,165 @@ def cohort_from_predictions(
             )
         )
     return Cohort(
-        studies=_shown(studies, subgroups, min_count_shown),
+        studies=tuple(studies),
         exclusions=tuple(exclusions),
         files_found=0,
         dicom_instances=0,
-        n_studies_found=len(table.rows),
+        n_studies_found=len(usable.keys),
         n_labelled=len(studies),
         attributes=tuple(subgroups),
         predictions_file=table.summary(dicom=False, labels_file=labels_from_file),
     )
+
+
+def _shown_values(
+    values: Mapping[int, dict[str, str]],
+    counts: Mapping[int, int],
+    subgroups: Mapping[str, SubgroupSettings],
+    k: int,
+) -> dict[int, dict[str, str]]:
+    """Each combination's subgroup values as they may be shown, in protocol order.
+
+    What :func:`sitecal.cohort._build._shown` does to a list of studies, done once per distinct
+    combination of column values, a combination held by ``counts[c]`` studies counting as that many:
+    rare column values pooled (:func:`~sitecal.cohort.attributes.suppress_rare_values`), then the
+    intersections formed from them, and their rare values pooled too.
+    """
+    suppress_rare_values([], k)  # refuses a k that is not an int >= 1, as for a list of studies
+    kept = (UNKNOWN, UNMAPPED)
+    other = other_value(k)
+
+    def pooled(rows: Mapping[int, dict[str, str]]) -> dict[int, dict[str, str]]:
+        held: Counter[tuple[str, str]] = Counter()
+        for c, row in rows.items():
+            for name, value in row.items():
+                held[name, value] += counts[c]
+        return {
+            c: {
+                name: value if value in kept or held[name, value] >= k else other
+                for name, value in row.items()
+            }
+            for c, row in rows.items()
+        }
+
+    tagged = pooled(values)
+    joined = pooled(
+        {
+            c: {
+                name: intersection_value([row[p] for p in s.intersection])
+                for name, s in subgroups.items()
+                if s.intersection is not None
+            }
+            for c, row in tagged.items()
+        }
+    )
+    return {c: {name: {**row, **joined[c]}[name] for name in subgroups} for c, row in tagged.items()}
+
+
+def _usable(table: PredictionTable) -> UsableRows:
+    """The table's rows column by column (made from its rows for a table not read by read_predictions)."""
+    if table.usable is not None:
+        return table.usable
+    rows = list(table.rows.values())
+    first = rows[0] if rows else None
+    return UsableRows(
+        keys=[row.key for row in rows],
+        positions=[row.position for row in rows],
+        logits=np.array([row.logits for row in rows], dtype=np.float64).reshape(len(rows), -1),
+        patients=[row.patient for row in rows] if table.has_patient else None,
+        labels=[row.label or "" for row in rows],
+        columns={name: [row.columns[name] for row in rows] for name in (first.columns if first else {})},
+        split_ranks=[row.split_rank for row in rows] if first and first.split_rank is not None else None,  # type: ignore[misc]
+        index={row.key: i for i, row in enumerate(rows)},
+    )
+
+
+def _studies(
+    usable: UsableRows,
+    labels: LabelTable,
+    *,
+    subgroups: Mapping[str, SubgroupSettings],
+    mappings: Mapping[str, ValueMapping],
+    key: str,
+    pseudonymised: bool,
+    pseudonymize: Pseudonymizer,
+    min_count_shown: int,
+) -> tuple[list[Study], list[Exclusion]]:
+    """The studies of the labelled rows, and an exclusion per row without a label, in file order."""
+    n = len(usable.keys)
+    found = list(map(labels.labels.get, usable.keys))
+    # a network's rows repeat a few combinations of subgroup cells: each is normalised, banded, mapped and
+    # pooled once, and its studies share the result
+    combos: dict[tuple[str, ...], int] = {}
+    if usable.columns:
+        combo_of = list(map(combos.setdefault, zip(*usable.columns.values(), strict=True), itertools.count()))
+    else:
+        combo_of = [combos.setdefault((), 0)] * n
+    counts = Counter(c for c, label in zip(combo_of, found, strict=True) if label is not None)
+    cells = {c: dict(zip(usable.columns, combo, strict=True)) for combo, c in combos.items() if c in counts}
+    shown = _shown_values(
+        {c: column_values(cells[c], subgroups, mappings) for c in counts}, counts, subgroups, min_count_shown
+    )
+    # a file sitecal wrote ranks studies by (patient, study) split keys: a patient's first rank orders it
+    first_rank: dict[str, int] = {}
+    if usable.split_ranks is not None and usable.patients is not None:
+        for rank, patient in zip(usable.split_ranks, usable.patients, strict=True):
+            if patient is not None:
+                first_rank[patient] = min(rank, first_rank.get(patient, rank))
+    if pseudonymised:
+        study_keys = usable.keys
+    elif key == "StudyInstanceUID":
+        study_keys = pseudonymize.many("study", usable.keys)
+    else:
+        study_keys = pseudonymize.many("study", [f"{key}:{k}" for k in usable.keys])
+    # a patient's pseudonym and split key, computed once per patient
+    patients = (
+        [] if usable.patients is None else list(dict.fromkeys(p for p in usable.patients if p is not None))
+    )
+    patient_keys = dict(
+        zip(patients, patients if pseudonymised else pseudonymize.many("patient", patients), strict=True)
+    )
+    patient_orders = {} if usable.split_ranks is not None else {p: split_key("patient", p) for p in patients}
+    study_kind = "study" if key == "StudyInstanceUID" else key
+    studies: list[Study] = []
+    exclusions: list[Exclusion] = []
+    none = [None] * n
+    for row_key, study_key, label, combo, patient, rank, logits in zip(
+        usable.keys,
+        study_keys,
+        found,
+        combo_of,
+        none if usable.patients is None else usable.patients,
+        none if usable.split_ranks is None else usable.split_ranks,
+        usable.logits,
+        strict=True,
+    ):
+        if label is None:
+            exclusions.append(
+                Exclusion(stage="labels", reason="study has no label", key=study_key, unit="study")
+            )
+            continue
+        study_order = rank_key(rank) if rank is not None else split_key(study_kind, row_key)
+        if patient is None:
+            patient_key = pseudonymize("patient", "study:" + study_key)
+            order = study_order
+        else:
+            patient_key = patient_keys[patient]
+            # a file sitecal wrote: the patient's first rank
+            order = rank_key(first_rank[patient]) if rank is not None else patient_orders[patient]
+        studies.append(
+            Study(
+                study_key=study_key,
+                patient_key=patient_key,
+                files=(),
+                relative_path="",
+                instance_uids=(),
+                attributes=shown[combo],
+                label=label,
+                sources=_NO_SOURCES,
+                logits=logits,
+                split_key=order,
+                study_order=study_order,
+            )
+        )
+    return studies, exclusions

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import itertools
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,10 @@ _DELIMITER_NAMES = {",": "','", ";": "';'", "\t": "tab", "|": "'|'"}
 _SNIFF_CHARS = 4096
 _DATA_LIKE = re.compile(r"\d{4}|[\^@=\x00-\x1f]|.{65}")
 _LINE_BREAK = re.compile(r"[\r\n]")
+_BLANK = " \t\r\n" + _DELIMITERS
+# the line breaks of str.splitlines that a CSV line does not end at (io.StringIO with newline="")
+_OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_BLOCK_CHARS = 1 << 20
 
 
 def csv_rows(path: Path, key_column: str, label_column: str, max_bytes: int) -> list[tuple[int, str, str]]:
@@ -44,10 +49,28 @@ def csv_table(
     and never hold a line break; ``what`` and ``field`` name the file in messages (``labels file``,
     ``data.labels``).
     """
+    header, chunks = csv_chunks(path, columns, max_bytes, what=what, field=field)
+    return header, [(start, row) for starts, rows in chunks for start, row in zip(starts, rows, strict=True)]
+
+
+def csv_chunks(
+    path: Path,
+    columns: Sequence[tuple[str, str]],
+    max_bytes: int,
+    *,
+    what: str = "labels file",
+    field: str = "data.labels",
+    chunk_rows: int = 1 << 15,
+) -> tuple[list[str], Iterator[tuple[list[int], list[list[str]]]]]:
+    """The header, and the rows of a CSV file as :func:`csv_table` reads them, ``chunk_rows`` at a time.
+
+    Each chunk is ``(lines where the rows start, rows)``. The file is decoded and its header checked at
+    once; its records are parsed as the chunks are taken, so a large file never lies in memory both as
+    text and as rows. A malformed record, or a file with a header and no rows, raises
+    :class:`~sitecal.errors.DataError` when the iteration reaches it.
+    """
     text, encoding = _decode(path, _read(path, max_bytes, what, field), what)
-    # newline="": split at \n, \r\n and \r only (not at \u2028 or \x0c, as str.splitlines would), keep them
-    lines = io.StringIO(text, newline="").readlines()
-    first = next((line for line in lines if not _blank(line)), None)
+    first = next((line for line in _lines(text) if not _blank(line)), None)
     names = ", ".join(column for column, _ in columns)
     if first is None:
         raise DataError(
@@ -56,21 +79,31 @@ def csv_table(
         )
     delimiter = _delimiter(first, [column for column, _ in columns])
     logger.info("%s: read as %s, delimiter %s", path, encoding, _DELIMITER_NAMES[delimiter])
-    records = _records(path, lines, delimiter, what, field)
-    start, end, header = next(records)
-    if end > start:  # no column name holds a line break: a quote left open
-        raise _unclosed_quote(path, start)
-    header = [name.strip() for name in header]
+    records = _records(path, text, delimiter, what, field, chunk_rows)
+    first_chunk = next(records, None)
+    if first_chunk is None:
+        raise DataError(f"{path}: the {what} is empty. It needs a header row naming the columns ({names}).")
+    starts, rows, spanning = first_chunk
+    if spanning and spanning[0] == 0:  # no column name holds a line break: a quote left open
+        raise _unclosed_quote(path, starts[0])
+    header = [name.strip() for name in rows[0]]
     check_column_list(path, header, columns, delimiter)
     named = [header.index(column) for column, _ in columns]
-    rows = []
-    for start, end, row in records:
-        if end > start and _swallowed(row, named, delimiter, len(header)):
-            raise _unclosed_quote(path, start)
-        rows.append((start, row))
-    if not rows:
-        raise DataError(f"{path}: the {what} has a header but no rows.")
-    return header, rows
+
+    def chunks() -> Iterator[tuple[list[int], list[list[str]]]]:
+        found = False
+        rest = (starts[1:], rows[1:], [i - 1 for i in spanning if i > 0])
+        for chunk_starts, chunk_rows, chunk_spanning in itertools.chain([rest], records):
+            for i in chunk_spanning:
+                if _swallowed(chunk_rows[i], named, delimiter, len(header)):
+                    raise _unclosed_quote(path, chunk_starts[i])
+            if chunk_rows:
+                found = True
+                yield chunk_starts, chunk_rows
+        if not found:
+            raise DataError(f"{path}: the {what} has a header but no rows.")
+
+    return header, chunks()
 
 
 def _read(path: Path, max_bytes: int, what: str, field: str) -> bytes:
@@ -128,35 +161,127 @@ def _delimiter(header_line: str, columns: Sequence[str]) -> str:
 
 
 def _records(
-    path: Path, lines: list[str], delimiter: str, what: str, field: str
-) -> Iterator[tuple[int, int, list[str]]]:
-    """(first line, last line, fields) of each record with a non-blank field; csv errors become located.
+    path: Path, text: str, delimiter: str, what: str, field: str, chunk_rows: int
+) -> Iterator[tuple[list[int], list[list[str]], list[int]]]:
+    """The records with a non-blank field, ``chunk_rows`` at a time; csv errors become located.
 
-    Rows of empty fields (``,,`` as spreadsheets write below a table, in any of the delimiters) are
-    skipped, not bad rows.
+    Each chunk is ``(lines where the records start, records' fields, records spanning several lines)``,
+    the last as indices into the chunk. Rows of empty fields (``,,`` as spreadsheets write below a table,
+    in any of the delimiters) are skipped, not bad rows.
+
+    The csv module parses a chunk in one call. Where the chunk's records are as many as its lines (no
+    record spans lines), the line of each is known; otherwise the chunk's lines, kept until the chunk is
+    parsed, are parsed again a record at a time. A csv error is located by parsing the file again a
+    record at a time, up to it.
     """
-    reader = csv.reader(iter(lines), delimiter=delimiter, strict=True)
+    kept: list[tuple[int, list[str]]] = []  # (number of its first line, lines) of the blocks not yet parsed
+
+    def blocks() -> Iterator[list[str]]:
+        number = 1
+        for block in _blocks(text):
+            kept.append((number, block))
+            number += len(block)
+            yield block
+
+    reader = csv.reader(itertools.chain.from_iterable(blocks()), delimiter=delimiter, strict=True)
     while True:
-        start = reader.line_num + 1
+        done = reader.line_num
+        while kept and kept[0][0] + len(kept[0][1]) <= done + 1:  # blocks parsed to their end
+            del kept[0]
         try:
-            row = next(reader)
-        except StopIteration:
-            return
+            rows = list(itertools.islice(reader, chunk_rows))
         except csv.Error:
-            raise _csv_error(path, lines, start, reader.line_num, delimiter, what, field) from None
-        if not all(_blank(field) for field in row):
-            yield start, reader.line_num, row
+            raise _located_error(path, text, delimiter, what, field) from None
+        if not rows:
+            return
+        if reader.line_num - done == len(rows):
+            starts = list(range(done + 1, reader.line_num + 1))
+            spanning: list[int] = []
+        else:
+            starts, spanning = _spans(_kept_lines(kept, done + 1, reader.line_num), done, delimiter)
+        # a record is blank when all its fields are: when their concatenation is
+        blank = [i for i, row in enumerate(rows) if not "".join(row).strip(_BLANK)]
+        if blank:
+            keep = [True] * len(rows)
+            for i in blank:
+                keep[i] = False
+            new_index = list(itertools.accumulate(keep, initial=0))
+            spanning = [new_index[i] for i in spanning if keep[i]]
+            starts = list(itertools.compress(starts, keep))
+            rows = list(itertools.compress(rows, keep))
+        yield starts, rows, spanning
+
+
+def _kept_lines(kept: Sequence[tuple[int, list[str]]], first: int, last: int) -> list[str]:
+    """Lines ``first`` to ``last`` (numbered from 1) of the kept blocks."""
+    out: list[str] = []
+    for number, block in kept:
+        lo, hi = max(first, number), min(last, number + len(block) - 1)
+        if lo <= hi:
+            out += block[lo - number : hi - number + 1]
+    return out
+
+
+def _spans(lines: list[str], done: int, delimiter: str) -> tuple[list[int], list[int]]:
+    """The line where each record of ``lines`` (after line ``done``) starts, and those spanning lines."""
+    reader = csv.reader(lines, delimiter=delimiter, strict=True)
+    starts: list[int] = []
+    spanning: list[int] = []
+    end = done
+    for _ in reader:
+        start, end = end + 1, done + reader.line_num
+        if end > start:
+            spanning.append(len(starts))
+        starts.append(start)
+    return starts, spanning
+
+
+def _located_error(path: Path, text: str, delimiter: str, what: str, field: str) -> DataError:
+    """The csv error of the file, with the lines of the record it is in."""
+    reader = csv.reader(_lines(text), delimiter=delimiter, strict=True)
+    end = 0
+    try:
+        for _ in reader:
+            end = reader.line_num
+    except csv.Error:
+        return _csv_error(path, text, end + 1, reader.line_num, delimiter, what, field)
+    raise AssertionError("a csv error that parsing again does not meet")  # pragma: no cover
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` as ``io.StringIO(text, newline="")`` gives them, line ends kept."""
+    return itertools.chain.from_iterable(_blocks(text))
+
+
+def _blocks(text: str) -> Iterator[list[str]]:
+    r"""The lines of ``text`` as ``io.StringIO(text, newline="")`` gives them, a block of lines at a time.
+
+    A line ends at ``\n``, ``\r\n`` or ``\r`` only (not at ``\u2028`` or ``\x0c``, as ``str.splitlines``
+    would), its end kept. ``str.splitlines`` is used, a block at a time, where the text holds none of the
+    other breaks it knows: a line at a time from ``io.StringIO`` costs more than the parsing.
+    """
+    if any(char in text for char in _OTHER_BREAKS):
+        yield io.StringIO(text, newline="").readlines()
+        return
+    start = 0
+    while start < len(text):
+        # cut after a \n: it always ends a line (alone or after a \r), so no \r\n is cut in two
+        end = text.find("\n", start + _BLOCK_CHARS)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end].splitlines(keepends=True)
+        start = end
 
 
 def _blank(text: str) -> bool:
     """Whether a line or field holds nothing but spaces and delimiters (a spreadsheet's ,,, or ;;;)."""
-    return not text.strip(" \t\r\n" + _DELIMITERS)
+    return not text.strip(_BLANK)
 
 
 def _csv_error(
-    path: Path, lines: list[str], start: int, end: int, delimiter: str, what: str, field: str
+    path: Path, text: str, start: int, end: int, delimiter: str, what: str, field: str
 ) -> DataError:
     """What went wrong in the record on lines ``start .. end`` (the csv module's message holds no text)."""
+    lines = list(itertools.islice(_lines(text), start))
     limit = csv.field_size_limit()
     if start < end or _ends_in_quote(lines[start - 1], delimiter):
         # a record runs past its first line only inside a quoted field, so that quote opens on `start`

@@ -130,6 +130,8 @@ def label_table(
     labels: dict[str, int] = {}
     conflicting: set[str] = set()
     bad: list[tuple[int, str]] = []
+    known: dict[str, int | None] = {}
+    n = len(class_names)
     n_rows = 0
     for position, key, value in rows:
         n_rows += 1
@@ -139,7 +141,8 @@ def label_table(
         if not value:
             bad.append((position, "empty label"))
             continue
-        label = _label_index(value, index, len(class_names))
+        # a file of a million rows holds a few distinct label cells: each is read once
+        label = known[value] if value in known else known.setdefault(value, _label_index(value, index, n))
         if label is None:
             bad.append((position, unknown))
             continue

@@ -25,10 +25,10 @@ and becomes an exclusion; a file without the needed columns is refused with the 
 
 from __future__ import annotations
 
+import itertools
 import logging
-import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -37,10 +37,20 @@ import numpy as np
 
 from sitecal._io import write_csv_atomic
 from sitecal._split_key import split_ranks
-from sitecal.cohort._labels_csv import check_column_list, check_size, csv_table
+from sitecal.cohort import _prediction_rows
+from sitecal.cohort._labels_csv import check_column_list, check_size, csv_chunks
+from sitecal.cohort._prediction_rows import (
+    SUM_TOLERANCE,
+    PredictionRow,
+    PredictionRows,
+    RowSpec,
+    UsableRows,
+    collect_rows,
+    scores,
+)
 from sitecal.cohort._records import PredictionsFileSummary
 from sitecal.errors import DataError
-from sitecal.metrics import PROBABILITY_FLOOR, log_probabilities
+from sitecal.metrics import PROBABILITY_FLOOR
 
 __all__ = [
     "MAX_PREDICTIONS_BYTES",
@@ -61,8 +71,6 @@ logger = logging.getLogger(__name__)
 
 #: Larger files are refused before they are read (a predictions row is a few hundred bytes).
 MAX_PREDICTIONS_BYTES = 1 << 30
-#: How far a row's probabilities may sum from 1 (rounding in the vendor's export), absolute.
-SUM_TOLERANCE = 1e-3
 #: The key and patient columns of a file sitecal wrote: its own keyed pseudonyms.
 SITECAL_KEY_COLUMN = "study_key"
 SITECAL_PATIENT_COLUMN = "patient_key"
@@ -73,24 +81,15 @@ ScoreKind = Literal["logit", "prob"]
 
 
 @dataclass(frozen=True)
-class PredictionRow:
-    """One usable row: where it is, its scores as logits, and the cells the protocol reads from it."""
-
-    position: int  # CSV line or Parquet row
-    key: str  # as written: in clear, or a sitecal pseudonym (PredictionTable.pseudonymised)
-    logits: np.ndarray  # (C,) float64
-    patient: str | None = None
-    label: str | None = None
-    columns: dict[str, str] = field(default_factory=dict)
-    split_rank: int | None = None  # a file sitecal wrote: the study's rank in split-key order
-
-
-@dataclass(frozen=True)
 class PredictionTable:
-    """Rows by key, the rows that cannot be used, and what the file is."""
+    """Rows by key, the rows that cannot be used, and what the file is.
+
+    ``rows`` makes each :class:`PredictionRow` when it is asked for; ``usable`` holds the same rows column
+    by column (what a cohort of a million studies is built from).
+    """
 
     path: Path
-    rows: dict[str, PredictionRow]
+    rows: Mapping[str, PredictionRow]
     bad_rows: tuple[tuple[int, str], ...]
     n_rows: int
     score_kind: ScoreKind
@@ -98,6 +97,7 @@ class PredictionTable:
     key_column: str
     has_patient: bool
     numbered_by: Literal["line", "row"] = "line"
+    usable: UsableRows | None = field(default=None, repr=False, compare=False)
 
     def summary(self, *, dicom: bool, labels_file: bool) -> PredictionsFileSummary:
         """What provenance and the report say of this file, joined to DICOM studies or not."""
@@ -158,7 +158,7 @@ def read_predictions(
     ([0.75, 0.25], ((3, 'probability outside [0, 1] in column prob:nodule'),))
     """
     _check_file(path, max_bytes)
-    header, rows, numbered_by = _rows(path, max_bytes)
+    header, chunks, numbered_by = _rows(path, max_bytes)
     pseudonymised = key_column not in header and SITECAL_KEY_COLUMN in header
     if pseudonymised:
         key_column = SITECAL_KEY_COLUMN
@@ -176,48 +176,24 @@ def read_predictions(
             f"{SITECAL_SPLIT_COLUMN} column, which orders the patients for the fit/evaluation split. It "
             "was written by an earlier sitecal: run 'sitecal predict' again to write it anew."
         )
-    split_at = header.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None
     at = {name: header.index(name) for name, _ in named}
-    score_at = [header.index(c) if c is not None else None for c in score_columns]
-    table: dict[str, PredictionRow] = {}
-    conflicting: set[str] = set()
-    bad: list[tuple[int, str]] = []
-    for position, cells in rows:
-        key = _cell(cells, at[key_column])
-        if not key:
-            bad.append((position, f"empty {key_column}"))
-            continue
-        scores = _scores(cells, score_at, score_columns, kind)
-        if isinstance(scores, str):
-            bad.append((position, scores))
-            continue
-        rank = None if split_at is None else _rank(_cell(cells, split_at))
-        if split_at is not None and rank is None:
-            bad.append((position, f"{SITECAL_SPLIT_COLUMN} is not a whole number >= 0"))
-            continue
-        row = PredictionRow(
-            position=position,
-            key=key,
-            logits=scores,
-            patient=_cell(cells, at[patient_column]) or None if patient_column else None,
-            label=_cell(cells, at[label_column]) if label_column else None,
-            columns={c: _cell(cells, at[c]) for c in columns},
-            split_rank=rank,
-        )
-        known = table.get(key)
-        if known is not None and not _same(known, row):
-            conflicting.add(key)
-            bad.append((position, "key given twice with different scores, patient, label or columns"))
-            continue
-        table.setdefault(key, row)
-    for key in conflicting:
-        bad.append(
-            (table.pop(key).position, "key given twice with different scores, patient, label or columns")
-        )
-    if not table:
+    spec = RowSpec(
+        key_column=key_column,
+        key_at=at[key_column],
+        kind=kind,
+        score_at=tuple(header.index(c) if c is not None else None for c in score_columns),
+        score_columns=tuple(score_columns),
+        patient_at=at[patient_column] if patient_column else None,
+        label_at=at[label_column] if label_column else None,
+        column_at={c: at[c] for c in columns},
+        split_at=header.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None,
+        split_column=SITECAL_SPLIT_COLUMN,
+    )
+    usable, bad, n_rows = collect_rows(chunks, spec)
+    if not usable.keys:
         reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
         raise DataError(
-            f"{path}: none of the {len(rows)} rows of the predictions file can be used ({reasons}). "
+            f"{path}: none of the {n_rows} rows of the predictions file can be used ({reasons}). "
             "Check the file's score columns and data.key_column."
         )
     if bad:
@@ -226,21 +202,22 @@ def read_predictions(
             "%s: %d of %d prediction rows cannot be used and are excluded (%s), e.g. %s %d.",
             path,
             len(bad),
-            len(rows),
+            n_rows,
             "; ".join(f"{reason}: {n}" for reason, n in counts.items()),
             numbered_by,
             min(bad)[0],
         )
     return PredictionTable(
         path=path,
-        rows=table,
+        rows=PredictionRows(usable),
         bad_rows=tuple(sorted(bad)),
-        n_rows=len(rows),
+        n_rows=n_rows,
         score_kind=kind,
         pseudonymised=pseudonymised,
         key_column=key_column,
         has_patient=patient_column is not None,
         numbered_by=numbered_by,
+        usable=usable,
     )
 
 
@@ -280,7 +257,8 @@ def read_scores(
     if not path.is_file():
         raise DataError(f"{path}: the scores file is not a regular file (a folder, pipe or device).")
     check_size(path, path.stat().st_size, max_bytes, "scores file", "SCORES")
-    header, rows, numbered_by = _rows(path, max_bytes)
+    header, chunks, numbered_by = _rows(path, max_bytes)
+    rows = [(at, cells) for positions, block in chunks for at, cells in zip(positions, block, strict=True)]
     if group_column is not None:
         check_column_list(path, header, [(group_column, "--group-column")])
     kind, score_columns = _score_columns(path, header, class_names)
@@ -291,13 +269,13 @@ def read_scores(
     logits: list[np.ndarray] = []
     bad: list[tuple[int, str]] = []
     for position, cells in rows:
-        scores = _scores(cells, score_at, score_columns, kind)
-        if isinstance(scores, str):
-            bad.append((position, scores))
+        row_logits = scores(cells, score_at, score_columns, kind)
+        if isinstance(row_logits, str):
+            bad.append((position, row_logits))
             continue
         positions.append(position)
         groups.append("" if group_at is None else _cell(cells, group_at))
-        logits.append(scores)
+        logits.append(row_logits)
     if not positions:
         reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
         raise DataError(f"{path}: none of the {len(rows)} rows has usable scores ({reasons}).")
@@ -344,11 +322,6 @@ def write_predictions(
     )
 
 
-def _rank(text: str) -> int | None:
-    """A split rank as written (a whole number >= 0), or None."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
-
-
 def _check_file(path: Path, max_bytes: int) -> None:
     if not path.exists():
         raise DataError(f"{path}: predictions file not found. Check data.predictions (or --predictions).")
@@ -362,15 +335,23 @@ def _check_file(path: Path, max_bytes: int) -> None:
 
 def _rows(
     path: Path, max_bytes: int
-) -> tuple[list[str], list[tuple[int, list[str]]], Literal["line", "row"]]:
+) -> tuple[list[str], Iterator[tuple[Sequence[int], list[list[str]]]], Literal["line", "row"]]:
+    """The header, and the rows in chunks of (positions, rows), of a CSV or Parquet file."""
+    size = _prediction_rows.CHUNK_ROWS
     if path.suffix.lower() == ".parquet":
         header, rows = _parquet(path)
-        return header, rows, "row"
-    header, rows = csv_table(path, (), max_bytes, what="predictions file", field="data.predictions")
-    return header, rows, "line"
+        starts = range(0, len(rows), size)
+        parts = ((range(i + 1, min(i + size, len(rows)) + 1), rows[i : i + size]) for i in starts)
+        return header, parts, "row"
+    header, chunks = csv_chunks(
+        path, (), max_bytes, what="predictions file", field="data.predictions", chunk_rows=size
+    )
+    # the first chunk at once: a file with a header and no rows is refused before its columns are checked
+    first = next(chunks)
+    return header, itertools.chain([first], chunks), "line"
 
 
-def _parquet(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def _parquet(path: Path) -> tuple[list[str], list[list[str]]]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -388,7 +369,7 @@ def _parquet(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
         ) from None
     header = [str(name).strip() for name in table.column_names]
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    rows = [(i + 1, [_text(col[i]) for col in columns]) for i in range(table.num_rows)]
+    rows = [[_text(col[i]) for col in columns] for i in range(table.num_rows)]
     if not rows:
         raise DataError(f"{path}: the predictions file has no rows.")
     return header, rows
@@ -441,43 +422,6 @@ def _score_columns(
             f"class of model.class_names ({', '.join(class_names)})."
         )
     return kind, [cols[c] for c in class_names]
-
-
-def _scores(
-    cells: Sequence[str], at: Sequence[int | None], columns: Sequence[str | None], kind: ScoreKind
-) -> np.ndarray | str:
-    """The row's logits, or why the row cannot be used."""
-    values: list[float | None] = []
-    for i, column in zip(at, columns, strict=True):
-        if i is None:
-            values.append(None)
-            continue
-        text = _cell(cells, i)
-        try:
-            value = float(text)
-        except ValueError:
-            return f"not a number in column {column}" if text else f"empty cell in column {column}"
-        if not math.isfinite(value):
-            return f"not a finite number in column {column}"
-        if kind == "prob" and not 0.0 <= value <= 1.0:
-            return f"probability outside [0, 1] in column {column}"
-        values.append(value)
-    if kind == "logit":
-        return np.array(values, dtype=np.float64)
-    given = sum(v for v in values if v is not None)
-    probs = np.array([1.0 - given if v is None else v for v in values], dtype=np.float64)
-    if abs(probs.sum() - 1.0) > SUM_TOLERANCE or probs.min() < -SUM_TOLERANCE:
-        return f"probabilities sum to {given:.4g}, not 1 (tolerance {SUM_TOLERANCE:g})"
-    return log_probabilities(probs)
-
-
-def _same(a: PredictionRow, b: PredictionRow) -> bool:
-    return (
-        np.array_equal(a.logits, b.logits)
-        and a.patient == b.patient
-        and a.label == b.label
-        and a.columns == b.columns
-    )
 
 
 def _cell(row: Sequence[str], at: int) -> str:
