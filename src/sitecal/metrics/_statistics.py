@@ -136,6 +136,24 @@ class SumMetricStatistic:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
         return self.form.from_sums(sums, self.n_bins)
 
+    def cluster_sums(
+        self, probs: ArrayLike, labels: ArrayLike, cluster_of_row: NDArray[np.int64], n_clusters: int
+    ) -> NDArray[np.float64]:
+        """Per-cluster sums of the terms, (n_clusters, J) in column-major order, each summed in row order.
+
+        The same sums as adding :meth:`row_terms` row by row within each cluster, from the sparse terms in
+        one ``numpy.bincount`` (no (N, J) array).
+        """
+        func = f"metric_statistic({self.name!r})"
+        p, y = _validated(probs, labels, func=f"{func}.cluster_sums")
+        width = self.form.row_terms(p[:1], y[:1], self.n_bins, func).shape[1]
+        columns, values = self.sparse_terms(np.ascontiguousarray(p.T), y)
+        keys = columns * n_clusters + cluster_of_row[None, :]
+        sums = np.bincount(keys.reshape(-1), values.reshape(-1), minlength=n_clusters * width)
+        # column-major (each column contiguous): the bootstrap reads the sums column by column
+        out: NDArray[np.float64] = sums.reshape(width, n_clusters).astype(np.float64, copy=False).T
+        return out
+
     def sparse_terms(self, probs_t: NDArray[np.float64], labels: NDArray[np.int64]) -> SparseTerms:
         """The terms of class-major probabilities (C, N) as (columns, values), each (k, N).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,39 +25,55 @@ class DrawnSums:
     draws only, so they do not depend on the chunk.
     """
 
-    def __init__(self, cluster_sums: NDArray[np.float64]) -> None:
-        k, j = cluster_sums.shape
-        self.n_columns = j
+    def __init__(self, cluster_sums: NDArray[np.float64] | Sequence[NDArray[np.float64]]) -> None:
+        """``cluster_sums``: (n_clusters, J), or its J columns (each (n_clusters,)) as a sequence."""
+        if isinstance(cluster_sums, np.ndarray):
+            k = int(cluster_sums.shape[0])
+            columns = [np.ascontiguousarray(c) for c in cluster_sums.T]
+        else:
+            columns = [np.ascontiguousarray(c, dtype=np.float64) for c in cluster_sums]
+            k = int(columns[0].shape[0]) if columns else 0
+        self.n_columns = len(columns)
         self._local = threading.local()
-        nonzero = cluster_sums != 0.0
-        constant = np.all(cluster_sums == cluster_sums[:1], axis=0)
-        sparse = (nonzero.sum(axis=0) * 4 <= k) & ~constant
-        # a constant column (the row count of one-row clusters) sums to value x draws, exactly
-        self._constant = [(int(c), float(cluster_sums[0, c]) * k) for c in np.flatnonzero(constant)]
-        self._dense = [
-            (int(c), np.ascontiguousarray(cluster_sums[:, c])) for c in np.flatnonzero(~(sparse | constant))
+        constant = [k > 0 and bool(np.all(c == c[0])) for c in columns]
+        sparse = [
+            np.count_nonzero(c) * 4 <= k and not const for c, const in zip(columns, constant, strict=True)
         ]
-        self._sparse = np.flatnonzero(sparse)
-        values = cluster_sums[:, self._sparse]
-        rows, cols = np.nonzero(values)  # row-major: sorted by cluster, then column
-        per_cluster = np.bincount(rows, minlength=k)
-        width = max(1, int(per_cluster.max(initial=0)))
+        # a constant column (the row count of one-row clusters) sums to value x draws, exactly
+        self._constant = [(j, float(c[0]) * k) for j, c in enumerate(columns) if constant[j]]
+        self._dense = [(j, c) for j, c in enumerate(columns) if not (sparse[j] or constant[j])]
+        self._sparse = np.flatnonzero(np.array(sparse, dtype=bool))
         # entries of each cluster, in (cluster, column) order: a draw reads its cluster's run of them
-        self._nnz = per_cluster.astype(np.int64)
+        nonzero = [np.flatnonzero(columns[j]) for j in self._sparse.tolist()]
+        per_cluster = np.zeros(k, dtype=np.int64)
+        for clusters in nonzero:  # a loop over sparse columns
+            per_cluster[clusters] += 1
+        width = max(1, int(per_cluster.max(initial=0)))
+        self._nnz = per_cluster
         self._start = np.concatenate([[0], np.cumsum(per_cluster)[:-1]]).astype(np.int64)
-        self._flat_cols = cols.astype(np.int64)
-        self._flat_vals = values[rows, cols]
+        total = int(per_cluster.sum())
+        self._flat_cols = np.empty(total, dtype=np.int64)
+        self._flat_vals = np.empty(total)
+        fill = self._start.copy()
+        for s, (j, clusters) in enumerate(
+            zip(self._sparse.tolist(), nonzero, strict=True)
+        ):  # columns in order
+            at = fill[clusters]
+            self._flat_cols[at] = s
+            self._flat_vals[at] = columns[j][clusters]
+            fill[clusters] += 1
         # a padded (k, width) table is gathered whole per draw; where a long tail of cluster sizes (many
         # studies of one patient) makes it mostly padding, each draw's own run is read instead. Either
         # way a sum adds its entries in draw order, so the two give the same sums bit for bit
         self._ragged = width > _RAGGED_FACTOR * max(float(per_cluster.mean()) if k else 0.0, 1.0)
-        slot = np.arange(rows.shape[0]) - self._start[rows]
         self._width = width
         if not self._ragged:
+            rows = np.repeat(np.arange(k, dtype=np.int64), per_cluster)
+            slot = np.arange(total, dtype=np.int64) - self._start[rows]
             self._cols = np.full((k, width), self._sparse.shape[0], dtype=np.int64)  # padding: spare column
             self._vals = np.zeros((k, width))
-            self._cols[rows, slot] = cols
-            self._vals[rows, slot] = values[rows, cols]
+            self._cols[rows, slot] = self._flat_cols
+            self._vals[rows, slot] = self._flat_vals
             if width == 1:  # one entry per cluster: 1-D arrays gather faster
                 self._cols, self._vals = self._cols[:, 0].copy(), self._vals[:, 0].copy()
         #: Elements per drawn cluster of the largest temporary (the (draws, width) sparse keys and values)

@@ -204,9 +204,23 @@ def bootstrap_metrics(
     # the sum statistics share one pass over each chunk's draws; the others are evaluated one by one
     summed = [i for i, e in enumerate(flat) if not e.row_weights]
     shared = SharedSums([flat[i] for i in summed]) if len(summed) > 1 else None
-    chunk = spec.chunk_size or auto_chunk_size([*flat, *([shared] if shared else [])], plan, spec.n_resamples)
+    chunk = spec.chunk_size or auto_chunk_size(
+        [
+            *(e for i, e in enumerate(flat) if shared is None or i not in summed),
+            *([shared] if shared else []),
+        ],
+        plan,
+        spec.n_resamples,
+    )
 
-    estimates = np.array([[e.estimate() for e in row] for row in evaluators])
+    if shared is not None:  # every cluster drawn once, in order: each evaluator's estimate, bit for bit
+        everyone = Draws(np.arange(plan.n_clusters, dtype=np.int64)[None, :], plan.n_clusters)
+        at_total = dict(zip(summed, (float(v[0]) for v in shared.replicates(everyone)), strict=True))
+    else:
+        at_total = {}
+    estimates = np.array(
+        [at_total[i] if i in at_total else e.estimate() for i, e in enumerate(flat)]
+    ).reshape(len(names), len(sets))
     replicates = np.empty((len(names), len(sets), spec.n_resamples))
 
     def chunk_replicates(draws: Draws) -> NDArray[np.float64]:

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal.errors import DataError
+from sitecal.metrics import SumMetricStatistic
 from sitecal.stats._drawn_sums import DrawnSums
 
 __all__ = [
@@ -309,19 +310,38 @@ class _SumEvaluator(Evaluator):
     row_weights = False
 
     def __init__(self, statistic: SufficientStatistic, data: Sequence[Any], plan: ClusterPlan) -> None:
-        terms = np.asarray(statistic.row_terms(*data), dtype=np.float64)
-        if terms.ndim != 2 or terms.shape[0] != plan.n:
-            raise DataError(
-                f"row_terms of {type(statistic).__name__} must return shape ({plan.n}, J). Got {terms.shape}."
-            )
-        order = np.argsort(plan.cluster_of_row, kind="stable")
-        starts = np.searchsorted(plan.cluster_of_row[order], np.arange(plan.n_clusters))
-        self._cluster_sums = np.add.reduceat(terms[order], starts, axis=0)  # (K, J)
-        self._sums = DrawnSums(self._cluster_sums)
-        self.elements_per_draw = self._sums.elements_per_draw
-        # the total as the resample that draws every cluster once, in order, computes it
-        self._total = self._sums(np.arange(plan.n_clusters, dtype=np.int64)[None, :])[0]
+        if isinstance(statistic, SumMetricStatistic) and len(data) == 2:  # from sparse terms: no (N, J) array
+            probs, labels = data
+            self._cluster_sums = statistic.cluster_sums(probs, labels, plan.cluster_of_row, plan.n_clusters)
+        else:
+            terms = np.asarray(statistic.row_terms(*data), dtype=np.float64)
+            if terms.ndim != 2 or terms.shape[0] != plan.n:
+                raise DataError(
+                    f"row_terms of {type(statistic).__name__} must return shape ({plan.n}, J). "
+                    f"Got {terms.shape}."
+                )
+            order = np.argsort(plan.cluster_of_row, kind="stable")
+            starts = np.searchsorted(plan.cluster_of_row[order], np.arange(plan.n_clusters))
+            self._cluster_sums = np.add.reduceat(terms[order], starts, axis=0)  # (K, J), rows in order
+        self._drawn: DrawnSums | None = None  # built on first use (SharedSums may sum these columns instead)
         self._statistic = statistic
+
+    @property
+    def _sums(self) -> DrawnSums:
+        if self._drawn is None:
+            self._drawn = DrawnSums(self._cluster_sums)
+        return self._drawn
+
+    @property
+    def elements_per_draw(self) -> int:  # type: ignore[override]
+        return self._sums.elements_per_draw
+
+    @property
+    def _total(self) -> NDArray[np.float64]:
+        """The total as the resample that draws every cluster once, in order, computes it."""
+        k = self._cluster_sums.shape[0]
+        total: NDArray[np.float64] = self._sums(np.arange(k, dtype=np.int64)[None, :])[0]
+        return total
 
     @property
     def cluster_sums(self) -> NDArray[np.float64]:
@@ -359,19 +379,23 @@ class SharedSums:
         if len(self._evaluators) != len(evaluators):
             raise TypeError("SharedSums takes sum evaluators only")
         blocks = [e.cluster_sums for e in self._evaluators]
-        stacked = np.concatenate(blocks, axis=1) if blocks else np.zeros((0, 0))
-        # a column equal to an earlier one, bit for bit, is read from that one
-        first: dict[bytes, int] = {}
-        keep: list[int] = []
-        place: list[int] = []  # each stacked column's place among the kept ones
-        for j in range(stacked.shape[1]):  # a loop over columns
-            known = first.setdefault(np.ascontiguousarray(stacked[:, j]).tobytes(), len(keep))
-            if known == len(keep):
-                keep.append(j)
-            place.append(known)
+        # a column equal to an earlier one, bit for bit, is read from that one (candidates: equal totals)
+        kept: list[NDArray[np.float64]] = []
+        by_total: dict[float, list[int]] = {}
+        place: list[int] = []  # each column's place among the kept ones, block after block
+        for block in blocks:  # a loop over evaluators
+            for column in block.T:  # a loop over their columns
+                total = float(column.sum())
+                same = next((i for i in by_total.get(total, []) if np.array_equal(kept[i], column)), None)
+                if same is None:
+                    same = len(kept)
+                    kept.append(column)
+                    by_total.setdefault(total, []).append(same)
+                place.append(same)
         self._columns = np.array(place, dtype=np.int64)
         self._bounds = np.cumsum([0] + [b.shape[1] for b in blocks])
-        self._sums = DrawnSums(np.ascontiguousarray(stacked[:, keep]))
+        k = blocks[0].shape[0] if blocks else 0
+        self._sums = DrawnSums(kept if kept else np.zeros((k, 0)))
         self.row_weights = False
         self.elements_per_draw = self._sums.elements_per_draw
 
