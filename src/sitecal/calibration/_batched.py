@@ -160,6 +160,7 @@ class BatchedTemperatureSolver:
     ) -> None:
         low, high = _bounds(bounds, func=func)
         self._d = _NLL(logits, labels).d
+        self._d_t = np.ascontiguousarray(self._d.T)
         self._cluster_of_row = cluster_of_row
         self._k = n_clusters
         self.n_clusters = n_clusters
@@ -178,8 +179,17 @@ class BatchedTemperatureSolver:
 
     # -- surrogate ---------------------------------------------------------------------------------
     def _per_row(self, s: float) -> Sums:
-        value, grad, hess = _row_derivatives(self._d, np.array([math.exp(-s)]))
-        return value[0], grad[0], hess[0]
+        """Each row's ``ell``, ``d ell / ds`` and ``d2 ell / ds2`` at ``s``, computed class-major."""
+        beta = math.exp(-s)
+        z = beta * self._d_t
+        m = z.max(axis=0)
+        e = np.exp(z - m)
+        total = e.sum(axis=0)
+        p = e / total
+        mean_d = (p * self._d_t).sum(axis=0)
+        centred = self._d_t - mean_d
+        var_d = (p * centred * centred).sum(axis=0)
+        return m + np.log(total), -beta * mean_d, beta * beta * var_d + beta * mean_d
 
     def _build_surrogate(self) -> None:
         s0 = self.fit.log_temperature

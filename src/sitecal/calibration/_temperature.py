@@ -99,18 +99,20 @@ class _NLL:
     def __init__(self, logits: NDArray[np.float64], labels: NDArray[np.int64]) -> None:
         true = logits[np.arange(logits.shape[0]), labels]
         self.d = logits - true[:, None]
+        # class-major (each class one contiguous array): a row's max and sums are elementwise passes
+        self._d_t = np.ascontiguousarray(self.d.T)
 
     def __call__(self, s: float) -> tuple[float, float, float]:
         beta = math.exp(-s)
-        z = beta * self.d
-        m = z.max(axis=1, keepdims=True)  # >= 0 because the true class has z = 0
+        z = beta * self._d_t
+        m = z.max(axis=0)  # >= 0 because the true class has z = 0
         e = np.exp(z - m)
-        total = e.sum(axis=1, keepdims=True)
-        value = float(np.mean(m[:, 0] + np.log(total[:, 0])))
+        total = e.sum(axis=0)
+        value = float(np.mean(m + np.log(total)))
         p = e / total
-        mean_d = np.einsum("ij,ij->i", p, self.d)  # E_p[d], the d/d(beta) of each row's NLL
-        centred = self.d - mean_d[:, None]
-        var_d = np.einsum("ij,ij->i", p, centred * centred)  # two-pass variance: d2/d(beta)2
+        mean_d = (p * self._d_t).sum(axis=0)  # E_p[d], the d/d(beta) of each row's NLL
+        centred = self._d_t - mean_d
+        var_d = (p * centred * centred).sum(axis=0)  # two-pass variance: d2/d(beta)2
         g_beta = float(mean_d.mean())
         h_beta = float(var_d.mean())
         # chain rule with d(beta)/ds = -beta
