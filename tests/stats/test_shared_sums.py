@@ -7,7 +7,7 @@ import pytest
 
 from sitecal.metrics import metric_statistic
 from sitecal.metrics._softmax import _softmax
-from sitecal.stats._resample import SharedSums, draw_chunks, make_evaluator, make_plan
+from sitecal.stats._resample import Draws, SharedSums, draw_chunks, make_evaluator, make_plan
 
 
 @pytest.mark.parametrize("patients_per_row", [1.0, 0.6])
@@ -23,6 +23,9 @@ def test_shared_sums_equal_each_evaluators_replicates(patients_per_row: float) -
     metrics = ["ece", "ece_debiased", "nll", "brier", "accuracy", "mce", "classwise_ece"]
     evaluators = [make_evaluator(metric_statistic(m, n_bins=15), (p, y), plan) for m in metrics for p in sets]
     shared = SharedSums(evaluators)
+    everyone = Draws(np.arange(plan.n_clusters, dtype=np.int64)[None, :], plan.n_clusters)
+    for evaluator, at_total in zip(evaluators, shared.replicates(everyone), strict=True):
+        assert float(at_total[0]) == evaluator.estimate()  # bootstrap_metrics' estimates come this way
     for draws in draw_chunks(plan, seed=3, n_resamples=43, chunk_size=7):  # the last chunk: one resample
         together = shared.replicates(draws)
         for evaluator, values in zip(evaluators, together, strict=True):
