@@ -7,7 +7,8 @@ import pytest
 
 from sitecal.metrics import metric_statistic
 from sitecal.metrics._softmax import _softmax
-from sitecal.stats._resample import Draws, SharedSums, draw_chunks, make_evaluator, make_plan
+from sitecal.stats._evaluators import SharedSums, make_evaluator
+from sitecal.stats._resample import Draws, draw_chunks, make_plan
 
 
 @pytest.mark.parametrize("patients_per_row", [1.0, 0.6])

@@ -13,11 +13,11 @@ from sitecal.stats._disparity import DisparityResult, disparity_intervals
 from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags, size_matched_flags_each
 from sitecal.stats._disparity_refit import TemperatureFit, TemperatureReplicates, refit_disparity_intervals
 from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
+from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
 from sitecal.stats._refit_method import MethodRefitIntervals, refit_method_bootstrap
-from sitecal.stats._resample import PreparedStatistic, SufficientStatistic
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = [

@@ -9,15 +9,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal.errors import DataError
+from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import (
-    PreparedStatistic,
-    SufficientStatistic,
-    auto_chunk_size,
-    make_evaluator,
-    make_plan,
-    map_chunks,
-)
+from sitecal.stats._resample import make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec, Method, validated_options
 
 __all__ = ["Statistic", "as_data", "bootstrap_interval"]

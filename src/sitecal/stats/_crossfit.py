@@ -21,10 +21,11 @@ from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, Temper
 from sitecal.errors import DataError
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._refit import _after_metrics, _statistics
+from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+from sitecal.stats._term_sums import metrics_at_temperatures
 
 __all__ = ["CrossfitIntervals", "crossfit_bootstrap"]
 
@@ -208,8 +209,8 @@ def crossfit_bootstrap(
     ones = np.ones((1, ze.shape[0]))
     estimates = np.stack(
         [
-            _after_metrics(stats, ze, ye, None, ones)[:, 0],
-            _after_metrics(stats, ze, ye, s0[fe][None, :], ones)[:, 0],
+            metrics_at_temperatures(stats, ze, ye, None, ones)[:, 0],
+            metrics_at_temperatures(stats, ze, ye, s0[fe][None, :], ones)[:, 0],
         ],
         axis=1,
     )
@@ -225,8 +226,8 @@ def crossfit_bootstrap(
         s_rep[start:stop] = deployed[0].solve(weights[:, deployed[1]]).log_temperature
         s_fold = np.stack([s.solve(weights[:, used]).log_temperature for s, used in fold_solvers], axis=1)
         row_weights = weights[:, eval_codes]
-        replicates[:, 0, start:stop] = _after_metrics(stats, ze, ye, None, row_weights)
-        replicates[:, 1, start:stop] = _after_metrics(stats, ze, ye, s_fold[:, fe], row_weights)
+        replicates[:, 0, start:stop] = metrics_at_temperatures(stats, ze, ye, None, row_weights)
+        replicates[:, 1, start:stop] = metrics_at_temperatures(stats, ze, ye, s_fold[:, fe], row_weights)
         start = stop
     return CrossfitIntervals(
         metrics=names,

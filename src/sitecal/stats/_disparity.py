@@ -20,8 +20,9 @@ from sitecal.metrics import SumMetricStatistic, metric_statistic
 from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._drawn_sums import DrawnSums
+from sitecal.stats._evaluators import auto_chunk_size
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import ClusterPlan, Draws, auto_chunk_size, make_plan, map_chunks
+from sitecal.stats._resample import ClusterPlan, Draws, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DisparityResult", "disparity_intervals"]

@@ -18,12 +18,11 @@ from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.metrics._softmax import softmax_class_major
 from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapSpec
-from sitecal.stats._term_sums import weighted_term_sums
+from sitecal.stats._term_sums import term_sums_at_temperatures
 
 __all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals"]
 
@@ -214,13 +213,7 @@ def refit_disparity_intervals(
         s: NDArray[np.float64], row_weights: NDArray[np.float64]
     ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
         """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
-        r = s.shape[0]
-        sums = [np.empty((r, n_groups, width)) for width in widths]
-        for b in range(r):  # a loop over resamples: each row calibrated with its own refitted temperature
-            probs_t = softmax_class_major(z_t / np.exp(s[b]))
-            for statistic, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
-                columns, terms = statistic.sparse_terms(probs_t, y)
-                out[b] = weighted_term_sums(columns, terms, row_weights[b : b + 1], width, codes, n_groups)[0]
+        sums = term_sums_at_temperatures(statistics, widths, z_t, y, s, row_weights, codes, n_groups)
         return [
             (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
             for statistic, total in zip(statistics, sums, strict=True)

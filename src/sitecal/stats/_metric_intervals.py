@@ -13,8 +13,9 @@ from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
 from sitecal.metrics.registry import names as metric_names
+from sitecal.stats._evaluators import SharedSums, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import Draws, SharedSums, auto_chunk_size, make_evaluator, make_plan, map_chunks
+from sitecal.stats._resample import Draws, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]

@@ -19,27 +19,15 @@ from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
-from sitecal.metrics._softmax import softmax_class_major
 from sitecal.metrics.registry import ECE
+from sitecal.stats._evaluators import auto_chunk_size, make_evaluator
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
-from sitecal.stats._resample import (
-    CHUNK_ELEMENTS,
-    ClusterPlan,
-    Draws,
-    auto_chunk_size,
-    draw_chunks,
-    make_evaluator,
-    make_plan,
-)
+from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
 from sitecal.stats._spec import BootstrapSpec
-from sitecal.stats._term_sums import weighted_term_sums
+from sitecal.stats._term_sums import RefitStatistic, metrics_at_temperatures
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
-
-#: What the refit bootstrap evaluates: sums of per-row terms, or a statistic of each resample's own
-#: probabilities (``evaluate_each``), as the smooth ECE, whose bandwidth is refitted in every resample.
-RefitStatistic = SumMetricStatistic | SmoothECEStatistic
 
 
 def _split(
@@ -50,63 +38,6 @@ def _split(
     y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func, name=f"{which}_labels")
     plan = make_plan(z.shape[0], clusters, strata, func=f"{func} ({which} split)")
     return z, y, plan
-
-
-def _after_metrics(
-    statistics: Sequence[RefitStatistic],
-    logits: NDArray[np.float64],
-    labels: NDArray[np.int64],
-    s: NDArray[np.float64] | None,
-    row_weights: NDArray[np.float64],
-) -> NDArray[np.float64]:
-    """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
-
-    ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
-    each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
-    once). A sum statistic is reduced from its sparse per-row terms (:func:`weighted_term_sums`), computed
-    from class-major probabilities one resample at a time; another statistic from each resample's own
-    probabilities.
-    """
-    n = logits.shape[0]
-    r = row_weights.shape[0]
-    out = np.empty((len(statistics), r))
-    logits_t = np.ascontiguousarray(logits.T)
-    widths = [
-        st.row_terms(softmax(logits[:1]), labels[:1]).shape[1] if isinstance(st, SumMetricStatistic) else 0
-        for st in statistics
-    ]
-    if s is None:  # the same probabilities in every resample: terms once, a chunk of resamples per sum
-        probs_t = softmax_class_major(logits_t.copy())
-        step = max(1, CHUNK_ELEMENTS // (4 * n))
-        for i, stat in enumerate(statistics):  # a loop over metrics
-            if not isinstance(stat, SumMetricStatistic):
-                out[i] = [
-                    stat.evaluate_each(np.ascontiguousarray(probs_t.T)[None], labels, row_weights[b : b + 1])[
-                        0
-                    ]
-                    for b in range(r)
-                ]
-                continue
-            columns, values = stat.sparse_terms(probs_t, labels)
-            for start in range(0, r, step):  # a loop over chunks of resamples
-                sl = slice(start, min(r, start + step))
-                out[i, sl] = stat.from_sums(
-                    weighted_term_sums(columns, values, row_weights[sl], widths[i])[:, 0]
-                )
-        return out
-    for b in range(r):  # a loop over resamples: each its own temperatures
-        probs_t = softmax_class_major(logits_t / np.exp(s[b]))
-        for i, stat in enumerate(statistics):  # a loop over metrics
-            if not isinstance(stat, SumMetricStatistic):
-                out[i, b] = stat.evaluate_each(
-                    np.ascontiguousarray(probs_t.T)[None], labels, row_weights[b : b + 1]
-                )[0]
-                continue
-            columns, values = stat.sparse_terms(probs_t, labels)
-            out[i, b] = stat.from_sums(
-                weighted_term_sums(columns, values, row_weights[b : b + 1], widths[i])[:, 0]
-            )[0]
-    return out
 
 
 def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[RefitStatistic]]:
@@ -255,7 +186,7 @@ def refit_bootstrap(
         s0 = given[0]
     before_probs = softmax(ze)
     before = [make_evaluator(stat, (before_probs, ye), eval_plan) for stat in stats]
-    after_at_s0 = _after_metrics(stats, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[:, 0]
+    after_at_s0 = metrics_at_temperatures(stats, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[:, 0]
     estimates = np.stack([np.array([e.estimate() for e in before]), after_at_s0], axis=1)
 
     b = spec.n_resamples
@@ -284,7 +215,7 @@ def refit_bootstrap(
             max_err = max(max_err, float(sol.error_bound.max()))
         for i, evaluator in enumerate(before):  # a loop over metrics
             replicates[i, 0, start:stop] = evaluator.replicates(eval_draws)
-        replicates[:, 1, start:stop] = _after_metrics(
+        replicates[:, 1, start:stop] = metrics_at_temperatures(
             stats, ze, ye, s_rep[start:stop], eval_draws.weights[:, eval_plan.cluster_of_row]
         )
         start = stop
@@ -375,7 +306,7 @@ def _bca_influence(
             # each sample's influence values carry its own 1/n (Efron & Tibshirani 1993, 14.3; scipy)
             eval_part[i, j] = (k_eval - 1) * (jk - jk.mean()) / k_eval
     h = max(float(np.std(s_rep, ddof=1)), 1e-6)
-    ends = _after_metrics(stats, ze, ye, np.array([s0 - h, s0 + h]), np.ones((2, eval_plan.n)))
+    ends = metrics_at_temperatures(stats, ze, ye, np.array([s0 - h, s0 + h]), np.ones((2, eval_plan.n)))
     slope = (ends[:, 1] - ends[:, 0]) / (2.0 * h)  # (M,)
     ds = (k_fit_clusters - 1) * (s_jack - s_jack.mean()) / k_fit_clusters
     fit_part = np.zeros((m, 2, ds.shape[0]))

@@ -1,4 +1,4 @@
-"""Weighted sums of sparse per-row metric terms, per resample and group, in one ``numpy.bincount``.
+"""Weighted sums of sparse per-row metric terms, and the refit bootstraps' metrics at moving temperatures.
 
 A binned metric's row touches a few of its ``J`` term columns (the row count and its own bin), so its
 terms are kept as (column, value) pairs (:meth:`~sitecal.metrics.SumMetricStatistic.sparse_terms`) and a
@@ -10,10 +10,20 @@ depend on how resamples are chunked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["weighted_term_sums"]
+from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, softmax
+from sitecal.metrics._softmax import softmax_class_major
+from sitecal.stats._resample import CHUNK_ELEMENTS
+
+__all__ = ["RefitStatistic", "metrics_at_temperatures", "term_sums_at_temperatures", "weighted_term_sums"]
+
+#: What the refit bootstrap evaluates: sums of per-row terms, or a statistic of each resample's own
+#: probabilities (``evaluate_each``), as the smooth ECE, whose bandwidth is refitted in every resample.
+RefitStatistic = SumMetricStatistic | SmoothECEStatistic
 
 
 def weighted_term_sums(
@@ -56,4 +66,78 @@ def weighted_term_sums(
     weighted = row_weights[:, None, :] * values
     sums = np.bincount(keys.reshape(-1), weighted.reshape(-1), minlength=r * stride)
     out: NDArray[np.float64] = sums.reshape(r, n_groups, n_columns).astype(np.float64, copy=False)
+    return out
+
+
+def term_sums_at_temperatures(
+    statistics: Sequence[SumMetricStatistic],
+    widths: Sequence[int],
+    logits_t: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    s: NDArray[np.float64],
+    row_weights: NDArray[np.float64],
+    groups: NDArray[np.int64] | None = None,
+    n_groups: int = 1,
+) -> list[NDArray[np.float64]]:
+    """Per statistic, the (R, G, J) sums of its terms under ``softmax(logits / exp(s_b))``, per resample.
+
+    ``logits_t``: class-major logits (C, N); ``s``: one log T per resample, shape (R,), or one per resample
+    and row, shape (R, N); ``widths``: each statistic's ``J``; ``groups``, ``n_groups`` as for
+    :func:`weighted_term_sums`. Each resample's probabilities are computed class-major and dropped.
+    """
+    r = row_weights.shape[0]
+    sums = [np.empty((r, n_groups, width)) for width in widths]
+    for b in range(r):  # a loop over resamples: each its own temperatures
+        probs_t = softmax_class_major(logits_t / np.exp(s[b]))
+        for stat, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
+            columns, values = stat.sparse_terms(probs_t, labels)
+            out[b] = weighted_term_sums(columns, values, row_weights[b : b + 1], width, groups, n_groups)[0]
+    return sums
+
+
+def metrics_at_temperatures(
+    statistics: Sequence[RefitStatistic],
+    logits: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    s: NDArray[np.float64] | None,
+    row_weights: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
+
+    ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
+    each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
+    once). A sum statistic is reduced from its sparse per-row terms (:func:`term_sums_at_temperatures`);
+    another statistic from each resample's own probabilities.
+    """
+    n = logits.shape[0]
+    r = row_weights.shape[0]
+    out = np.empty((len(statistics), r))
+    logits_t = np.ascontiguousarray(logits.T)
+    summed = [i for i, st in enumerate(statistics) if isinstance(st, SumMetricStatistic)]
+    sum_stats = [st for st in statistics if isinstance(st, SumMetricStatistic)]
+    widths = [st.row_terms(softmax(logits[:1]), labels[:1]).shape[1] for st in sum_stats]
+    fixed_t = softmax_class_major(logits_t.copy()) if s is None else None
+    if fixed_t is not None:  # the same probabilities in every resample: terms once, a chunk per sum
+        step = max(1, CHUNK_ELEMENTS // (4 * n))
+        for i, stat, width in zip(summed, sum_stats, widths, strict=True):  # a loop over metrics
+            columns, values = stat.sparse_terms(fixed_t, labels)
+            for start in range(0, r, step):  # a loop over chunks of resamples
+                sl = slice(start, min(r, start + step))
+                out[i, sl] = stat.from_sums(weighted_term_sums(columns, values, row_weights[sl], width)[:, 0])
+    elif sum_stats:
+        assert s is not None
+        sums = term_sums_at_temperatures(sum_stats, widths, logits_t, labels, s, row_weights)
+        for i, stat, total in zip(summed, sum_stats, sums, strict=True):  # a loop over metrics
+            out[i] = [stat.from_sums(total[b : b + 1, 0])[0] for b in range(r)]
+    for i, other in enumerate(statistics):  # a loop over the other metrics, each resample's probabilities
+        if isinstance(other, SumMetricStatistic):
+            continue
+        for b in range(r):  # a loop over resamples
+            if fixed_t is not None:
+                probs_t = fixed_t
+            else:
+                assert s is not None
+                probs_t = softmax_class_major(logits_t / np.exp(s[b]))
+            probs = np.ascontiguousarray(probs_t.T)[None]
+            out[i, b] = other.evaluate_each(probs, labels, row_weights[b : b + 1])[0]
     return out
