@@ -29,6 +29,7 @@ LAYER = {
     "_pseudonym": 1,
     "_hash_manifest": 1,  # remembered file hashes (hash once), keyed under the site key
     "_io": 1,
+    "_kernels": 1,  # compiled per-resample loops (numba), loaded on first use
     "_dicomfile": 1,
     "_scrub": 1,
     "_worker_logs": 1,

@@ -96,3 +96,29 @@ def test_weighted_term_sums_equal_dense_group_sums(metric: str) -> None:
         ]
     )
     assert np.array_equal(halves, got)
+
+
+@pytest.mark.parametrize("n_bins", [1, 7, 15, 40])
+def test_compiled_top_label_entries_equal_numpy_bins_and_arg_max_at_every_edge(n_bins: int) -> None:
+    """The compiled loop puts each row in the (lo, hi] bin numpy.searchsorted gives, edges included."""
+    from sitecal._kernels import top_label_entries
+    from sitecal.metrics._binning import assign_bins, bin_edges
+
+    edges = bin_edges(np.empty(0), n_bins, "width")
+    rng = np.random.default_rng(n_bins)
+    on_edges = edges[edges >= 0.5]  # a top-label confidence of two classes is at least 1/2
+    near = np.concatenate([on_edges, np.nextafter(on_edges, 0.0), np.nextafter(on_edges, 1.0)]).clip(0.5, 1.0)
+    top = np.concatenate([near, rng.uniform(0.34, 1.0, 500)])
+    probs = np.stack([top, 1.0 - top, np.zeros_like(top)])  # class-major (C, N)
+    probs[:, ::3] = probs[[1, 0, 2]][:, ::3]  # the arg-max in another class for some rows
+    probs[:, 1::7] = probs[[2, 1, 0]][:, 1::7]
+    y = rng.integers(0, 3, top.shape[0])
+    columns, values = top_label_entries(probs, y, edges, "ngac")
+    predicted = probs.argmax(axis=0)
+    confidence = probs.max(axis=0)
+    correct = (predicted == y).astype(np.float64)
+    index = assign_bins(confidence, edges)
+    assert np.array_equal(columns[0], np.zeros_like(y)) and np.array_equal(values[0], np.ones(y.shape[0]))
+    for j, expected in enumerate([np.ones(y.shape[0]), correct - confidence, correct, confidence]):
+        assert np.array_equal(columns[j + 1], index + 1 + j * n_bins)
+        assert np.array_equal(values[j + 1], expected)

@@ -61,13 +61,8 @@ def test_drawn_sums_equal_weighted_sums_for_sparse_dense_and_constant_columns() 
     assert drawn(draws.indices)[:, 0].tolist() == [float(k)] * 40
 
 
-@pytest.mark.parametrize("factor", [0.0, 1e9])
-def test_ragged_and_padded_sparse_entries_give_the_same_sums_bit_for_bit(
-    factor: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A long tail of cluster sizes reads each draw's own run of entries: the sums of the padded table."""
-    import sitecal.stats._drawn_sums as drawn_sums
-
+def test_drawn_sums_depend_on_each_resamples_counts_only() -> None:
+    """A resample's sums are the same whatever the chunk it is in or the order of its draws."""
     rng = np.random.default_rng(7)
     k, j = 500, 40
     sums = np.zeros((k, j))
@@ -75,15 +70,16 @@ def test_ragged_and_padded_sparse_entries_give_the_same_sums_bit_for_bit(
     entries = np.where(rng.random(k) < 0.02, 12, 1)  # a few clusters with many entries
     for c in range(k):  # a loop over clusters
         sums[c, 1 + rng.choice(j - 1, entries[c], replace=False)] = rng.normal(size=entries[c])
-    default = DrawnSums(sums)  # ragged: the widest cluster is ten times the mean
-    assert default._ragged
-    monkeypatch.setattr(drawn_sums, "_RAGGED_FACTOR", factor)
-    other = DrawnSums(sums)
-    assert other._ragged is (factor == 0.0)
+    drawn = DrawnSums(sums)
     plan = make_plan(k, None, None, func="test")
     draws = draw(plan, np.random.default_rng(2), 25)
-    assert np.array_equal(other(draws.indices), default(draws.indices))
-    np.testing.assert_allclose(other(draws.indices), draws.weights @ sums, rtol=1e-12, atol=1e-12)
+    whole = drawn(draws.indices)
+    one_by_one = np.concatenate([drawn(draws.indices[b : b + 1]) for b in range(25)])
+    shuffled = drawn(np.sort(draws.indices, axis=1)[:, ::-1])
+    assert np.array_equal(whole, one_by_one) and np.array_equal(whole, shuffled)
+    np.testing.assert_allclose(whole, draws.weights @ sums, rtol=1e-12, atol=1e-12)
+    # integer-valued columns sum exactly
+    assert whole[:, 0].tolist() == (draws.weights @ sums[:, 0]).tolist()
 
 
 def test_integer_draws_are_below_the_stratum_size() -> None:

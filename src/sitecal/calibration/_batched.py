@@ -325,6 +325,31 @@ class BatchedTemperatureSolver:
         errors = _row_sums(cluster_weights, self._errors[:, None])[:, 0]
         return self._solve(coeffs, errors, lambda rows: cluster_weights[rows][:, self._cluster_of_row])
 
+    @property
+    def cluster_terms(self) -> NDArray[np.float64]:
+        """Per cluster, its surrogate coefficients (``degree`` columns) then its error bound: (K, degree + 1).
+
+        A weighting ``w``'s fit needs ``w @ cluster_terms`` only (:meth:`solve_summed`), which a caller
+        holding many solvers over one set of patients can compute for all of them in one pass.
+        """
+        return np.concatenate([self._coeffs, self._errors[:, None]], axis=1)
+
+    def solve_summed(
+        self,
+        summed: NDArray[np.float64],
+        cluster_weights: Callable[[NDArray[np.intp]], NDArray[np.float64]],
+    ) -> BatchedSolution:
+        """Fits from ``w @ cluster_terms`` (B, degree + 1), computed by the caller for weightings ``w``.
+
+        ``cluster_weights(rows)`` gives the (len(rows), n_clusters) weights of the weightings numbered
+        ``rows``, for the few the surrogate cannot certify (solved exactly on their rows).
+        """
+        return self._solve(
+            summed[:, : self.degree],
+            summed[:, self.degree],
+            lambda rows: cluster_weights(rows)[:, self._cluster_of_row],
+        )
+
     def jackknife(self) -> BatchedSolution:
         """Leave-one-cluster-out fits, shape (n_clusters,)."""
         total_c = self._coeffs.sum(axis=0, keepdims=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -37,6 +38,7 @@ from sitecal.protocol import Protocol
 from sitecal.results import (
     BootstrapSettings,
     CohortFlow,
+    DisparityStages,
     EceSettings,
     Evaluation,
     GroupResult,
@@ -243,8 +245,9 @@ def evaluate(
         if ev.bootstrap.refit and attributes and ev.disparity_metrics and methods is None
         else None
     )
-    disparities = {
-        name: attribute_disparities(
+
+    def compared(name: str) -> dict[str, DisparityStages]:
+        return attribute_disparities(
             name,
             prob_sets,
             labels,
@@ -254,8 +257,19 @@ def evaluate(
             spec=spec,
             refit=None if replicates is None else (logits, replicates),
         )
-        for name in tqdm(attributes, desc="Disparities", unit="attribute", disable=not progress)
-    }
+
+    # attributes are compared side by side: each draws from its own seeded streams, so the results do
+    # not depend on which thread computes them or when
+    with (
+        ThreadPoolExecutor(
+            max_workers=max(1, spec.n_workers), thread_name_prefix="sitecal-attribute"
+        ) as pool,
+        tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar,
+    ):
+        futures = {name: pool.submit(compared, name) for name in attributes}
+        for _ in as_completed(futures.values()):  # a loop over finished attributes, for the bar
+            bar.update(1)
+        disparities = {name: future.result() for name, future in futures.items()}
     sensitivity = sensitivity_analyses(protocol, data, split, temperatures, methods=methods)
     comparison = compare_recalibration(
         protocol,

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from sitecal.metrics._binning import assign_bins, bin_edges
+from sitecal._kernels import top_label_entries as compiled_top_label_entries
+from sitecal.metrics._binning import bin_edges
 from sitecal.metrics._scores import NLL_CLIP
 
 __all__ = ["SparseTerms", "accuracy_t", "brier_t", "nll_t", "score_entries", "top_label_entries"]
@@ -82,15 +83,5 @@ def top_label_entries(
     The blocks, ``n_bins`` columns each, in the order given: ``n`` count, ``g`` correctness minus
     confidence, ``a`` correctness, ``c`` confidence; equal-width bins on (lo, hi].
     """
-    predicted, confidence = _predicted(probs_t)
-    correct = (predicted == labels).astype(np.float64)
-    index = assign_bins(confidence, bin_edges(np.empty(0), n_bins, "width"))
-    n = labels.shape[0]
-    columns = np.empty((len(parts) + 1, n), dtype=np.int64)
-    values = np.empty((len(parts) + 1, n))
-    columns[0], values[0] = 0, 1.0
-    block = {"n": 1.0, "g": correct - confidence, "a": correct, "c": confidence}
-    for j, part in enumerate(parts):  # a loop over the per-bin blocks
-        np.add(index, 1 + j * n_bins, out=columns[j + 1])
-        values[j + 1] = block[part]
-    return columns, values
+    edges = bin_edges(np.empty(0), n_bins, "width")
+    return compiled_top_label_entries(probs_t, labels, edges, parts)

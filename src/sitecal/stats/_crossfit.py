@@ -24,6 +24,7 @@ from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
+from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 from sitecal.stats._term_sums import metrics_at_temperatures
 
@@ -220,14 +221,17 @@ def crossfit_bootstrap(
     s_rep = np.empty(b)
     replicates = np.empty((len(names), 2, b))
     start = 0
+    refits = SolverSet([deployed, *fold_solvers], plan.n_clusters)
+    patient_of_cluster = np.arange(plan.n_clusters, dtype=np.int64)  # the plan's clusters are the patients
     for draws in draw_chunks(plan, seed=spec.seed, n_resamples=b, chunk_size=chunk):  # chunks of resamples
         stop = start + draws.size
-        weights = draws.weights
-        s_rep[start:stop] = deployed[0].solve(weights[:, deployed[1]]).log_temperature
-        s_fold = np.stack([s.solve(weights[:, used]).log_temperature for s, used in fold_solvers], axis=1)
-        row_weights = weights[:, eval_codes]
+        s_all = refits.solve(draws.indices, patient_of_cluster)
+        s_rep[start:stop], s_fold = s_all[:, 0], s_all[:, 1:]
+        row_weights = draws.weights[:, eval_codes]
         replicates[:, 0, start:stop] = metrics_at_temperatures(stats, ze, ye, None, row_weights)
-        replicates[:, 1, start:stop] = metrics_at_temperatures(stats, ze, ye, s_fold[:, fe], row_weights)
+        replicates[:, 1, start:stop] = metrics_at_temperatures(
+            stats, ze, ye, s_fold[:, fe], row_weights, workers=spec.n_workers
+        )
         start = stop
     return CrossfitIntervals(
         metrics=names,

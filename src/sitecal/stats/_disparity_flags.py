@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sitecal._kernels import assign_permuted, grouped_entry_sums
 from sitecal._validation import check_float, check_int, check_option
 from sitecal.errors import DataError
 from sitecal.metrics.registry import ECE
@@ -230,13 +231,7 @@ def size_matched_flags_each(
         """(P, N) group codes -> (P, G) gap of every group to the rest, for one case."""
         statistic, columns, values, width, total = forms[case]
         size = assigned.shape[0]
-        keys = (assigned[:, None, :] + (np.arange(size) * n_groups)[:, None, None]) * width + columns[None]
-        flat = np.bincount(
-            keys.reshape(-1),
-            np.broadcast_to(values, keys.shape).reshape(-1),
-            minlength=size * n_groups * width,
-        )
-        sums: NDArray[np.float64] = flat.reshape(size * n_groups, width).astype(np.float64, copy=False)
+        sums = grouped_entry_sums(assigned, columns, values, width, n_groups).reshape(size * n_groups, width)
         with np.errstate(invalid="ignore", divide="ignore"):
             out = statistic.from_sums(sums) - statistic.from_sums(total[None, :] - sums)
         return np.asarray(out, dtype=np.float64).reshape(size, n_groups)
@@ -245,20 +240,16 @@ def size_matched_flags_each(
     rng = np.random.default_rng(rng_seed)
     permuted = [np.empty((n_perm, n_groups)) for _ in cases]
     patient_size = np.bincount(patient, minlength=plan.n_clusters)
-    by_rank = np.empty(plan.n_clusters, dtype=np.int64)
     width = max(f[1].shape[0] for f in forms)
     chunk = max(1, min(_CHUNK, _CHUNK_CELLS // (p.shape[0] * width)))
     for start in range(0, n_perm, chunk):  # a loop over chunks of permutations
         size = min(chunk, n_perm - start)
         assigned = np.empty((size, p.shape[0]), dtype=np.int64)
         for i in range(size):  # a loop over the chunk's permutations
-            rank = rng.permutation(plan.n_clusters)
-            # the new layout takes the patients in rank order, each patient's rows in their order: a
-            # row's place is the rows of the patients ranked before its own plus its place within its
-            # patient (the order a stable sort on rank * width + within gives, in O(N), not O(N log N))
-            by_rank[rank] = np.arange(plan.n_clusters)
-            before = np.cumsum(patient_size[by_rank]) - patient_size[by_rank]
-            assigned[i] = label_sequence[before[rank][patient] + within]
+            # the new layout takes the patients in rank order, each patient's rows in their order
+            assigned[i] = assign_permuted(
+                rng.permutation(plan.n_clusters), patient_size, patient, within, label_sequence
+            )
         for c in range(len(cases)):  # a loop over cases, on the same permutations
             permuted[c][start : start + size] = gaps(c, assigned)
     return [

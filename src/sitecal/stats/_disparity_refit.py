@@ -21,6 +21,7 @@ from sitecal.metrics import softmax
 from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
+from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapSpec
 from sitecal.stats._term_sums import term_sums_at_temperatures
 
@@ -90,7 +91,9 @@ class TemperatureReplicates:
                 raise DataError(f"{func}: with shared=False the fit and evaluated patients must be disjoint.")
             self.fit_plan = make_plan(fit_p.shape[0], fit_p, None, func=func)
             self.fit_plan_patients = _patient_of_cluster(self.fit_plan, fit_codes)
-        self.solvers: list[tuple[BatchedTemperatureSolver, NDArray[np.int64], NDArray[np.bool_]]] = []
+        solvers: list[tuple[BatchedTemperatureSolver, NDArray[np.int64]]] = []
+        # each evaluated row's temperature, as an index into the solvers
+        self.solver_of_row = np.empty(n_eval, dtype=np.int64)
         self.s0 = np.empty(n_eval)
         for fit in fits:  # a loop over temperatures
             if not fit.eval_rows.any():
@@ -99,8 +102,10 @@ class TemperatureReplicates:
             solver = BatchedTemperatureSolver(
                 z[fit.fit_rows], y[fit.fit_rows], local, used.shape[0], bounds=bounds, func=func
             )
-            self.solvers.append((solver, used, fit.eval_rows))
+            self.solver_of_row[fit.eval_rows] = len(solvers)
+            solvers.append((solver, used))
             self.s0[fit.eval_rows] = solver.fit.log_temperature
+        self.solvers = SolverSet(solvers, self.patients.shape[0])
 
     def chunks(
         self, eval_draws: Iterator[Draws], eval_plan: ClusterPlan, chunk_size: int
@@ -123,15 +128,11 @@ class TemperatureReplicates:
             )
         )
         for draws in eval_draws:  # a loop over chunks of resamples
-            weights = np.zeros((draws.size, self.patients.shape[0]))
             if fit_draws is None:  # one draw of patients refits and weights alike
-                weights[:, eval_to_all] = draws.weights
+                refits = self.solvers.solve(draws.indices, eval_to_all)
             else:
-                weights[:, self.fit_plan_patients] = next(fit_draws).weights
-            s = np.empty((draws.size, self.s0.shape[0]))
-            for solver, used, rows in self.solvers:  # a loop over temperatures
-                s[:, rows] = solver.solve(weights[:, used]).log_temperature[:, None]
-            yield draws, s
+                refits = self.solvers.solve(next(fit_draws).indices, self.fit_plan_patients)
+            yield draws, np.take(refits, self.solver_of_row, axis=1)
 
 
 def _patient_of_cluster(plan: ClusterPlan, patient_of_row: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -213,7 +214,9 @@ def refit_disparity_intervals(
         s: NDArray[np.float64], row_weights: NDArray[np.float64]
     ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
         """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
-        sums = term_sums_at_temperatures(statistics, widths, z_t, y, s, row_weights, codes, n_groups)
+        sums = term_sums_at_temperatures(
+            statistics, widths, z_t, y, s, row_weights, codes, n_groups, workers=spec.n_workers
+        )
         return [
             (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
             for statistic, total in zip(statistics, sums, strict=True)

@@ -216,7 +216,12 @@ def refit_bootstrap(
         for i, evaluator in enumerate(before):  # a loop over metrics
             replicates[i, 0, start:stop] = evaluator.replicates(eval_draws)
         replicates[:, 1, start:stop] = metrics_at_temperatures(
-            stats, ze, ye, s_rep[start:stop], eval_draws.weights[:, eval_plan.cluster_of_row]
+            stats,
+            ze,
+            ye,
+            s_rep[start:stop],
+            eval_draws.weights[:, eval_plan.cluster_of_row],
+            workers=spec.n_workers,
         )
         start = stop
 

@@ -32,6 +32,7 @@ __all__ = [
     "draw",
     "draw_chunks",
     "draw_weights",
+    "for_each",
     "make_plan",
     "map_chunks",
     "weight_chunks",
@@ -238,6 +239,22 @@ def map_chunks(
         while pending:
             a, b, future = pending.popleft()
             yield a, b, future.result()
+
+
+def for_each(func: Callable[[int], None], n: int, workers: int = 1) -> None:
+    """Call ``func(i)`` for ``i`` in ``range(n)``, in a pool of ``workers`` threads when above 1.
+
+    For per-resample work that writes its own slot of an output: numpy's loops and the compiled
+    kernels release the GIL, so resamples run side by side, and each result is the same whichever
+    thread computes it. An exception in any call is raised here.
+    """
+    if workers <= 1 or n <= 1:
+        for i in range(n):  # a loop over resamples
+            func(i)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, n), thread_name_prefix="sitecal-resample") as pool:
+        for _ in pool.map(func, range(n)):  # a loop over results, to raise the first exception
+            pass
 
 
 def weight_chunks(

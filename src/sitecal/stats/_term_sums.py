@@ -1,11 +1,11 @@
 """Weighted sums of sparse per-row metric terms, and the refit bootstraps' metrics at moving temperatures.
 
 A binned metric's row touches a few of its ``J`` term columns (the row count and its own bin), so its
-terms are kept as (column, value) pairs (:meth:`~sitecal.metrics.SumMetricStatistic.sparse_terms`) and a
-chunk of resamples is summed with one ``bincount`` over (resample, group, column) keys: about ``k`` adds
-per row and resample whatever the number of bins or groups, where dense terms cost ``J`` multiplies per
-row, resample and group. Each sum accumulates its own resample's rows in row order, so the sums do not
-depend on how resamples are chunked.
+terms are kept as (column, value) pairs (:meth:`~sitecal.metrics.SumMetricStatistic.sparse_terms`) and
+each resample is summed by a compiled loop (:func:`~sitecal._kernels.weighted_entry_sums`): about ``k``
+adds per drawn row whatever the number of bins or groups, where dense terms cost ``J`` multiplies per row,
+resample and group. Each sum accumulates its own resample's rows in row order (the order a ``bincount``
+over (resample, group, column) keys adds them), so the sums do not depend on how resamples are chunked.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from sitecal._kernels import weighted_entry_sums
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, softmax
 from sitecal.metrics._softmax import softmax_class_major
-from sitecal.stats._resample import CHUNK_ELEMENTS
+from sitecal.stats._resample import CHUNK_ELEMENTS, for_each
 
 __all__ = ["RefitStatistic", "metrics_at_temperatures", "term_sums_at_temperatures", "weighted_term_sums"]
 
@@ -59,13 +60,11 @@ def weighted_term_sums(
     [[[2.0, 0.5, 2.0]], [[3.0, 4.0, 4.0]]]
     """
     r = row_weights.shape[0]
-    stride = n_groups * n_columns
-    base = columns if groups is None else columns + groups * n_columns
-    offsets = (np.arange(r, dtype=np.int64) * stride)[:, None, None]
-    keys = base + offsets if base.ndim == 3 else base[None, :, :] + offsets
-    weighted = row_weights[:, None, :] * values
-    sums = np.bincount(keys.reshape(-1), weighted.reshape(-1), minlength=r * stride)
-    out: NDArray[np.float64] = sums.reshape(r, n_groups, n_columns).astype(np.float64, copy=False)
+    out = np.empty((r, n_groups, n_columns))
+    for b in range(r):  # a loop over resamples, each summed in row order (rows of weight 0 skipped)
+        cols = columns[b] if columns.ndim == 3 else columns
+        vals = values[b] if values.ndim == 3 else values
+        out[b] = weighted_entry_sums(cols, vals, row_weights[b], n_columns, groups, n_groups)
     return out
 
 
@@ -78,20 +77,31 @@ def term_sums_at_temperatures(
     row_weights: NDArray[np.float64],
     groups: NDArray[np.int64] | None = None,
     n_groups: int = 1,
+    workers: int = 1,
 ) -> list[NDArray[np.float64]]:
     """Per statistic, the (R, G, J) sums of its terms under ``softmax(logits / exp(s_b))``, per resample.
 
     ``logits_t``: class-major logits (C, N); ``s``: one log T per resample, shape (R,), or one per resample
     and row, shape (R, N); ``widths``: each statistic's ``J``; ``groups``, ``n_groups`` as for
-    :func:`weighted_term_sums`. Each resample's probabilities are computed class-major and dropped.
+    :func:`weighted_term_sums`. Each resample's probabilities are computed class-major and dropped;
+    ``workers`` threads compute resamples side by side (the sums do not depend on it).
     """
     r = row_weights.shape[0]
     sums = [np.empty((r, n_groups, width)) for width in widths]
-    for b in range(r):  # a loop over resamples: each its own temperatures
-        probs_t = softmax_class_major(logits_t / np.exp(s[b]))
+
+    def one(b: int) -> None:
+        """Resample ``b``: only its drawn rows are calibrated and summed (the others add nothing)."""
+        drawn = np.flatnonzero(row_weights[b])
+        scale = np.exp(s[b] if s.ndim == 1 else s[b, drawn])
+        probs_t = softmax_class_major(np.take(logits_t, drawn, axis=1) / scale)
+        at = labels[drawn]
+        weights = row_weights[b, drawn]
+        in_group = None if groups is None else groups[drawn]
         for stat, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
-            columns, values = stat.sparse_terms(probs_t, labels)
-            out[b] = weighted_term_sums(columns, values, row_weights[b : b + 1], width, groups, n_groups)[0]
+            columns, values = stat.sparse_terms(probs_t, at)
+            out[b] = weighted_entry_sums(columns, values, weights, width, in_group, n_groups)
+
+    for_each(one, r, workers)
     return sums
 
 
@@ -101,13 +111,14 @@ def metrics_at_temperatures(
     labels: NDArray[np.int64],
     s: NDArray[np.float64] | None,
     row_weights: NDArray[np.float64],
+    workers: int = 1,
 ) -> NDArray[np.float64]:
     """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
 
     ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
     each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
     once). A sum statistic is reduced from its sparse per-row terms (:func:`term_sums_at_temperatures`);
-    another statistic from each resample's own probabilities.
+    another statistic from each resample's own probabilities. ``workers``: threads for the resamples.
     """
     n = logits.shape[0]
     r = row_weights.shape[0]
@@ -126,7 +137,7 @@ def metrics_at_temperatures(
                 out[i, sl] = stat.from_sums(weighted_term_sums(columns, values, row_weights[sl], width)[:, 0])
     elif sum_stats:
         assert s is not None
-        sums = term_sums_at_temperatures(sum_stats, widths, logits_t, labels, s, row_weights)
+        sums = term_sums_at_temperatures(sum_stats, widths, logits_t, labels, s, row_weights, workers=workers)
         for i, stat, total in zip(summed, sum_stats, sums, strict=True):  # a loop over metrics
             out[i] = [stat.from_sums(total[b : b + 1, 0])[0] for b in range(r)]
     for i, other in enumerate(statistics):  # a loop over the other metrics, each resample's probabilities

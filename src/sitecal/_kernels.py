@@ -1,0 +1,337 @@
+"""Compiled loops of the resampling engine (numba): each resample's sums in one pass, in a fixed order.
+
+Every kernel reduces one resample (or permutation) at a time from its own inputs only, adding in an
+order fixed by the data (cluster order, or row order), never by the chunk, the thread or the machine:
+no ``fastmath``, so the compiler keeps each addition where the loop puts it. The kernels release the
+GIL, so the callers' threads run them side by side. Compiled code is cached on disk (numba's cache,
+next to this file or in the user's cache folder), so a process pays the compilation once per install.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "assign_permuted",
+    "counted_sums",
+    "grouped_entry_sums",
+    "membership_sums",
+    "top_label_entries",
+    "weighted_entry_sums",
+]
+
+
+@functools.cache
+def _compiled(loop: Callable[..., None]) -> Callable[..., Any]:
+    """``loop`` compiled by numba, on first use (importing the numeric core does not load numba)."""
+    import numba
+
+    compiled: Callable[..., Any] = numba.njit(nogil=True, cache=True, boundscheck=False)(loop)
+    return compiled
+
+
+def _counted_sums(
+    indices: NDArray[np.int64],
+    start: NDArray[np.int64],
+    stop: NDArray[np.int64],
+    cols: NDArray[np.int64],
+    vals: NDArray[np.float64],
+    out: NDArray[np.float64],
+    counts: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    for b in range(indices.shape[0]):
+        counts[:] = 0
+        for d in range(indices.shape[1]):
+            counts[indices[b, d]] += 1
+        for j in range(out.shape[1]):
+            out[b, j] = 0.0
+        for c in range(counts.shape[0]):
+            w = counts[c]
+            if w:
+                fw = float(w)
+                for e in range(start[c], stop[c]):
+                    out[b, cols[e]] += fw * vals[e]
+
+
+def counted_sums(
+    indices: NDArray[np.int64],
+    start: NDArray[np.int64],
+    stop: NDArray[np.int64],
+    cols: NDArray[np.int64],
+    vals: NDArray[np.float64],
+    n_columns: int,
+) -> NDArray[np.float64]:
+    """Per resample, ``sum_c count_b(c) * S[c]`` for drawn cluster indices (R, D): shape (R, n_columns).
+
+    ``S`` is stored by cluster: cluster ``c``'s entries are ``cols[start[c]:stop[c]]`` and the matching
+    ``vals``. Resample ``b`` counts how often it drew each cluster, then adds ``count * value`` cluster by
+    cluster, in cluster order, entry by entry: the sum depends on the resample's counts only.
+
+    Examples
+    --------
+    >>> start, stop = np.array([0, 2]), np.array([2, 3])
+    >>> cols, vals = np.array([0, 1, 0]), np.array([1.0, 0.5, 1.0])
+    >>> counted_sums(np.array([[0, 0], [1, 0]]), start, stop, cols, vals, 2).tolist()
+    [[2.0, 1.0], [2.0, 0.5]]
+    """
+    out = np.empty((indices.shape[0], n_columns))
+    counts = np.empty(start.shape[0], dtype=np.int64)
+    _compiled(_counted_sums)(
+        np.ascontiguousarray(indices, dtype=np.int64), start, stop, cols, vals, out, counts
+    )
+    return out
+
+
+def _grouped_entry_sums(
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    groups: NDArray[np.int64],
+    weights: NDArray[np.float64],
+    n_columns: int,
+    out: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    for j in range(columns.shape[0]):
+        for i in range(columns.shape[1]):
+            w = weights[i]
+            if w != 0.0:
+                out[groups[i] * n_columns + columns[j, i]] += w * values[j, i]
+
+
+def weighted_entry_sums(
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    n_columns: int,
+    groups: NDArray[np.int64] | None = None,
+    n_groups: int = 1,
+) -> NDArray[np.float64]:
+    """One resample's sums of sparse row terms (k, N) under row weights (N,), per group: (n_groups, J).
+
+    Entry ``j`` of row ``i`` adds ``weights[i] * values[j, i]`` to column ``columns[j, i]`` of the row's
+    group; entries are taken entry by entry, rows in order, and rows of weight 0 are skipped. With each
+    column fed by one entry ``j`` (a metric's blocks are disjoint), each sum adds its rows in row order.
+    """
+    n = columns.shape[1]
+    g = np.zeros(n, dtype=np.int64) if groups is None else groups
+    out = np.zeros(n_groups * n_columns)
+    _compiled(_grouped_entry_sums)(
+        np.ascontiguousarray(np.broadcast_to(columns, values.shape), dtype=np.int64),
+        np.ascontiguousarray(values, dtype=np.float64),
+        np.ascontiguousarray(g, dtype=np.int64),
+        np.ascontiguousarray(weights, dtype=np.float64),
+        n_columns,
+        out,
+    )
+    return out.reshape(n_groups, n_columns)
+
+
+def _assign_permuted(
+    rank: NDArray[np.int64],
+    patient_size: NDArray[np.int64],
+    patient: NDArray[np.int64],
+    within: NDArray[np.int64],
+    label_sequence: NDArray[np.int64],
+    out: NDArray[np.int64],
+    by_rank: NDArray[np.int64],
+    before: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    for c in range(rank.shape[0]):
+        by_rank[rank[c]] = c
+    total = 0
+    for r in range(by_rank.shape[0]):  # rows of the patients ranked before
+        c = by_rank[r]
+        before[c] = total
+        total += patient_size[c]
+    for i in range(patient.shape[0]):
+        out[i] = label_sequence[before[patient[i]] + within[i]]
+
+
+def assign_permuted(
+    rank: NDArray[np.int64],
+    patient_size: NDArray[np.int64],
+    patient: NDArray[np.int64],
+    within: NDArray[np.int64],
+    label_sequence: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """Each row's group after laying the patients out in ``rank`` order (see ``size_matched_flags``).
+
+    Patient ``c`` goes to place ``rank[c]``; a row's new position is the rows of the patients placed
+    before its own plus its place ``within`` its patient, and it takes the group ``label_sequence``
+    holds there.
+
+    Examples
+    --------
+    >>> assign_permuted(np.array([1, 0]), np.array([1, 2]), np.array([0, 1, 1]), np.array([0, 0, 1]),
+    ...                 np.array([5, 6, 7])).tolist()
+    [7, 5, 6]
+    """
+    k = rank.shape[0]
+    out = np.empty(patient.shape[0], dtype=np.int64)
+    _compiled(_assign_permuted)(
+        rank, patient_size, patient, within, label_sequence, out, np.empty(k, np.int64), np.empty(k, np.int64)
+    )
+    return out
+
+
+def _grouped_sums_each(
+    assigned: NDArray[np.int64],
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    n_columns: int,
+    out: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    for p in range(assigned.shape[0]):
+        for j in range(columns.shape[0]):
+            for i in range(columns.shape[1]):
+                out[p, assigned[p, i] * n_columns + columns[j, i]] += values[j, i]
+
+
+def grouped_entry_sums(
+    assigned: NDArray[np.int64],
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    n_columns: int,
+    n_groups: int,
+) -> NDArray[np.float64]:
+    """Per assignment of rows to groups (P, N), each group's sums of the sparse row terms: (P, G, J).
+
+    Entries are added entry by entry, rows in order: with each column fed by one entry ``j``, each sum
+    adds its group's rows in row order, as ``numpy.bincount`` over (assignment, group, column) keys does.
+    """
+    out = np.zeros((assigned.shape[0], n_groups * n_columns))
+    _compiled(_grouped_sums_each)(
+        np.ascontiguousarray(assigned, dtype=np.int64),
+        np.ascontiguousarray(np.broadcast_to(columns, values.shape), dtype=np.int64),
+        np.ascontiguousarray(values, dtype=np.float64),
+        n_columns,
+        out,
+    )
+    return out.reshape(assigned.shape[0], n_groups, n_columns)
+
+
+def _membership_sums(
+    indices: NDArray[np.int64],
+    patient_of_cluster: NDArray[np.int64],
+    ptr: NDArray[np.int64],
+    block: NDArray[np.int64],
+    table: NDArray[np.float64],
+    out: NDArray[np.float64],
+    counts: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    width = table.shape[1]
+    for b in range(indices.shape[0]):
+        counts[:] = 0
+        for d in range(indices.shape[1]):
+            counts[patient_of_cluster[indices[b, d]]] += 1
+        out[b] = 0.0
+        for c in range(counts.shape[0]):
+            w = counts[c]
+            if w:
+                fw = float(w)
+                for e in range(ptr[c], ptr[c + 1]):
+                    s = block[e]
+                    for q in range(width):
+                        out[b, s, q] += fw * table[e, q]
+
+
+def membership_sums(
+    indices: NDArray[np.int64],
+    patient_of_cluster: NDArray[np.int64],
+    ptr: NDArray[np.int64],
+    block: NDArray[np.int64],
+    table: NDArray[np.float64],
+    n_blocks: int,
+) -> NDArray[np.float64]:
+    """Per resample and block, the count-weighted sum of the block's rows of ``table``: (R, n_blocks, W).
+
+    Resample ``b`` drew clusters ``indices[b]`` (R, D), each of patient ``patient_of_cluster[cluster]``;
+    patient ``c`` holds the rows ``ptr[c]:ptr[c + 1]`` of ``table`` (E, W), row ``e`` in block
+    ``block[e]``. Each block's sum adds ``n_b(c) * table[e]`` patient by patient, in patient order.
+
+    Examples
+    --------
+    >>> table = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
+    >>> membership_sums(np.array([[0, 0, 1]]), np.array([0, 1]), np.array([0, 2, 3]), np.array([0, 1, 0]),
+    ...                 table, 2).tolist()
+    [[[102.0, 204.0], [20.0, 40.0]]]
+    """
+    out = np.empty((indices.shape[0], n_blocks, table.shape[1]))
+    counts = np.empty(ptr.shape[0] - 1, dtype=np.int64)
+    _compiled(_membership_sums)(
+        np.ascontiguousarray(indices, dtype=np.int64), patient_of_cluster, ptr, block, table, out, counts
+    )
+    return out
+
+
+def _top_label_entries(
+    probs_t: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    edges: NDArray[np.float64],
+    parts: NDArray[np.int64],
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    n_bins = edges.shape[0] - 1
+    for i in range(labels.shape[0]):
+        predicted = 0
+        confidence = probs_t[0, i]
+        for k in range(1, probs_t.shape[0]):  # the first arg-max, as numpy.argmax
+            if probs_t[k, i] > confidence:
+                predicted = k
+                confidence = probs_t[k, i]
+        if confidence != confidence:  # NaN sorts last, as in numpy.searchsorted
+            index = n_bins - 1
+        else:  # (lo, hi] bins: the number of edges below the value, less one, within [0, n_bins - 1]
+            # counted from a guess (equal widths put it within one edge), then checked against the edges
+            below = min(max(int(confidence * n_bins), 0), n_bins + 1)
+            while below > 0 and not edges[below - 1] < confidence:
+                below -= 1
+            while below <= n_bins and edges[below] < confidence:
+                below += 1
+            index = min(max(below - 1, 0), n_bins - 1)
+        correct = 1.0 if predicted == labels[i] else 0.0
+        columns[0, i] = 0
+        values[0, i] = 1.0
+        for j in range(
+            parts.shape[0]
+        ):  # n count, g correctness minus confidence, a correctness, c confidence
+            columns[j + 1, i] = index + 1 + j * n_bins
+            part = parts[j]
+            if part == 0:
+                values[j + 1, i] = 1.0
+            elif part == 1:
+                values[j + 1, i] = correct - confidence
+            elif part == 2:
+                values[j + 1, i] = correct
+            else:
+                values[j + 1, i] = confidence
+
+
+def top_label_entries(
+    probs_t: NDArray[np.float64], labels: NDArray[np.int64], edges: NDArray[np.float64], parts: str
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Top-label terms of class-major probabilities (C, N) as (columns, values), each (len(parts) + 1, N).
+
+    See :func:`sitecal.metrics._class_major.top_label_entries`: column 0 (ones), then one per-bin block
+    per letter of ``parts`` (``n`` count, ``g`` correctness minus confidence, ``a`` correctness, ``c``
+    confidence) on the ``(lo, hi]`` bins of ``edges``. The arg-max, the bin and every value are what the
+    numpy code computes (comparisons and one subtraction), in one pass over the rows.
+    """
+    n = labels.shape[0]
+    columns = np.empty((len(parts) + 1, n), dtype=np.int64)
+    values = np.empty((len(parts) + 1, n))
+    codes = np.array(["ngac".index(p) for p in parts], dtype=np.int64)
+    _compiled(_top_label_entries)(
+        np.ascontiguousarray(probs_t, dtype=np.float64),
+        np.ascontiguousarray(labels, dtype=np.int64),
+        np.ascontiguousarray(edges, dtype=np.float64),
+        codes,
+        columns,
+        values,
+    )
+    return columns, values
