@@ -1,0 +1,64 @@
+"""The compiled per-resample loops against plain numpy, and their independence of threads and chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sitecal.calibration._batched as batched
+from sitecal.calibration import BatchedTemperatureSolver
+from sitecal.metrics import metric_statistic, softmax
+from sitecal.stats._solver_set import SolverSet
+from sitecal.stats._term_sums import term_sums_at_temperatures
+
+
+def _cohort(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 3)) * 2.0
+    p = softmax(z / 1.5)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1).clip(0, 2)
+    return z, y, rng.integers(0, 4, n)
+
+
+def test_term_sums_over_drawn_rows_equal_dense_sums_and_do_not_depend_on_threads() -> None:
+    z, y, groups = _cohort(3000, 1)
+    rng = np.random.default_rng(2)
+    weights = rng.poisson(1.0, (5, 3000)).astype(np.float64)
+    s = rng.normal(0.0, 0.2, (5, 3000))
+    stats = [metric_statistic(m, n_bins=15) for m in ("ece", "ece_debiased", "nll", "brier", "accuracy")]
+    widths = [st.row_terms(softmax(z[:1]), y[:1]).shape[1] for st in stats]
+    z_t = np.ascontiguousarray(z.T)
+    one = term_sums_at_temperatures(stats, widths, z_t, y, s, weights, groups, 4, workers=1)
+    three = term_sums_at_temperatures(stats, widths, z_t, y, s, weights, groups, 4, workers=3)
+    for stat, a, b in zip(stats, one, three, strict=True):  # a loop over metrics
+        assert np.array_equal(a, b)
+        for r in range(5):  # a loop over resamples: the dense reference
+            terms = stat.row_terms(softmax(z, temperature=np.exp(s[r])), y)
+            dense = np.stack([(weights[r] * (groups == g)) @ terms for g in range(4)])
+            np.testing.assert_allclose(a[r], dense, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_solver_set_refits_every_temperature_as_each_solver_does_alone(
+    exact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if exact:  # no surrogate certified: every fit is solved exactly on its own weighted rows
+        monkeypatch.setattr(batched, "CERTIFIED_S_ERROR", -1.0)
+    z, y, groups = _cohort(2400, 3)
+    patient = np.arange(2400) // 2  # two studies a patient
+    solvers = []
+    for g in range(4):  # a loop over groups: each fitted on the other groups' patients, as folds are
+        rows = groups != g
+        used, local = np.unique(patient[rows], return_inverse=True)
+        solvers.append((BatchedTemperatureSolver(z[rows], y[rows], local, used.shape[0]), used))
+    n_patients = 1200
+    together = SolverSet(solvers, n_patients)
+    indices = np.random.default_rng(4).integers(0, n_patients, (30, n_patients))
+    weights = np.stack([np.bincount(i, minlength=n_patients) for i in indices]).astype(np.float64)
+    refits = together.solve(indices, np.arange(n_patients))
+    if exact:
+        assert solvers[0][0].solve(weights[:2][:, solvers[0][1]]).exact.all()
+    alone = np.stack([solver.solve(weights[:, used]).log_temperature for solver, used in solvers], axis=1)
+    # the same certified fits; the sums behind them are added in another order
+    np.testing.assert_allclose(refits, alone, rtol=0, atol=1e-9)
+    assert np.array_equal(together.solve(indices[:7], np.arange(n_patients)), refits[:7])
