@@ -31,7 +31,10 @@ def _compiled(loop: Callable[..., None]) -> Callable[..., Any]:
     """``loop`` compiled by numba, on first use (importing the numeric core does not load numba)."""
     import numba
 
-    compiled: Callable[..., Any] = numba.njit(nogil=True, cache=True, boundscheck=False)(loop)
+    try:
+        compiled: Callable[..., Any] = numba.njit(nogil=True, cache=True, boundscheck=False)(loop)
+    except RuntimeError:  # no writable cache folder (a read-only install, no home): compile per process
+        compiled = numba.njit(nogil=True, cache=False, boundscheck=False)(loop)
     return compiled
 
 

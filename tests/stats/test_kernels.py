@@ -62,3 +62,27 @@ def test_a_solver_set_refits_every_temperature_as_each_solver_does_alone(
     # the same certified fits; the sums behind them are added in another order
     np.testing.assert_allclose(refits, alone, rtol=0, atol=1e-9)
     assert np.array_equal(together.solve(indices[:7], np.arange(n_patients)), refits[:7])
+
+
+def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read-only install with no writable home compiles in the process instead of failing."""
+    import numba.core.caching as caching
+
+    from sitecal import _kernels
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+    _kernels._compiled.cache_clear()
+    try:
+        out = _kernels.counted_sums(
+            np.array([[0, 0, 1]]),
+            np.array([0, 1]),
+            np.array([1, 2]),
+            np.array([0, 0]),
+            np.array([2.0, 5.0]),
+            1,
+        )
+    finally:
+        _kernels._compiled.cache_clear()
+    assert out.tolist() == [[9.0]]
