@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -24,6 +23,7 @@ from sitecal.evaluation._compare import compare_recalibration
 from sitecal.evaluation._disparities import attribute_disparities, refit_temperatures
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_codes, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
+from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.evaluation._split import (
     Split,
     applied_probabilities,
@@ -260,16 +260,9 @@ def evaluate(
 
     # attributes are compared side by side: each draws from its own seeded streams, so the results do
     # not depend on which thread computes them or when
-    with (
-        ThreadPoolExecutor(
-            max_workers=max(1, spec.n_workers), thread_name_prefix="sitecal-attribute"
-        ) as pool,
-        tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar,
-    ):
-        futures = {name: pool.submit(compared, name) for name in attributes}
-        for _ in as_completed(futures.values()):  # a loop over finished attributes, for the bar
-            bar.update(1)
-        disparities = {name: future.result() for name, future in futures.items()}
+    with tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar:
+        compared_all = side_by_side(compared, list(attributes), spec.n_workers, lambda: bar.update(1))
+    disparities = dict(zip(attributes, compared_all, strict=True))
     sensitivity = sensitivity_analyses(protocol, data, split, temperatures, methods=methods)
     comparison = compare_recalibration(
         protocol,
