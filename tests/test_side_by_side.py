@@ -37,7 +37,9 @@ def test_the_first_failed_item_s_error_is_raised() -> None:
 
 def test_ctrl_c_ends_the_process_without_waiting_for_running_analyses() -> None:
     code = (
-        "import time\n"
+        "import signal, time\n"
+        # as in a terminal: a test runner's worker may pass SIGINT on ignored to its children
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from sitecal.evaluation._side_by_side import side_by_side\n"
         "print('started', flush=True)\n"
         "try:\n"
@@ -45,10 +47,13 @@ def test_ctrl_c_ends_the_process_without_waiting_for_running_analyses() -> None:
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-    time.sleep(1.0)
-    start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    assert out.strip() == "interrupted" and time.monotonic() - start < 10
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+            time.sleep(1.0)
+            start = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=30)
+            assert out.strip() == "interrupted" and time.monotonic() - start < 10
+        finally:
+            proc.kill()
