@@ -145,8 +145,8 @@ class SharedSums:
 
     The evaluators' per-cluster sums are laid side by side and a column repeated exactly (the row count
     every metric carries, or the same score under two probability sets) is kept once; each column is
-    summed as its own evaluator would sum it (dense columns one by one, sparse ones keyed per resample and
-    column in draw order), so the replicates are bit for bit theirs, for one pass over the draws.
+    summed as its own evaluator would sum it (each column on its own, drawn clusters in cluster order), so
+    the replicates are bit for bit theirs, for one pass over the draws.
     """
 
     def __init__(self, evaluators: Sequence[Evaluator]) -> None:
