@@ -17,7 +17,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "PROGRAMS",
     "assign_permuted",
+    "calibrated_entry_sums",
     "counted_sums",
     "grouped_entry_sums",
     "membership_sums",
@@ -26,16 +28,33 @@ __all__ = [
 ]
 
 
+#: Functions the kernels call on each row: compiled (and put in this module's namespace in their place)
+#: before the first kernel is, so that the kernels call them compiled.
+_HELPERS = ("_bin_of",)
+
+
+@functools.cache
+def _jit() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """numba's ``njit`` as the kernels use it, with the helpers compiled (numba is loaded here, on first use)."""
+    import numba
+
+    def jit(func: Callable[..., Any]) -> Callable[..., Any]:
+        try:
+            compiled: Callable[..., Any] = numba.njit(nogil=True, cache=True, boundscheck=False)(func)
+        except RuntimeError:  # no writable cache folder (a read-only install, no home): compile per process
+            compiled = numba.njit(nogil=True, cache=False, boundscheck=False)(func)
+        return compiled
+
+    namespace = globals()
+    for name in _HELPERS:  # a loop over the helpers, compiled in the order the kernels need them
+        namespace[name] = jit(getattr(namespace[name], "py_func", namespace[name]))  # once compiled: py_func
+    return jit
+
+
 @functools.cache
 def _compiled(loop: Callable[..., None]) -> Callable[..., Any]:
     """``loop`` compiled by numba, on first use (importing the numeric core does not load numba)."""
-    import numba
-
-    try:
-        compiled: Callable[..., Any] = numba.njit(nogil=True, cache=True, boundscheck=False)(loop)
-    except RuntimeError:  # no writable cache folder (a read-only install, no home): compile per process
-        compiled = numba.njit(nogil=True, cache=False, boundscheck=False)(loop)
-    return compiled
+    return _jit()(loop)
 
 
 def _counted_sums(
@@ -271,6 +290,21 @@ def membership_sums(
     return out
 
 
+def _bin_of(value: float, edges: NDArray[np.float64]) -> int:  # pragma: no cover - compiled
+    """The ``(lo, hi]`` bin of ``value`` among equal-width ``edges``, as ``numpy.searchsorted`` places it."""
+    n_bins = edges.shape[0] - 1
+    if value != value:  # NaN sorts last, as in numpy.searchsorted
+        return n_bins - 1
+    # the number of edges below the value, less one, within [0, n_bins - 1]: counted from a guess (equal
+    # widths put it within one edge), then checked against the edges
+    below = min(max(int(value * n_bins), 0), n_bins + 1)
+    while below > 0 and not edges[below - 1] < value:
+        below -= 1
+    while below <= n_bins and edges[below] < value:
+        below += 1
+    return min(max(below - 1, 0), n_bins - 1)
+
+
 def _top_label_entries(
     probs_t: NDArray[np.float64],
     labels: NDArray[np.int64],
@@ -287,16 +321,7 @@ def _top_label_entries(
             if probs_t[k, i] > confidence:
                 predicted = k
                 confidence = probs_t[k, i]
-        if confidence != confidence:  # NaN sorts last, as in numpy.searchsorted
-            index = n_bins - 1
-        else:  # (lo, hi] bins: the number of edges below the value, less one, within [0, n_bins - 1]
-            # counted from a guess (equal widths put it within one edge), then checked against the edges
-            below = min(max(int(confidence * n_bins), 0), n_bins + 1)
-            while below > 0 and not edges[below - 1] < confidence:
-                below -= 1
-            while below <= n_bins and edges[below] < confidence:
-                below += 1
-            index = min(max(below - 1, 0), n_bins - 1)
+        index = _bin_of(confidence, edges)
         correct = 1.0 if predicted == labels[i] else 0.0
         columns[0, i] = 0
         values[0, i] = 1.0
@@ -338,3 +363,179 @@ def top_label_entries(
         values,
     )
     return columns, values
+
+
+#: The row terms :func:`calibrated_entry_sums` computes itself, by name: top-label blocks (as
+#: :func:`top_label_entries`), or a mean score's term: ``log_true`` the negative log-probability of the
+#: true class (clipped), ``squared`` the squared distance to the one-hot label, ``hit`` arg-max = label.
+PROGRAMS = ("top_label", "log_true", "squared", "hit")
+_LOG_TRUE = 1
+_NLL_CLIP = 1e-12  # sitecal.metrics._scores.NLL_CLIP (this layer imports no metrics)
+
+
+def _drawn_scaled(
+    logits_t: NDArray[np.float64],
+    row_cluster: NDArray[np.int64],
+    cluster_weights: NDArray[np.float64],
+    row_scale: NDArray[np.int64],
+    scales: NDArray[np.float64],
+    scaled: NDArray[np.float64],
+    rows: NDArray[np.int64],
+    weights: NDArray[np.float64],
+) -> int:  # pragma: no cover - compiled
+    n_classes = logits_t.shape[0]
+    m = 0
+    for i in range(row_cluster.shape[0]):
+        w = cluster_weights[row_cluster[i]]
+        if w == 0.0:
+            continue
+        scale = scales[row_scale[i]]
+        top = logits_t[0, i] / scale
+        scaled[0, m] = top
+        for k in range(1, n_classes):
+            v = logits_t[k, i] / scale
+            scaled[k, m] = v
+            top = max(top, v)
+        for k in range(n_classes):
+            scaled[k, m] -= top
+        rows[m] = i
+        weights[m] = w
+        m += 1
+    return m
+
+
+def _normalised_entry_sums(
+    e: NDArray[np.float64],
+    m: int,
+    rows: NDArray[np.int64],
+    weights: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    groups: NDArray[np.int64],
+    edges: NDArray[np.float64],
+    kinds: NDArray[np.int64],
+    parts: NDArray[np.int64],
+    offsets: NDArray[np.int64],
+    out: NDArray[np.float64],
+    true_p: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    n_classes = e.shape[0]
+    n_bins = edges.shape[0] - 1
+    for j in range(m):
+        total = e[0, j]
+        for k in range(1, n_classes):  # the sum in class order, as numpy sums so few terms
+            total += e[k, j]
+        predicted = 0
+        for k in range(n_classes):
+            e[k, j] = e[k, j] / total
+            if e[k, j] > e[predicted, j]:  # the first arg-max, as numpy.argmax
+                predicted = k
+        i = rows[j]
+        w = weights[j]
+        y = labels[i]
+        g = groups[i]
+        for q in range(kinds.shape[0]):  # a loop over metrics, each into its own columns
+            at = offsets[q]
+            out[g, at] += w * 1.0
+            kind = kinds[q]
+            if kind == 0:  # top-label blocks: n count, g correctness minus confidence, a correctness, c confidence
+                confidence = e[predicted, j]
+                index = _bin_of(confidence, edges)
+                correct = 1.0 if predicted == y else 0.0
+                for b in range(parts.shape[1]):
+                    part = parts[q, b]
+                    if part < 0:
+                        break
+                    col = at + index + 1 + b * n_bins
+                    if part == 0:
+                        out[g, col] += w * 1.0
+                    elif part == 1:
+                        out[g, col] += w * (correct - confidence)
+                    elif part == 2:
+                        out[g, col] += w * correct
+                    else:
+                        out[g, col] += w * confidence
+            elif kind == 1:  # log_true: its logarithm is numpy's, added by _column_sums
+                true_p[j] = max(e[y, j], _NLL_CLIP)
+            elif kind == 2:  # squared: the distances summed in class order
+                squared = 0.0
+                for k in range(n_classes):
+                    d = e[k, j] - (1.0 if k == y else 0.0)
+                    squared += d * d
+                out[g, at + 1] += w * squared
+            else:  # hit
+                out[g, at + 1] += w * (1.0 if predicted == y else 0.0)
+
+
+def _column_sums(
+    values: NDArray[np.float64],
+    rows: NDArray[np.int64],
+    weights: NDArray[np.float64],
+    groups: NDArray[np.int64],
+    column: int,
+    out: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    for j in range(values.shape[0]):
+        out[groups[rows[j]], column] += weights[j] * values[j]
+
+
+def calibrated_entry_sums(
+    logits_t: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    groups: NDArray[np.int64],
+    n_groups: int,
+    row_cluster: NDArray[np.int64],
+    cluster_weights: NDArray[np.float64],
+    row_scale: NDArray[np.int64],
+    scales: NDArray[np.float64],
+    edges: NDArray[np.float64],
+    programs: list[tuple[str, str]],
+    widths: list[int],
+    workspace: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
+    """One resample's per-group sums of metric terms at moving temperatures: (G, sum of widths).
+
+    Row ``i`` (class-major logits ``logits_t`` (C, N), label, group) weighs ``cluster_weights[row_cluster[i]]``
+    and is calibrated with ``T = scales[row_scale[i]]``; rows of weight 0 are skipped. Each metric's
+    terms, program ``(name, blocks)`` of :data:`PROGRAMS` on the ``(lo, hi]`` bins of ``edges``, go to
+    its own ``widths[m]`` columns as ``weight * value``, rows in order.
+
+    The values are those of the array code, bit for bit: the drawn rows' scaled logits less their max
+    (one compiled pass), numpy's ``exp``, then one compiled pass that normalises in class order, finds
+    the arg-max and bin and adds the terms, and numpy's ``log`` for the ``log_true`` terms
+    (:func:`~sitecal.metrics._softmax.softmax_class_major`, :func:`top_label_entries` and the scores'
+    terms compute the same operations in the same order).
+
+    ``workspace``: a (C + 3, N) float64 array the call may overwrite, kept by a caller that sums many
+    resamples (fresh arrays of this size cost page faults in every call); None: allocated here.
+    """
+    n_classes, n = logits_t.shape
+    kinds = np.array([PROGRAMS.index(name) for name, _ in programs], dtype=np.int64)
+    parts = np.full((len(programs), 4), -1, dtype=np.int64)
+    for q, (_, blocks) in enumerate(programs):  # a loop over metrics
+        parts[q, : len(blocks)] = ["ngac".index(b) for b in blocks]
+    offsets = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    space = np.empty((n_classes + 3, n)) if workspace is None else workspace
+    scaled, weights, true_p = space[:n_classes], space[n_classes], space[n_classes + 1]
+    rows = space[n_classes + 2].view(np.int64)
+    m = _compiled(_drawn_scaled)(
+        logits_t,
+        row_cluster,
+        np.ascontiguousarray(cluster_weights, dtype=np.float64),
+        row_scale,
+        np.ascontiguousarray(scales, dtype=np.float64),
+        scaled,
+        rows,
+        weights,
+    )
+    np.exp(scaled[:, :m], out=scaled[:, :m])
+    out = np.zeros((n_groups, int(sum(widths))))
+    _compiled(_normalised_entry_sums)(
+        scaled, m, rows, weights, labels, groups, edges, kinds, parts, offsets, out, true_p
+    )
+    logs = np.flatnonzero(kinds == _LOG_TRUE).tolist()
+    if logs:  # numpy's log of the clipped true-class probabilities, summed once, the same for each
+        values = np.negative(np.log(true_p[:m], out=true_p[:m]), out=true_p[:m])
+        _compiled(_column_sums)(values, rows[:m], weights[:m], groups, int(offsets[logs[0]]) + 1, out)
+        for q in logs[1:]:  # a loop over further log_true metrics
+            out[:, offsets[q] + 1] = out[:, offsets[logs[0]] + 1]
+    return out

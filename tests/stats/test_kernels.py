@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -36,6 +38,33 @@ def test_term_sums_over_drawn_rows_equal_dense_sums_and_do_not_depend_on_threads
             terms = stat.row_terms(softmax(z, temperature=np.exp(s[r])), y)
             dense = np.stack([(weights[r] * (groups == g)) @ terms for g in range(4)])
             np.testing.assert_allclose(a[r], dense, rtol=1e-11, atol=1e-11)
+
+
+def test_the_compiled_pass_gives_the_array_path_sums_with_indexed_temperatures_and_cluster_weights() -> None:
+    """The compiled passes per resample (softmax, terms, sums) give numpy's probabilities' sums, bit for bit.
+
+    Rows take their temperature from a table (a fold's refit) and their weight from their cluster; ties
+    of the arg-max (equal logits) and rows of weight 0 are in the data.
+    """
+    z, y, groups = _cohort(2000, 5)
+    z[:40] = z[40:80, :1]  # rows whose classes tie: the first arg-max counts
+    rng = np.random.default_rng(6)
+    cluster = np.repeat(np.arange(1000), 2)[rng.permutation(2000)]
+    weights = rng.poisson(1.0, (4, 1000)).astype(np.float64)
+    folds = rng.integers(0, 3, 2000)
+    s = rng.normal(0.0, 0.3, (4, 3))
+    stats = [
+        metric_statistic(m, n_bins=10) for m in ("ece", "mce", "ece_debiased", "nll", "brier", "accuracy")
+    ]
+    arrays = [dataclasses.replace(st, form=dataclasses.replace(st.form, program=None)) for st in stats]
+    widths = [st.row_terms(softmax(z[:1]), y[:1]).shape[1] for st in stats]
+    z_t = np.ascontiguousarray(z.T)
+    kw = {"row_temperature": folds, "row_cluster": cluster}
+    compiled = term_sums_at_temperatures(stats, widths, z_t, y, s, weights, groups, 4, **kw)
+    numpy_path = term_sums_at_temperatures(arrays, widths, z_t, y, s, weights, groups, 4, **kw)
+    for a, b in zip(compiled, numpy_path, strict=True):  # a loop over metrics: the same operations
+        assert np.array_equal(a, b)
+    assert compiled[1][..., 1:11].sum() == weights.sum(axis=1).sum() * 2  # mce's bin counts: every draw
 
 
 @pytest.mark.parametrize("exact", [False, True])
@@ -74,6 +103,7 @@ def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
 
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
     _kernels._compiled.cache_clear()
+    _kernels._jit.cache_clear()
     try:
         out = _kernels.counted_sums(
             np.array([[0, 0, 1]]),
@@ -83,6 +113,12 @@ def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
             np.array([2.0, 5.0]),
             1,
         )
+        # a kernel calling a compiled helper (the bin of a value)
+        columns, _ = _kernels.top_label_entries(
+            np.array([[0.25, 0.9], [0.75, 0.1]]), np.array([1, 0]), np.linspace(0.0, 1.0, 5), "n"
+        )
     finally:
         _kernels._compiled.cache_clear()
+        _kernels._jit.cache_clear()
     assert out.tolist() == [[9.0]]
+    assert columns[1].tolist() == [3, 4]  # 0.75 in (0.5, 0.75], the 3rd bin; 0.9 in the 4th

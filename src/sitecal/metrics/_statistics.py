@@ -99,6 +99,8 @@ class SumForm:
     row_terms: RowTerms
     from_sums: FromSums
     sparse_terms: SparseForm | None = None  # None: every column of ``row_terms`` for every row
+    # the same terms as a program of the compiled refit loop (sitecal._kernels.PROGRAMS): (name, blocks)
+    program: tuple[str, str] | None = None
 
     def __call__(self, name: str, n_bins: int) -> SumMetricStatistic:
         """The metric ``name`` in this form, with ``n_bins`` equal-width bins."""
@@ -202,9 +204,18 @@ def _score_sparse(
     return score_entries(score, probs_t, labels)
 
 
-nll_sums = SumForm(partial(_score_terms, nll_terms), _mean_term, partial(_score_sparse, nll_t))
-brier_sums = SumForm(partial(_score_terms, brier_terms), _mean_term, partial(_score_sparse, brier_t))
-accuracy_sums = SumForm(partial(_score_terms, accuracy_terms), _mean_term, partial(_score_sparse, accuracy_t))
+nll_sums = SumForm(
+    partial(_score_terms, nll_terms), _mean_term, partial(_score_sparse, nll_t), program=("log_true", "")
+)
+brier_sums = SumForm(
+    partial(_score_terms, brier_terms), _mean_term, partial(_score_sparse, brier_t), program=("squared", "")
+)
+accuracy_sums = SumForm(
+    partial(_score_terms, accuracy_terms),
+    _mean_term,
+    partial(_score_sparse, accuracy_t),
+    program=("hit", ""),
+)
 
 
 # -- observed / expected: a ratio of two sums --
@@ -274,7 +285,9 @@ def _ece_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64
     return out
 
 
-ece_sums = SumForm(_ece_terms, _ece_from_sums, partial(top_label_entries, parts="g"))
+ece_sums = SumForm(
+    _ece_terms, _ece_from_sums, partial(top_label_entries, parts="g"), program=("top_label", "g")
+)
 
 
 def _mce_terms(
@@ -296,7 +309,9 @@ def _mce_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64
     return out
 
 
-mce_sums = SumForm(_mce_terms, _mce_from_sums, partial(top_label_entries, parts="ng"))
+mce_sums = SumForm(
+    _mce_terms, _mce_from_sums, partial(top_label_entries, parts="ng"), program=("top_label", "ng")
+)
 
 
 def _debiased_terms(
@@ -319,7 +334,12 @@ def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.fl
     return out
 
 
-debiased_ece_sums = SumForm(_debiased_terms, _debiased_from_sums, partial(top_label_entries, parts="nac"))
+debiased_ece_sums = SumForm(
+    _debiased_terms,
+    _debiased_from_sums,
+    partial(top_label_entries, parts="nac"),
+    program=("top_label", "nac"),
+)
 
 
 @dataclass(frozen=True)

@@ -227,10 +227,12 @@ def crossfit_bootstrap(
         stop = start + draws.size
         s_all = refits.solve(draws.indices, patient_of_cluster)
         s_rep[start:stop], s_fold = s_all[:, 0], s_all[:, 1:]
-        row_weights = draws.weights[:, eval_codes]
-        replicates[:, 0, start:stop] = metrics_at_temperatures(stats, ze, ye, None, row_weights)
+        weights = draws.weights
+        replicates[:, 0, start:stop] = metrics_at_temperatures(
+            stats, ze, ye, None, weights, row_cluster=eval_codes
+        )
         replicates[:, 1, start:stop] = metrics_at_temperatures(
-            stats, ze, ye, s_fold[:, fe], row_weights, workers=spec.n_workers
+            stats, ze, ye, s_fold, weights, workers=spec.n_workers, row_temperature=fe, row_cluster=eval_codes
         )
         start = stop
     return CrossfitIntervals(

@@ -106,11 +106,14 @@ class TemperatureReplicates:
             solvers.append((solver, used))
             self.s0[fit.eval_rows] = solver.fit.log_temperature
         self.solvers = SolverSet(solvers, self.patients.shape[0])
+        self.s0_solvers = np.array([solver.fit.log_temperature for solver, _ in solvers])
 
     def chunks(
         self, eval_draws: Iterator[Draws], eval_plan: ClusterPlan, chunk_size: int
     ) -> Iterator[tuple[Draws, NDArray[np.float64]]]:
-        """For each chunk of evaluation draws: the draws and every evaluated row's log T_b, (size, N_e).
+        """For each chunk of evaluation draws: the draws and every temperature's refit, (size, n_solvers).
+
+        Evaluated row ``i``'s log T in resample ``b`` is ``refits[b, solver_of_row[i]]``.
 
         ``eval_draws`` come from ``eval_plan``, a plan of the evaluated rows whose clusters are
         ``eval_patients``, ``chunk_size`` resamples at a time; the fit draws (one split) are taken in the
@@ -132,7 +135,7 @@ class TemperatureReplicates:
                 refits = self.solvers.solve(draws.indices, eval_to_all)
             else:
                 refits = self.solvers.solve(next(fit_draws).indices, self.fit_plan_patients)
-            yield draws, np.take(refits, self.solver_of_row, axis=1)
+            yield draws, refits
 
 
 def _patient_of_cluster(plan: ClusterPlan, patient_of_row: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -211,18 +214,31 @@ def refit_disparity_intervals(
     z_t = np.ascontiguousarray(z.T)
 
     def values(
-        s: NDArray[np.float64], row_weights: NDArray[np.float64]
+        s: NDArray[np.float64], cluster_weights: NDArray[np.float64]
     ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
-        """Per metric: every group's value and its complement's, (R, G) each, under (R, N) row weights."""
+        """Per metric: every group's value and its complement's, (R, G) each.
+
+        ``s``: each resample's temperatures (R, n_solvers); ``cluster_weights``: its plan's (R, K).
+        """
         sums = term_sums_at_temperatures(
-            statistics, widths, z_t, y, s, row_weights, codes, n_groups, workers=spec.n_workers
+            statistics,
+            widths,
+            z_t,
+            y,
+            s,
+            cluster_weights,
+            codes,
+            n_groups,
+            workers=spec.n_workers,
+            row_temperature=temperatures.solver_of_row,
+            row_cluster=plan.cluster_of_row,
         )
         return [
             (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
             for statistic, total in zip(statistics, sums, strict=True)
         ]
 
-    estimates = [(g[0], rest[0]) for g, rest in values(s0[None, :], np.ones((1, n)))]
+    estimates = [(g[0], rest[0]) for g, rest in values(temperatures.s0_solvers[None, :], np.ones((1, plan.n_clusters)))]
     reps = [
         (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
     ]
@@ -236,7 +252,7 @@ def refit_disparity_intervals(
     for draws, s in temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
         stop = start + draws.size
         for (group_reps, rest_reps), (group_v, rest_v) in zip(
-            reps, values(s, draws.weights[:, plan.cluster_of_row]), strict=True
+            reps, values(s, draws.weights), strict=True
         ):
             group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
         start = stop

@@ -220,8 +220,9 @@ def refit_bootstrap(
             ze,
             ye,
             s_rep[start:stop],
-            eval_draws.weights[:, eval_plan.cluster_of_row],
+            eval_draws.weights,
             workers=spec.n_workers,
+            row_cluster=eval_plan.cluster_of_row,
         )
         start = stop
 

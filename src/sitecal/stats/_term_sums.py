@@ -10,13 +10,15 @@ over (resample, group, column) keys adds them), so the sums do not depend on how
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sitecal._kernels import weighted_entry_sums
+from sitecal._kernels import calibrated_entry_sums, weighted_entry_sums
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, softmax
+from sitecal.metrics._binning import bin_edges
 from sitecal.metrics._softmax import softmax_class_major
 from sitecal.stats._resample import CHUNK_ELEMENTS, for_each
 
@@ -78,31 +80,84 @@ def term_sums_at_temperatures(
     groups: NDArray[np.int64] | None = None,
     n_groups: int = 1,
     workers: int = 1,
+    *,
+    row_temperature: NDArray[np.int64] | None = None,
+    row_cluster: NDArray[np.int64] | None = None,
 ) -> list[NDArray[np.float64]]:
     """Per statistic, the (R, G, J) sums of its terms under ``softmax(logits / exp(s_b))``, per resample.
 
     ``logits_t``: class-major logits (C, N); ``s``: one log T per resample, shape (R,), or one per resample
-    and row, shape (R, N); ``widths``: each statistic's ``J``; ``groups``, ``n_groups`` as for
-    :func:`weighted_term_sums`. Each resample's probabilities are computed class-major and dropped;
+    and row, shape (R, N), or, with ``row_temperature`` (N,), one per resample and temperature, shape
+    (R, S), row ``i`` taking ``s[b, row_temperature[i]]``; ``row_weights``: (R, N), or with ``row_cluster``
+    (N,) the (R, K) weights of the clusters, row ``i`` weighing ``row_weights[b, row_cluster[i]]``;
+    ``widths``: each statistic's ``J``; ``groups``, ``n_groups`` as for :func:`weighted_term_sums`.
     ``workers`` threads compute resamples side by side (the sums do not depend on it).
+
+    Only the drawn rows are calibrated and summed. Where every statistic is a program of the compiled
+    loop (:attr:`~sitecal.metrics.SumForm.program`, on the same bins) a resample is one pass over the
+    rows (:func:`~sitecal._kernels.calibrated_entry_sums`); otherwise each resample's probabilities are
+    computed class-major, as arrays, and their sparse terms summed.
     """
     r = row_weights.shape[0]
+    n = labels.shape[0]
     sums = [np.empty((r, n_groups, width)) for width in widths]
+    temperature_of_row = np.zeros(n, dtype=np.int64) if s.ndim == 1 else row_temperature
+    table = s[:, None] if s.ndim == 1 else s  # (R, S), or (R, N) with each row its own
+    cluster_of_row = row_cluster
+    group_of_row = np.zeros(n, dtype=np.int64) if groups is None else np.ascontiguousarray(groups, np.int64)
+    programs = _programs(statistics)
+    identity = np.arange(n, dtype=np.int64)
+    spaces = threading.local()  # each thread's workspace of the compiled passes, reused across resamples
 
     def one(b: int) -> None:
         """Resample ``b``: only its drawn rows are calibrated and summed (the others add nothing)."""
-        drawn = np.flatnonzero(row_weights[b])
-        scale = np.exp(s[b] if s.ndim == 1 else s[b, drawn])
+        if programs is not None:
+            if not hasattr(spaces, "array"):
+                spaces.array = np.empty((logits_t.shape[0] + 3, n))
+            total = calibrated_entry_sums(
+                logits_t,
+                labels,
+                group_of_row,
+                n_groups,
+                identity if cluster_of_row is None else cluster_of_row,
+                row_weights[b],
+                identity if temperature_of_row is None else temperature_of_row,
+                np.exp(table[b]),
+                programs[1],
+                programs[0],
+                list(widths),
+                spaces.array,
+            )
+            at = 0
+            for width, out in zip(widths, sums, strict=True):  # a loop over metrics: their own columns
+                out[b] = total[:, at : at + width]
+                at += width
+            return
+        weights_all = row_weights[b] if cluster_of_row is None else row_weights[b, cluster_of_row]
+        drawn = np.flatnonzero(weights_all)
+        log_t = table[b] if temperature_of_row is None else table[b, temperature_of_row]
+        scale = np.exp(log_t[0] if s.ndim == 1 else log_t[drawn])
         probs_t = softmax_class_major(np.take(logits_t, drawn, axis=1) / scale)
         at = labels[drawn]
-        weights = row_weights[b, drawn]
-        in_group = None if groups is None else groups[drawn]
+        weights = weights_all[drawn]
+        in_group = group_of_row[drawn]
         for stat, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
             columns, values = stat.sparse_terms(probs_t, at)
             out[b] = weighted_entry_sums(columns, values, weights, width, in_group, n_groups)
 
     for_each(one, r, workers)
     return sums
+
+
+def _programs(
+    statistics: Sequence[SumMetricStatistic],
+) -> tuple[list[tuple[str, str]], NDArray[np.float64]] | None:
+    """The statistics' programs of the compiled loop and their bin edges; None where one has none."""
+    programs = [st.form.program for st in statistics]
+    bins = {st.n_bins for st in statistics}
+    if not programs or any(p is None for p in programs) or len(bins) != 1:
+        return None
+    return [p for p in programs if p is not None], bin_edges(np.empty(0), bins.pop(), "width")
 
 
 def metrics_at_temperatures(
@@ -112,13 +167,18 @@ def metrics_at_temperatures(
     s: NDArray[np.float64] | None,
     row_weights: NDArray[np.float64],
     workers: int = 1,
+    *,
+    row_temperature: NDArray[np.int64] | None = None,
+    row_cluster: NDArray[np.int64] | None = None,
 ) -> NDArray[np.float64]:
     """Metrics of ``softmax(logits / exp(s_b))`` under row weights (R, N), per resample: (M, R).
 
     ``s``: one log T per resample, shape (R,), or one per resample and row, shape (R, N) (cross-fitting:
-    each row its fold's); None: T = 1 in every resample (the probabilities and their terms are computed
-    once). A sum statistic is reduced from its sparse per-row terms (:func:`term_sums_at_temperatures`);
-    another statistic from each resample's own probabilities. ``workers``: threads for the resamples.
+    each row its fold's), or with ``row_temperature`` one per resample and temperature (R, S); None: T = 1
+    in every resample (the probabilities and their terms are computed once). With ``row_cluster`` the
+    weights are the clusters', (R, K) (see :func:`term_sums_at_temperatures`). A sum statistic is reduced
+    from its sparse per-row terms (:func:`term_sums_at_temperatures`); another statistic from each
+    resample's own probabilities. ``workers``: threads for the resamples.
     """
     n = logits.shape[0]
     r = row_weights.shape[0]
@@ -128,16 +188,33 @@ def metrics_at_temperatures(
     sum_stats = [st for st in statistics if isinstance(st, SumMetricStatistic)]
     widths = [st.row_terms(softmax(logits[:1]), labels[:1]).shape[1] for st in sum_stats]
     fixed_t = softmax_class_major(logits_t.copy()) if s is None else None
+
+    def rows_of(weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Row weights (R', N) of a slice of ``row_weights``."""
+        return weights if row_cluster is None else weights[:, row_cluster]
+
     if fixed_t is not None:  # the same probabilities in every resample: terms once, a chunk per sum
         step = max(1, CHUNK_ELEMENTS // (4 * n))
         for i, stat, width in zip(summed, sum_stats, widths, strict=True):  # a loop over metrics
             columns, values = stat.sparse_terms(fixed_t, labels)
             for start in range(0, r, step):  # a loop over chunks of resamples
                 sl = slice(start, min(r, start + step))
-                out[i, sl] = stat.from_sums(weighted_term_sums(columns, values, row_weights[sl], width)[:, 0])
+                out[i, sl] = stat.from_sums(
+                    weighted_term_sums(columns, values, rows_of(row_weights[sl]), width)[:, 0]
+                )
     elif sum_stats:
         assert s is not None
-        sums = term_sums_at_temperatures(sum_stats, widths, logits_t, labels, s, row_weights, workers=workers)
+        sums = term_sums_at_temperatures(
+            sum_stats,
+            widths,
+            logits_t,
+            labels,
+            s,
+            row_weights,
+            workers=workers,
+            row_temperature=row_temperature,
+            row_cluster=row_cluster,
+        )
         for i, stat, total in zip(summed, sum_stats, sums, strict=True):  # a loop over metrics
             out[i] = [stat.from_sums(total[b : b + 1, 0])[0] for b in range(r)]
     for i, other in enumerate(statistics):  # a loop over the other metrics, each resample's probabilities
@@ -148,7 +225,8 @@ def metrics_at_temperatures(
                 probs_t = fixed_t
             else:
                 assert s is not None
-                probs_t = softmax_class_major(logits_t / np.exp(s[b]))
+                log_t = s[b] if row_temperature is None else s[b, row_temperature]
+                probs_t = softmax_class_major(logits_t / np.exp(log_t))
             probs = np.ascontiguousarray(probs_t.T)[None]
-            out[i, b] = other.evaluate_each(probs, labels, row_weights[b : b + 1])[0]
+            out[i, b] = other.evaluate_each(probs, labels, rows_of(row_weights[b : b + 1]))[0]
     return out
