@@ -23,6 +23,7 @@ __all__ = [
     "counted_sums",
     "grouped_entry_sums",
     "membership_sums",
+    "stratified_draws",
     "top_label_entries",
     "weighted_entry_sums",
 ]
@@ -35,7 +36,7 @@ _HELPERS = ("_bin_of",)
 
 @functools.cache
 def _jit() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """numba's ``njit`` as the kernels use it, with the helpers compiled (numba is loaded here, on first use)."""
+    """The kernels' ``numba.njit``, with the helpers compiled (numba is loaded here, on first use)."""
     import numba
 
     def jit(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,18 +67,20 @@ def _counted_sums(
     out: NDArray[np.float64],
     counts: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
-    for b in range(indices.shape[0]):
-        counts[:] = 0
+    r = indices.shape[0]
+    counts[:] = 0
+    for b in range(r):
         for d in range(indices.shape[1]):
-            counts[indices[b, d]] += 1
-        for j in range(out.shape[1]):
-            out[b, j] = 0.0
-        for c in range(counts.shape[0]):
-            w = counts[c]
-            if w:
-                fw = float(w)
-                for e in range(start[c], stop[c]):
-                    out[b, cols[e]] += fw * vals[e]
+            counts[indices[b, d], b] += 1
+    out[:] = 0.0
+    for c in range(counts.shape[0]):  # one pass over the clusters serves every resample of the chunk
+        for e in range(start[c], stop[c]):
+            col = cols[e]
+            value = vals[e]
+            for b in range(r):
+                w = counts[c, b]
+                if w:
+                    out[b, col] += float(w) * value
 
 
 def counted_sums(
@@ -92,7 +95,8 @@ def counted_sums(
 
     ``S`` is stored by cluster: cluster ``c``'s entries are ``cols[start[c]:stop[c]]`` and the matching
     ``vals``. Resample ``b`` counts how often it drew each cluster, then adds ``count * value`` cluster by
-    cluster, in cluster order, entry by entry: the sum depends on the resample's counts only.
+    cluster, in cluster order, entry by entry: the sum depends on the resample's counts only. One pass
+    over the entries serves all R resamples (the entries are read once per chunk, not once per resample).
 
     Examples
     --------
@@ -102,7 +106,7 @@ def counted_sums(
     [[2.0, 1.0], [2.0, 0.5]]
     """
     out = np.empty((indices.shape[0], n_columns))
-    counts = np.empty(start.shape[0], dtype=np.int64)
+    counts = np.empty((start.shape[0], indices.shape[0]), dtype=np.int64)
     _compiled(_counted_sums)(
         np.ascontiguousarray(indices, dtype=np.int64), start, stop, cols, vals, out, counts
     )
@@ -246,17 +250,19 @@ def _membership_sums(
     counts: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
     width = table.shape[1]
-    for b in range(indices.shape[0]):
-        counts[:] = 0
+    r = indices.shape[0]
+    counts[:] = 0
+    for b in range(r):
         for d in range(indices.shape[1]):
-            counts[patient_of_cluster[indices[b, d]]] += 1
-        out[b] = 0.0
-        for c in range(counts.shape[0]):
-            w = counts[c]
-            if w:
-                fw = float(w)
-                for e in range(ptr[c], ptr[c + 1]):
-                    s = block[e]
+            counts[patient_of_cluster[indices[b, d]], b] += 1
+    out[:] = 0.0
+    for c in range(counts.shape[0]):  # one pass over the patients serves every resample of the chunk
+        for e in range(ptr[c], ptr[c + 1]):
+            s = block[e]
+            for b in range(r):
+                w = counts[c, b]
+                if w:
+                    fw = float(w)
                     for q in range(width):
                         out[b, s, q] += fw * table[e, q]
 
@@ -273,7 +279,8 @@ def membership_sums(
 
     Resample ``b`` drew clusters ``indices[b]`` (R, D), each of patient ``patient_of_cluster[cluster]``;
     patient ``c`` holds the rows ``ptr[c]:ptr[c + 1]`` of ``table`` (E, W), row ``e`` in block
-    ``block[e]``. Each block's sum adds ``n_b(c) * table[e]`` patient by patient, in patient order.
+    ``block[e]``. Each block's sum adds ``n_b(c) * table[e]`` patient by patient, in patient order; one
+    pass over the table serves all R resamples.
 
     Examples
     --------
@@ -283,7 +290,7 @@ def membership_sums(
     [[[102.0, 204.0], [20.0, 40.0]]]
     """
     out = np.empty((indices.shape[0], n_blocks, table.shape[1]))
-    counts = np.empty(ptr.shape[0] - 1, dtype=np.int64)
+    counts = np.empty((ptr.shape[0] - 1, indices.shape[0]), dtype=np.int64)
     _compiled(_membership_sums)(
         np.ascontiguousarray(indices, dtype=np.int64), patient_of_cluster, ptr, block, table, out, counts
     )
@@ -292,7 +299,7 @@ def membership_sums(
 
 def _bin_of(value: float, edges: NDArray[np.float64]) -> int:  # pragma: no cover - compiled
     """The ``(lo, hi]`` bin of ``value`` among equal-width ``edges``, as ``numpy.searchsorted`` places it."""
-    n_bins = edges.shape[0] - 1
+    n_bins: int = edges.shape[0] - 1
     if value != value:  # NaN sorts last, as in numpy.searchsorted
         return n_bins - 1
     # the number of edges below the value, less one, within [0, n_bins - 1]: counted from a guess (equal
@@ -302,7 +309,8 @@ def _bin_of(value: float, edges: NDArray[np.float64]) -> int:  # pragma: no cove
         below -= 1
     while below <= n_bins and edges[below] < value:
         below += 1
-    return min(max(below - 1, 0), n_bins - 1)
+    index: int = min(max(below - 1, 0), n_bins - 1)
+    return index
 
 
 def _top_label_entries(
@@ -437,7 +445,7 @@ def _normalised_entry_sums(
             at = offsets[q]
             out[g, at] += w * 1.0
             kind = kinds[q]
-            if kind == 0:  # top-label blocks: n count, g correctness minus confidence, a correctness, c confidence
+            if kind == 0:  # top-label: n count, g correctness minus confidence, a correctness, c confidence
                 confidence = e[predicted, j]
                 index = _bin_of(confidence, edges)
                 correct = 1.0 if predicted == y else 0.0
@@ -494,10 +502,11 @@ def calibrated_entry_sums(
 ) -> NDArray[np.float64]:
     """One resample's per-group sums of metric terms at moving temperatures: (G, sum of widths).
 
-    Row ``i`` (class-major logits ``logits_t`` (C, N), label, group) weighs ``cluster_weights[row_cluster[i]]``
-    and is calibrated with ``T = scales[row_scale[i]]``; rows of weight 0 are skipped. Each metric's
-    terms, program ``(name, blocks)`` of :data:`PROGRAMS` on the ``(lo, hi]`` bins of ``edges``, go to
-    its own ``widths[m]`` columns as ``weight * value``, rows in order.
+    Row ``i`` (class-major logits ``logits_t`` (C, N), its label and group) weighs
+    ``cluster_weights[row_cluster[i]]`` and is calibrated with ``T = scales[row_scale[i]]``; rows of
+    weight 0 are skipped. Each metric's terms, program ``(name, blocks)`` of :data:`PROGRAMS` on the
+    ``(lo, hi]`` bins of ``edges``, go to its own ``widths[m]`` columns as ``weight * value``, rows in
+    order.
 
     The values are those of the array code, bit for bit: the drawn rows' scaled logits less their max
     (one compiled pass), numpy's ``exp``, then one compiled pass that normalises in class order, finds
@@ -517,7 +526,7 @@ def calibrated_entry_sums(
     space = np.empty((n_classes + 3, n)) if workspace is None else workspace
     scaled, weights, true_p = space[:n_classes], space[n_classes], space[n_classes + 1]
     rows = space[n_classes + 2].view(np.int64)
-    m = _compiled(_drawn_scaled)(
+    m: int = _compiled(_drawn_scaled)(
         logits_t,
         row_cluster,
         np.ascontiguousarray(cluster_weights, dtype=np.float64),
@@ -538,4 +547,35 @@ def calibrated_entry_sums(
         _compiled(_column_sums)(values, rows[:m], weights[:m], groups, int(offsets[logs[0]]) + 1, out)
         for q in logs[1:]:  # a loop over further log_true metrics
             out[:, offsets[q] + 1] = out[:, offsets[logs[0]] + 1]
+    return out
+
+
+def _stratified_draws(
+    u: NDArray[np.float64],
+    stratum_size: NDArray[np.int64],
+    stratum_start: NDArray[np.int64],
+    out: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    for b in range(u.shape[0]):
+        for j in range(u.shape[1]):
+            size = stratum_size[j]
+            index = int(np.floor(u[b, j] * size))
+            out[b, j] = stratum_start[j] + min(index, size - 1)
+
+
+def stratified_draws(
+    u: NDArray[np.float64], stratum_size: NDArray[np.int64], stratum_start: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Draw ``j`` of each resample from uniforms ``u`` (R, D): ``start[j] + min(floor(u * size[j]), size[j] - 1)``.
+
+    The cluster drawn for position ``j`` within its stratum (``size[j]`` clusters from ``start[j]``), as
+    ``numpy.floor(u * size).astype(int64)``, clipped and shifted, gives it, in one pass.
+
+    Examples
+    --------
+    >>> stratified_draws(np.array([[0.0, 0.5, 0.99]]), np.array([2, 2, 1]), np.array([0, 0, 2])).tolist()
+    [[0, 1, 2]]
+    """
+    out = np.empty(u.shape, dtype=np.int64)
+    _compiled(_stratified_draws)(u, stratum_size, stratum_start, out)
     return out

@@ -122,3 +122,17 @@ def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
         _kernels._jit.cache_clear()
     assert out.tolist() == [[9.0]]
     assert columns[1].tolist() == [3, 4]  # 0.75 in (0.5, 0.75], the 3rd bin; 0.9 in the 4th
+
+
+def test_stratified_draws_are_the_numpy_formula_including_uniforms_that_round_up_to_the_size() -> None:
+    from sitecal._kernels import stratified_draws
+
+    rng = np.random.default_rng(8)
+    size = rng.integers(1, 50, 400)
+    start = rng.integers(0, 1000, 400)
+    u = rng.random((3, 400))
+    u[0, :5] = np.nextafter(1.0, 0.0)  # u * size may round to size: clipped to the stratum's last cluster
+    u[1, :5] = 0.0
+    expected = np.minimum(np.floor(u * size).astype(np.int64), size - 1) + start
+    assert np.array_equal(stratified_draws(u, size, start), expected)
+    assert (stratified_draws(u, size, start) - start < size).all()

@@ -134,6 +134,10 @@ class BatchedTemperatureSolver:
         Name of the calling function, for error messages about ``bounds``.
     tol, max_iter
         Tolerance on ``|d f / d s|`` and step limit of the exact solver (and the full-data fit).
+    fit : TemperatureFit, optional
+        The full-data fit where the caller has it: ``fit_validated`` of these rows, in this order, with
+        these ``bounds``, ``tol`` and ``max_iter`` (as :func:`~sitecal.calibration.fit_group_temperatures`
+        fits a group's own or the global temperature); None: fitted here.
 
     Attributes
     ----------
@@ -157,6 +161,7 @@ class BatchedTemperatureSolver:
         func: str = "BatchedTemperatureSolver",
         tol: float = 1e-10,
         max_iter: int = 100,
+        fit: TemperatureFit | None = None,
     ) -> None:
         low, high = _bounds(bounds, func=func)
         self._d = _NLL(logits, labels).d
@@ -166,9 +171,9 @@ class BatchedTemperatureSolver:
         self.n_clusters = n_clusters
         self._lo, self._hi = math.log(low), math.log(high)
         self._tol, self._max_iter = tol, max_iter
-        self.fit: TemperatureFit = fit_validated(
-            logits, labels, tol=tol, max_iter=max_iter, low=low, high=high
-        )
+        if fit is None:
+            fit = fit_validated(logits, labels, tol=tol, max_iter=max_iter, low=low, high=high)
+        self.fit: TemperatureFit = fit
         self._row_counts = np.bincount(cluster_of_row, minlength=n_clusters).astype(np.float64)
         self.interval = (math.nan, math.nan)
         self.degree = 0

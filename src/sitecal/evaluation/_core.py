@@ -29,6 +29,7 @@ from sitecal.evaluation._split import (
     applied_probabilities,
     applied_temperatures,
     deployed_temperatures,
+    fold_fits,
     make_split,
     split_patients,
 )
@@ -154,6 +155,8 @@ def evaluate(
     logits, labels = data.logits[held], data.labels[held]
     patients = data.patient_keys[held]
     methods: GroupMethods | None = None
+    # the split's fold fits (fold_fits), where computed: the refit bootstrap starts from them
+    fits: list[tuple[np.ndarray, np.ndarray, GroupTemperatures]] | None = None
     if cal.method != "temperature":  # deployed: fitted on the fit part (every row under cross-fitting)
         methods = fit_group_methods(
             cal.method, data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size
@@ -163,8 +166,12 @@ def evaluate(
         )[held]
     elif split.method == "patient":  # the deployed temperatures are the ones evaluated
         after = softmax(logits, temperature=temperatures.temperatures_for(cal_groups[held]))
+        fits = [(fit, held, temperatures)] if fit.any() and held.any() else []  # as fold_fits gives it
     else:
-        applied = applied_temperatures(split, data.logits, data.labels, cal_groups, data.patient_keys, policy)
+        fits = fold_fits(split, data.logits, data.labels, cal_groups, data.patient_keys, policy)
+        applied = applied_temperatures(
+            split, data.logits, data.labels, cal_groups, data.patient_keys, policy, fits=fits
+        )
         after = softmax(logits, temperature=applied[held])
     prob_sets = {"before": softmax(logits), "after": after}
     strata = patient_strata(patients, strata_all[held])
@@ -241,7 +248,9 @@ def evaluate(
         fit_rows.logits, fit_rows.labels, clusters=fit_rows.patients, spec=spec
     ).temperature
     replicates = (
-        refit_temperatures(split, data.logits, data.labels, cal_groups, data.patient_keys, policy, spec)
+        refit_temperatures(
+            split, data.logits, data.labels, cal_groups, data.patient_keys, policy, spec, fits=fits
+        )
         if ev.bootstrap.refit and attributes and ev.disparity_metrics and methods is None
         else None
     )

@@ -7,6 +7,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._groups import patient_strata
 from sitecal.evaluation._split import Split, fold_fits
 from sitecal.protocol import Protocol
@@ -34,6 +35,7 @@ def refit_temperatures(
     patients: np.ndarray,
     policy: Mapping[str, Any],
     spec: BootstrapSpec,
+    fits: list[tuple[np.ndarray, np.ndarray, GroupTemperatures]] | None = None,
 ) -> TemperatureReplicates | None:
     """Every evaluated row's temperature, to refit in each resample of the disparity bootstrap.
 
@@ -41,23 +43,29 @@ def refit_temperatures(
     the rows it calibrates either its own temperature (refitted on that group's fit rows) or the global
     one (refitted on all its fit rows). None where some group's temperature is shrunk or empirical-Bayes
     (their penalty or shrinkage is not repeated here): the after-calibration gaps then hold T fixed.
+    ``fits``: :func:`~sitecal.evaluation._split.fold_fits` of these arguments, where the caller has them.
     """
-    fits: list[TemperatureFit] = []
+    temperature_fits: list[TemperatureFit] = []
     fit_rows, held_rows = split.fit, split.held
-    for fit, held, temps in fold_fits(split, logits, labels, cal_groups, patients, policy):
+    if fits is None:
+        fits = fold_fits(split, logits, labels, cal_groups, patients, policy)
+    for fit, held, temps in fits:  # a loop over the split's fits
         for group in np.unique(cal_groups[held]).tolist():
             known = temps.groups.get(group)
             source = "global_fallback" if known is None else known.source
             if source not in ("own", "global_fallback"):
                 return None
             rows = fit & (cal_groups == group) if source == "own" else fit
-            fits.append(TemperatureFit(rows[fit_rows], (held & (cal_groups == group))[held_rows]))
+            full = known.fit if known is not None and source == "own" else temps.global_fit
+            temperature_fits.append(
+                TemperatureFit(rows[fit_rows], (held & (cal_groups == group))[held_rows], full)
+            )
     return TemperatureReplicates(
         logits[fit_rows],
         labels[fit_rows],
         patients[fit_rows],
         patients[held_rows],
-        fits,
+        temperature_fits,
         shared=split.method == "crossfit",
         spec=spec,
     )

@@ -167,13 +167,17 @@ def applied_temperatures(
     patients: np.ndarray,
     policy: Mapping[str, Any],
     keep: np.ndarray | None = None,
+    fits: list[tuple[np.ndarray, np.ndarray, GroupTemperatures]] | None = None,
 ) -> np.ndarray:
     """The temperature each evaluated row (among ``keep``) gets from a fit that did not see it: shape (N,).
 
     Rows not evaluated get NaN, and so do a fold's rows when the fold has no fit rows (:func:`fold_fits`).
+    ``fits``: :func:`fold_fits` of these arguments, where the caller has them.
     """
     out = np.full(labels.shape[0], np.nan)
-    for _, held, temps in fold_fits(split, logits, labels, groups, patients, policy, keep):
+    if fits is None:
+        fits = fold_fits(split, logits, labels, groups, patients, policy, keep)
+    for _, held, temps in fits:  # a loop over the split's fits
         out[held] = temps.temperatures_for(groups[held])
     return out
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sitecal import calibration
 from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
@@ -30,10 +31,14 @@ __all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals
 
 @dataclass(frozen=True)
 class TemperatureFit:
-    """One temperature: the fit rows it is fitted on, and the evaluated rows it calibrates (boolean masks)."""
+    """One temperature: the fit rows it is fitted on, and the evaluated rows it calibrates (boolean masks).
+
+    ``fit``: its full-data fit where already known (:class:`~sitecal.calibration.BatchedTemperatureSolver`).
+    """
 
     fit_rows: NDArray[np.bool_]
     eval_rows: NDArray[np.bool_]
+    fit: calibration.TemperatureFit | None = None
 
 
 class TemperatureReplicates:
@@ -100,7 +105,7 @@ class TemperatureReplicates:
                 continue
             used, local = np.unique(fit_codes[fit.fit_rows], return_inverse=True)
             solver = BatchedTemperatureSolver(
-                z[fit.fit_rows], y[fit.fit_rows], local, used.shape[0], bounds=bounds, func=func
+                z[fit.fit_rows], y[fit.fit_rows], local, used.shape[0], bounds=bounds, func=func, fit=fit.fit
             )
             self.solver_of_row[fit.eval_rows] = len(solvers)
             solvers.append((solver, used))
@@ -238,22 +243,21 @@ def refit_disparity_intervals(
             for statistic, total in zip(statistics, sums, strict=True)
         ]
 
-    estimates = [(g[0], rest[0]) for g, rest in values(temperatures.s0_solvers[None, :], np.ones((1, plan.n_clusters)))]
+    at_full_data = values(temperatures.s0_solvers[None, :], np.ones((1, plan.n_clusters)))
+    estimates = [(g[0], rest[0]) for g, rest in at_full_data]
     reps = [
         (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
     ]
-    # resamples per chunk: the (chunk, patients) draws and (chunk, rows) weights near 4 * CHUNK_ELEMENTS,
-    # so that each temperature's batched solve is called once per chunk (not once per resample)
+    # resamples per chunk: the (chunk, patients) draws and weights near CHUNK_ELEMENTS, so that each
+    # temperature's batched solve is called once per chunk (not once per resample)
     chunk = spec.chunk_size or max(
-        1, min(spec.n_resamples, 4 * CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
+        1, min(spec.n_resamples, CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
     )
     eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
     start = 0
     for draws, s in temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
         stop = start + draws.size
-        for (group_reps, rest_reps), (group_v, rest_v) in zip(
-            reps, values(s, draws.weights), strict=True
-        ):
+        for (group_reps, rest_reps), (group_v, rest_v) in zip(reps, values(s, draws.weights), strict=True):
             group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
         start = stop
     out = {}

@@ -128,10 +128,10 @@ def term_sums_at_temperatures(
                 list(widths),
                 spaces.array,
             )
-            at = 0
+            first = 0
             for width, out in zip(widths, sums, strict=True):  # a loop over metrics: their own columns
-                out[b] = total[:, at : at + width]
-                at += width
+                out[b] = total[:, first : first + width]
+                first += width
             return
         weights_all = row_weights[b] if cluster_of_row is None else row_weights[b, cluster_of_row]
         drawn = np.flatnonzero(weights_all)
