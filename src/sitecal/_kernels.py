@@ -377,7 +377,6 @@ def top_label_entries(
 #: :func:`top_label_entries`), or a mean score's term: ``log_true`` the negative log-probability of the
 #: true class (clipped), ``squared`` the squared distance to the one-hot label, ``hit`` arg-max = label.
 PROGRAMS = ("top_label", "log_true", "squared", "hit")
-_LOG_TRUE = 1
 _NLL_CLIP = 1e-12  # sitecal.metrics._scores.NLL_CLIP (this layer imports no metrics)
 
 
@@ -412,78 +411,110 @@ def _drawn_scaled(
     return m
 
 
-def _normalised_entry_sums(
+def _normalised(
     e: NDArray[np.float64],
     m: int,
     rows: NDArray[np.int64],
-    weights: NDArray[np.float64],
     labels: NDArray[np.int64],
     groups: NDArray[np.int64],
-    edges: NDArray[np.float64],
-    kinds: NDArray[np.int64],
-    parts: NDArray[np.int64],
-    offsets: NDArray[np.int64],
-    out: NDArray[np.float64],
-    true_p: NDArray[np.float64],
+    predicted: NDArray[np.int64],
+    confidence: NDArray[np.float64],
+    label: NDArray[np.int64],
+    group: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
     n_classes = e.shape[0]
-    n_bins = edges.shape[0] - 1
     for j in range(m):
         total = e[0, j]
         for k in range(1, n_classes):  # the sum in class order, as numpy sums so few terms
             total += e[k, j]
-        predicted = 0
+        best = -1.0
+        top = 0
         for k in range(n_classes):
-            e[k, j] = e[k, j] / total
-            if e[k, j] > e[predicted, j]:  # the first arg-max, as numpy.argmax
-                predicted = k
+            v = e[k, j] / total
+            e[k, j] = v
+            if v > best:  # the first arg-max, as numpy.argmax (probabilities are >= 0)
+                best = v
+                top = k
+        predicted[j] = top
+        confidence[j] = best
         i = rows[j]
-        w = weights[j]
-        y = labels[i]
-        g = groups[i]
-        for q in range(kinds.shape[0]):  # a loop over metrics, each into its own columns
-            at = offsets[q]
-            out[g, at] += w * 1.0
-            kind = kinds[q]
-            if kind == 0:  # top-label: n count, g correctness minus confidence, a correctness, c confidence
-                confidence = e[predicted, j]
-                index = _bin_of(confidence, edges)
-                correct = 1.0 if predicted == y else 0.0
-                for b in range(parts.shape[1]):
-                    part = parts[q, b]
-                    if part < 0:
-                        break
-                    col = at + index + 1 + b * n_bins
-                    if part == 0:
-                        out[g, col] += w * 1.0
-                    elif part == 1:
-                        out[g, col] += w * (correct - confidence)
-                    elif part == 2:
-                        out[g, col] += w * correct
-                    else:
-                        out[g, col] += w * confidence
-            elif kind == 1:  # log_true: its logarithm is numpy's, added by _column_sums
-                true_p[j] = max(e[y, j], _NLL_CLIP)
-            elif kind == 2:  # squared: the distances summed in class order
-                squared = 0.0
-                for k in range(n_classes):
-                    d = e[k, j] - (1.0 if k == y else 0.0)
-                    squared += d * d
-                out[g, at + 1] += w * squared
-            else:  # hit
-                out[g, at + 1] += w * (1.0 if predicted == y else 0.0)
+        label[j] = labels[i]
+        group[j] = groups[i]
 
 
-def _column_sums(
-    values: NDArray[np.float64],
-    rows: NDArray[np.int64],
+def _top_label_sums(
+    m: int,
+    predicted: NDArray[np.int64],
+    confidence: NDArray[np.float64],
+    label: NDArray[np.int64],
+    group: NDArray[np.int64],
     weights: NDArray[np.float64],
-    groups: NDArray[np.int64],
-    column: int,
+    edges: NDArray[np.float64],
+    parts: NDArray[np.int64],
+    at: int,
     out: NDArray[np.float64],
 ) -> None:  # pragma: no cover - compiled
-    for j in range(values.shape[0]):
-        out[groups[rows[j]], column] += weights[j] * values[j]
+    n_bins = edges.shape[0] - 1
+    for j in range(m):
+        g = group[j]
+        w = weights[j]
+        c = confidence[j]
+        index = _bin_of(c, edges)
+        correct = 1.0 if predicted[j] == label[j] else 0.0
+        out[g, at] += w * 1.0
+        for b in range(
+            parts.shape[0]
+        ):  # n count, g correctness minus confidence, a correctness, c confidence
+            col = at + index + 1 + b * n_bins
+            part = parts[b]
+            if part == 0:
+                out[g, col] += w * 1.0
+            elif part == 1:
+                out[g, col] += w * (correct - c)
+            elif part == 2:
+                out[g, col] += w * correct
+            else:
+                out[g, col] += w * c
+
+
+def _true_class(
+    e: NDArray[np.float64], m: int, label: NDArray[np.int64], clip: float, out: NDArray[np.float64]
+) -> None:  # pragma: no cover - compiled
+    for j in range(m):
+        out[j] = max(e[label[j], j], clip)
+
+
+def _squared(
+    e: NDArray[np.float64], m: int, label: NDArray[np.int64], out: NDArray[np.float64]
+) -> None:  # pragma: no cover - compiled
+    for j in range(m):
+        squared = 0.0
+        for k in range(e.shape[0]):  # the distances summed in class order
+            d = e[k, j] - (1.0 if k == label[j] else 0.0)
+            squared += d * d
+        out[j] = squared
+
+
+def _hits(
+    m: int, predicted: NDArray[np.int64], label: NDArray[np.int64], out: NDArray[np.float64]
+) -> None:  # pragma: no cover - compiled
+    for j in range(m):
+        out[j] = 1.0 if predicted[j] == label[j] else 0.0
+
+
+def _score_sums(
+    m: int,
+    values: NDArray[np.float64],
+    group: NDArray[np.int64],
+    weights: NDArray[np.float64],
+    at: int,
+    out: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    for j in range(m):
+        g = group[j]
+        w = weights[j]
+        out[g, at] += w * 1.0
+        out[g, at + 1] += w * values[j]
 
 
 def calibrated_entry_sums(
@@ -509,23 +540,18 @@ def calibrated_entry_sums(
     order.
 
     The values are those of the array code, bit for bit: the drawn rows' scaled logits less their max
-    (one compiled pass), numpy's ``exp``, then one compiled pass that normalises in class order, finds
-    the arg-max and bin and adds the terms, and numpy's ``log`` for the ``log_true`` terms
-    (:func:`~sitecal.metrics._softmax.softmax_class_major`, :func:`top_label_entries` and the scores'
-    terms compute the same operations in the same order).
+    (one compiled pass), numpy's ``exp``, a compiled pass that normalises in class order and finds the
+    arg-max, then one tight pass per metric (numpy's ``log`` for the ``log_true`` terms):
+    :func:`~sitecal.metrics._softmax.softmax_class_major`, :func:`top_label_entries` and the scores'
+    terms compute the same operations in the same order.
 
-    ``workspace``: a (C + 3, N) float64 array the call may overwrite, kept by a caller that sums many
+    ``workspace``: a (C + 7, N) float64 array the call may overwrite, kept by a caller that sums many
     resamples (fresh arrays of this size cost page faults in every call); None: allocated here.
     """
     n_classes, n = logits_t.shape
-    kinds = np.array([PROGRAMS.index(name) for name, _ in programs], dtype=np.int64)
-    parts = np.full((len(programs), 4), -1, dtype=np.int64)
-    for q, (_, blocks) in enumerate(programs):  # a loop over metrics
-        parts[q, : len(blocks)] = ["ngac".index(b) for b in blocks]
-    offsets = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-    space = np.empty((n_classes + 3, n)) if workspace is None else workspace
-    scaled, weights, true_p = space[:n_classes], space[n_classes], space[n_classes + 1]
-    rows = space[n_classes + 2].view(np.int64)
+    space = np.empty((n_classes + 7, n)) if workspace is None else workspace
+    scaled, weights, values, confidence = space[:n_classes], *space[n_classes : n_classes + 3]
+    rows, predicted, label, group = (row.view(np.int64) for row in space[n_classes + 3 :])
     m: int = _compiled(_drawn_scaled)(
         logits_t,
         row_cluster,
@@ -537,16 +563,23 @@ def calibrated_entry_sums(
         weights,
     )
     np.exp(scaled[:, :m], out=scaled[:, :m])
+    _compiled(_normalised)(scaled, m, rows, labels, groups, predicted, confidence, label, group)
     out = np.zeros((n_groups, int(sum(widths))))
-    _compiled(_normalised_entry_sums)(
-        scaled, m, rows, weights, labels, groups, edges, kinds, parts, offsets, out, true_p
-    )
-    logs = np.flatnonzero(kinds == _LOG_TRUE).tolist()
-    if logs:  # numpy's log of the clipped true-class probabilities, summed once, the same for each
-        values = np.negative(np.log(true_p[:m], out=true_p[:m]), out=true_p[:m])
-        _compiled(_column_sums)(values, rows[:m], weights[:m], groups, int(offsets[logs[0]]) + 1, out)
-        for q in logs[1:]:  # a loop over further log_true metrics
-            out[:, offsets[q] + 1] = out[:, offsets[logs[0]] + 1]
+    at = 0
+    for (name, blocks), width in zip(programs, widths, strict=True):  # a loop over metrics: own columns
+        if name == "top_label":
+            parts = np.array(["ngac".index(b) for b in blocks], dtype=np.int64)
+            _compiled(_top_label_sums)(m, predicted, confidence, label, group, weights, edges, parts, at, out)
+        else:
+            if name == "log_true":  # -log max(p_y, clip), numpy's logarithm
+                _compiled(_true_class)(scaled, m, label, _NLL_CLIP, values)
+                np.negative(np.log(values[:m], out=values[:m]), out=values[:m])
+            elif name == "squared":
+                _compiled(_squared)(scaled, m, label, values)
+            else:
+                _compiled(_hits)(m, predicted, label, values)
+            _compiled(_score_sums)(m, values, group, weights, at, out)
+        at += width
     return out
 
 
@@ -566,7 +599,7 @@ def _stratified_draws(
 def stratified_draws(
     u: NDArray[np.float64], stratum_size: NDArray[np.int64], stratum_start: NDArray[np.int64]
 ) -> NDArray[np.int64]:
-    """Draw ``j`` of each resample from uniforms ``u`` (R, D): ``start[j] + min(floor(u * size[j]), size[j] - 1)``.
+    """Draw ``j`` of each resample from uniforms ``u`` (R, D): ``start + min(floor(u * size), size - 1)``.
 
     The cluster drawn for position ``j`` within its stratum (``size[j]`` clusters from ``start[j]``), as
     ``numpy.floor(u * size).astype(int64)``, clipped and shifted, gives it, in one pass.

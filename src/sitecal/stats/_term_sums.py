@@ -113,7 +113,7 @@ def term_sums_at_temperatures(
         """Resample ``b``: only its drawn rows are calibrated and summed (the others add nothing)."""
         if programs is not None:
             if not hasattr(spaces, "array"):
-                spaces.array = np.empty((logits_t.shape[0] + 3, n))
+                spaces.array = np.empty((logits_t.shape[0] + 7, n))
             total = calibrated_entry_sums(
                 logits_t,
                 labels,
