@@ -10,6 +10,7 @@ next to this file or in the user's cache folder), so a process pays the compilat
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,22 @@ def _jit() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return jit
 
 
+_SCRATCH = threading.local()
+
+
+def _counts(r: int, k: int) -> NDArray[np.int32]:
+    """An (r, k) int32 array to count draws in, this thread's own, reused by the next call.
+
+    The counting loops run once per chunk of resamples on arrays of tens of MiB: a fresh array would
+    cost its page faults again in every call.
+    """
+    held: NDArray[np.int32] | None = getattr(_SCRATCH, "counts", None)
+    if held is None or held.shape[0] < r * k:
+        held = np.empty(r * k, dtype=np.int32)
+        _SCRATCH.counts = held
+    return held[: r * k].reshape(r, k)
+
+
 @functools.cache
 def _compiled(loop: Callable[..., None]) -> Callable[..., Any]:
     """``loop`` compiled by numba, on first use (importing the numeric core does not load numba)."""
@@ -65,22 +82,27 @@ def _counted_sums(
     cols: NDArray[np.int64],
     vals: NDArray[np.float64],
     out: NDArray[np.float64],
-    counts: NDArray[np.int64],
+    counts: NDArray[np.int32],
+    finite: bool,
 ) -> None:  # pragma: no cover - compiled
     r = indices.shape[0]
     counts[:] = 0
     for b in range(r):
         for d in range(indices.shape[1]):
-            counts[indices[b, d], b] += 1
+            counts[b, indices[b, d]] += 1
     out[:] = 0.0
-    for c in range(counts.shape[0]):  # one pass over the clusters serves every resample of the chunk
+    for c in range(counts.shape[1]):  # one pass over the clusters serves every resample of the chunk
         for e in range(start[c], stop[c]):
             col = cols[e]
             value = vals[e]
-            for b in range(r):
-                w = counts[c, b]
-                if w:
-                    out[b, col] += float(w) * value
+            if finite:  # a cluster not drawn adds 0 * value, a signed zero, which leaves every sum as it is
+                for b in range(r):
+                    out[b, col] += float(counts[b, c]) * value
+            else:  # 0 * inf would be NaN: clusters not drawn are skipped
+                for b in range(r):
+                    w = counts[b, c]
+                    if w:
+                        out[b, col] += float(w) * value
 
 
 def counted_sums(
@@ -90,6 +112,7 @@ def counted_sums(
     cols: NDArray[np.int64],
     vals: NDArray[np.float64],
     n_columns: int,
+    finite: bool | None = None,
 ) -> NDArray[np.float64]:
     """Per resample, ``sum_c count_b(c) * S[c]`` for drawn cluster indices (R, D): shape (R, n_columns).
 
@@ -97,6 +120,9 @@ def counted_sums(
     ``vals``. Resample ``b`` counts how often it drew each cluster, then adds ``count * value`` cluster by
     cluster, in cluster order, entry by entry: the sum depends on the resample's counts only. One pass
     over the entries serves all R resamples (the entries are read once per chunk, not once per resample).
+    ``finite``: whether every value is finite (then clusters not drawn add a signed zero instead of
+    being tested: the same sums without a branch per resample), None to check here. The stored values
+    are nonzero, so no sum is a negative zero that an added zero could flip.
 
     Examples
     --------
@@ -106,9 +132,16 @@ def counted_sums(
     [[2.0, 1.0], [2.0, 0.5]]
     """
     out = np.empty((indices.shape[0], n_columns))
-    counts = np.empty((start.shape[0], indices.shape[0]), dtype=np.int64)
+    counts = _counts(indices.shape[0], start.shape[0])
     _compiled(_counted_sums)(
-        np.ascontiguousarray(indices, dtype=np.int64), start, stop, cols, vals, out, counts
+        np.ascontiguousarray(indices, dtype=np.int64),
+        start,
+        stop,
+        cols,
+        vals,
+        out,
+        counts,
+        bool(np.isfinite(vals).all()) if finite is None else finite,
     )
     return out
 
@@ -247,21 +280,21 @@ def _membership_sums(
     block: NDArray[np.int64],
     table: NDArray[np.float64],
     out: NDArray[np.float64],
-    counts: NDArray[np.int64],
+    counts: NDArray[np.int32],
 ) -> None:  # pragma: no cover - compiled
     width = table.shape[1]
     r = indices.shape[0]
     counts[:] = 0
     for b in range(r):
         for d in range(indices.shape[1]):
-            counts[patient_of_cluster[indices[b, d]], b] += 1
+            counts[b, patient_of_cluster[indices[b, d]]] += 1
     out[:] = 0.0
-    for c in range(counts.shape[0]):  # one pass over the patients serves every resample of the chunk
+    for c in range(counts.shape[1]):  # one pass over the patients serves every resample of the chunk
         for e in range(ptr[c], ptr[c + 1]):
             s = block[e]
             for b in range(r):
-                w = counts[c, b]
-                if w:
+                w = counts[b, c]
+                if w:  # a whole row of the table per drawn patient: the test is worth its branch
                     fw = float(w)
                     for q in range(width):
                         out[b, s, q] += fw * table[e, q]
@@ -290,7 +323,7 @@ def membership_sums(
     [[[102.0, 204.0], [20.0, 40.0]]]
     """
     out = np.empty((indices.shape[0], n_blocks, table.shape[1]))
-    counts = np.empty((ptr.shape[0] - 1, indices.shape[0]), dtype=np.int64)
+    counts = _counts(indices.shape[0], ptr.shape[0] - 1)
     _compiled(_membership_sums)(
         np.ascontiguousarray(indices, dtype=np.int64), patient_of_cluster, ptr, block, table, out, counts
     )

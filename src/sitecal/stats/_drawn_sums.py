@@ -53,6 +53,7 @@ class DrawnSums:
             self._cols[at] = s
             self._vals[at] = columns[j][clusters]
             fill[clusters] += 1
+        self._finite = bool(np.isfinite(self._vals).all())
         #: Elements per drawn cluster of the largest temporary (the drawn indices themselves)
         self.elements_per_draw = 1
 
@@ -63,7 +64,7 @@ class DrawnSums:
             out[:, c] = value
         if self._summed.shape[0]:
             sums = counted_sums(
-                indices, self._start, self._stop, self._cols, self._vals, self._summed.shape[0]
+                indices, self._start, self._stop, self._cols, self._vals, self._summed.shape[0], self._finite
             )
             out[:, self._summed] = sums
         return out
