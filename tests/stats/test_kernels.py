@@ -136,3 +136,23 @@ def test_stratified_draws_are_the_numpy_formula_including_uniforms_that_round_up
     expected = np.minimum(np.floor(u * size).astype(np.int64), size - 1) + start
     assert np.array_equal(stratified_draws(u, size, start), expected)
     assert (stratified_draws(u, size, start) - start < size).all()
+
+
+def test_drawn_sums_from_sparse_entries_equal_the_dense_constructor_bit_for_bit() -> None:
+    """Per-cluster sums built from row entries (no dense array) give the same replicates."""
+    from sitecal.stats._drawn_sums import DrawnSums
+
+    rng = np.random.default_rng(9)
+    n, k, width = 3000, 200, 7
+    cluster = np.sort(rng.integers(0, k, n))
+    cluster[:40] = 0  # a cluster of many rows: its cells sum many entries, in row order
+    columns = np.stack([np.zeros(n, dtype=np.int64), rng.integers(1, width, n)])
+    values = np.stack([np.ones(n), rng.normal(size=n)])
+    values[1, :5] = 0.0  # entries of zero: a cell may sum to exactly zero
+    dense = np.zeros((k, width))
+    np.add.at(dense, (np.broadcast_to(cluster, columns.shape), columns), values)
+    sparse = DrawnSums.from_entries(np.broadcast_to(cluster, columns.shape), columns, values, k, width)
+    indices = rng.integers(0, k, (6, k))
+    assert np.array_equal(sparse(indices), DrawnSums(dense)(indices))
+    counts = np.stack([np.bincount(i, minlength=k) for i in indices]).astype(np.float64)
+    np.testing.assert_allclose(sparse(indices), counts @ dense, rtol=1e-12, atol=1e-12)

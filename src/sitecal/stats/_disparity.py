@@ -136,11 +136,16 @@ def disparity_intervals(
     names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
     too_small = {str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size}
     plan = make_plan(p.shape[0], clusters, strata, func=func)
-    terms = statistic.row_terms(p, y)  # (N, J)
-    n_groups, width = names.shape[0], terms.shape[1]
-    sums = np.zeros((plan.n_clusters, n_groups, width))
-    np.add.at(sums, (plan.cluster_of_row, codes), terms)
-    drawn_sums = DrawnSums(sums.reshape(plan.n_clusters, -1))  # (K, G*J)
+    n_groups, width = names.shape[0], statistic.row_terms(p[:1], y[:1]).shape[1]
+    # each row's sparse terms, in its group's block of columns: per-cluster sums of (K, G*J) columns
+    columns, entries = statistic.sparse_terms(np.ascontiguousarray(p.T), y)
+    drawn_sums = DrawnSums.from_entries(
+        np.broadcast_to(plan.cluster_of_row, columns.shape),
+        codes[None, :] * width + columns,
+        entries,
+        plan.n_clusters,
+        n_groups * width,
+    )
 
     def values(indices: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Per-group metric and metric of the complement, each (B, G), from drawn cluster indices."""
@@ -168,6 +173,8 @@ def disparity_intervals(
         rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
     jk_group = jk_rest = None
     if spec.method == "bca" and plan.n_clusters > 1:
+        sums = np.zeros((plan.n_clusters, n_groups, width))
+        np.add.at(sums, (plan.cluster_of_row, codes), statistic.row_terms(p, y))
         total = sums.sum(axis=0, keepdims=True)
         left_out = total - sums  # (K, G, J): every cluster left out once
         jk_group = _apply(statistic, left_out)

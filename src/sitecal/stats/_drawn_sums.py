@@ -57,6 +57,41 @@ class DrawnSums:
         #: Elements per drawn cluster of the largest temporary (the drawn indices themselves)
         self.elements_per_draw = 1
 
+    @classmethod
+    def from_entries(
+        cls,
+        cluster: NDArray[np.int64],
+        column: NDArray[np.int64],
+        value: NDArray[np.float64],
+        n_clusters: int,
+        n_columns: int,
+    ) -> DrawnSums:
+        """The sums of per-row entries (each row adds ``value`` to its cluster's ``column``), kept sparse.
+
+        What ``DrawnSums`` of the dense (n_clusters, n_columns) per-cluster sums would hold, without the
+        dense array: the entries of each (cluster, column) are added in the order given (row order, as
+        ``numpy.add.at`` adds them), and sums of exactly zero are dropped as the dense constructor drops
+        them. Columns are never treated as constant here (give the dense array for that).
+        """
+        out = cls.__new__(cls)
+        out.n_columns = n_columns
+        out._constant = []
+        out._summed = np.arange(n_columns, dtype=np.int64)
+        flat = (np.asarray(cluster, dtype=np.int64) * n_columns + column).reshape(-1)
+        keys, inverse = np.unique(flat, return_inverse=True)
+        # bincount adds each key's entries in the order given
+        sums = np.bincount(inverse.reshape(-1), weights=np.reshape(value, -1), minlength=keys.shape[0])
+        keep = sums != 0.0
+        keys, sums = keys[keep], sums[keep]
+        per_cluster = np.bincount(keys // n_columns, minlength=n_clusters).astype(np.int64)
+        out._stop = np.cumsum(per_cluster)
+        out._start = out._stop - per_cluster
+        out._cols = (keys % n_columns).astype(np.int64)
+        out._vals = np.ascontiguousarray(sums, dtype=np.float64)
+        out._finite = bool(np.isfinite(out._vals).all())
+        out.elements_per_draw = 1
+        return out
+
     def __call__(self, indices: NDArray[np.int64]) -> NDArray[np.float64]:
         size = indices.shape[0]
         out = np.empty((size, self.n_columns))
