@@ -402,3 +402,24 @@ def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome:
         sensitivity_analyses(
             _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="profile"
         )
+
+
+def test_cross_fitted_sensitivity_from_the_applied_temperatures_equals_one_that_fits_them_again(
+    data: EvaluationData,
+) -> None:
+    """evaluate() hands its cross-fitted temperatures over: leave-one-site-out's full cohort and the
+    after stage start from them, and every number is what fitting them again gives."""
+    from sitecal.evaluation._split import Split, applied_temperatures, crossfit_folds, deployed_temperatures
+
+    raw = _protocol().model_dump()
+    raw["calibration"]["split"] = {"by": "crossfit", "folds": 3, "seed": 5}
+    protocol = Protocol.model_validate(raw)
+    groups = data.attributes["scanner"]
+    split = Split("crossfit", crossfit_folds(data.patient_keys, groups, folds=3, seed=5), 3)
+    policy = {"min_group_size": 100, "fallback": protocol.calibration.fallback}
+    temps = deployed_temperatures(split, data.logits, data.labels, groups, data.patient_keys, policy)
+    applied = applied_temperatures(split, data.logits, data.labels, groups, data.patient_keys, policy)
+    given = sensitivity_analyses(protocol, data, split, temps, applied=applied).to_dict()
+    again = sensitivity_analyses(protocol, data, split, temps).to_dict()
+    assert given == again
+    assert given["leave_one_site_out"]["full"]["global_temperature"] == temps.global_fit.temperature

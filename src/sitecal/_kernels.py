@@ -24,6 +24,7 @@ __all__ = [
     "counted_sums",
     "grouped_entry_sums",
     "membership_sums",
+    "nll_row_terms",
     "stratified_draws",
     "top_label_entries",
     "weighted_entry_sums",
@@ -645,3 +646,63 @@ def stratified_draws(
     out = np.empty(u.shape, dtype=np.int64)
     _compiled(_stratified_draws)(u, stratum_size, stratum_start, out)
     return out
+
+
+def _shifted_scaled(
+    d_t: NDArray[np.float64], beta: float, z: NDArray[np.float64], top: NDArray[np.float64]
+) -> None:  # pragma: no cover - compiled
+    n_classes = d_t.shape[0]
+    for i in range(d_t.shape[1]):
+        m = beta * d_t[0, i]
+        for k in range(1, n_classes):  # the max in class order, as numpy's max over so few classes
+            m = max(m, beta * d_t[k, i])
+        top[i] = m
+        for k in range(n_classes):
+            z[k, i] = beta * d_t[k, i] - m
+
+
+def _moments(
+    e: NDArray[np.float64],
+    d_t: NDArray[np.float64],
+    total: NDArray[np.float64],
+    mean_d: NDArray[np.float64],
+    var_d: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
+    n_classes = d_t.shape[0]
+    for i in range(d_t.shape[1]):
+        t = e[0, i]
+        for k in range(1, n_classes):
+            t += e[k, i]
+        total[i] = t
+        mean = (e[0, i] / t) * d_t[0, i]
+        for k in range(1, n_classes):
+            mean += (e[k, i] / t) * d_t[k, i]
+        mean_d[i] = mean
+        c = d_t[0, i] - mean
+        var = (e[0, i] / t) * c * c
+        for k in range(1, n_classes):
+            c = d_t[k, i] - mean
+            var += (e[k, i] / t) * c * c
+        var_d[i] = var
+
+
+def nll_row_terms(
+    d_t: NDArray[np.float64], beta: float, workspace: NDArray[np.float64] | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """The temperature fit's per-row terms of class-major ``d_t`` (C, N): four (N,) arrays.
+
+    Per row: ``m = max_k beta d_k``, ``sum_k exp(beta d_k - m)``, and the mean and variance of ``d``
+    under ``softmax(beta d)``.
+
+    The temperature fit's per-row quantities, computed as its numpy code computes them, bit for bit
+    (``z = beta * d``; the max and sums in class order; ``p = e / total``; ``(p * d).sum``;
+    ``(p * c * c).sum`` with ``c = d - mean``) in two compiled passes around numpy's ``exp``, instead of a
+    dozen array passes. ``workspace``: a (C + 4, N) array the call may overwrite.
+    """
+    n_classes, n = d_t.shape
+    space = np.empty((n_classes + 4, n)) if workspace is None else workspace
+    z, (top, total, mean_d, var_d) = space[:n_classes], space[n_classes:]
+    _compiled(_shifted_scaled)(d_t, float(beta), z, top)
+    np.exp(z, out=z)
+    _compiled(_moments)(z, d_t, total, mean_d, var_d)
+    return top, total, mean_d, var_d

@@ -183,3 +183,34 @@ def test_errors() -> None:
         match=re.escape("The 'bounds[1]' parameter of fit_temperature must be a float > 2. Got 1.0."),
     ):
         fit_temperature([[0.0, 1.0]], [0], bounds=(2.0, 1.0))
+
+
+@pytest.mark.parametrize("n_classes", [2, 3, 7, 12])
+def test_the_compiled_row_terms_give_the_numpy_objective_bit_for_bit(n_classes: int) -> None:
+    """The objective's passes (compiled around numpy's exp) against the array formulas they replace."""
+    from sitecal.calibration import BatchedTemperatureSolver
+    from sitecal.calibration._temperature import _NLL
+
+    rng = np.random.default_rng(n_classes)
+    z = rng.normal(size=(3000, n_classes)) * 3.0
+    y = rng.integers(0, n_classes, 3000)
+    objective = _NLL(z, y)
+    solver = BatchedTemperatureSolver(z, y, np.arange(3000) // 3, 1000)
+    d_t = np.ascontiguousarray(objective.d.T)
+    for s in (-1.5, 0.0, 0.4, 3.0):  # a loop over log temperatures
+        beta = np.exp(-s)
+        scaled = beta * d_t
+        m = scaled.max(axis=0)
+        e = np.exp(scaled - m)
+        total = e.sum(axis=0)
+        p = e / total
+        mean_d = (p * d_t).sum(axis=0)
+        centred = d_t - mean_d
+        var_d = (p * centred * centred).sum(axis=0)
+        g, h = float(mean_d.mean()), float(var_d.mean())
+        expected = (float(np.mean(m + np.log(total))), -beta * g, beta * beta * h + beta * g)
+        assert objective(s) == expected
+        per_row = solver._per_row(s)  # the batched solver's surrogate nodes: the same terms, row by row
+        assert np.array_equal(per_row[0], m + np.log(total))
+        assert np.array_equal(per_row[1], -beta * mean_d)
+        assert np.array_equal(per_row[2], beta * beta * var_d + beta * mean_d)

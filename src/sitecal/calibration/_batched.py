@@ -31,6 +31,7 @@ import numpy as np
 from numpy.polynomial import chebyshev
 from numpy.typing import NDArray
 
+from sitecal._kernels import nll_row_terms
 from sitecal.calibration._empirical_bayes import cluster_robust_variance
 from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
 
@@ -186,14 +187,7 @@ class BatchedTemperatureSolver:
     def _per_row(self, s: float) -> Sums:
         """Each row's ``ell``, ``d ell / ds`` and ``d2 ell / ds2`` at ``s``, computed class-major."""
         beta = math.exp(-s)
-        z = beta * self._d_t
-        m = z.max(axis=0)
-        e = np.exp(z - m)
-        total = e.sum(axis=0)
-        p = e / total
-        mean_d = (p * self._d_t).sum(axis=0)
-        centred = self._d_t - mean_d
-        var_d = (p * centred * centred).sum(axis=0)
+        m, total, mean_d, var_d = nll_row_terms(self._d_t, beta)  # as the fit's objective computes them
         return m + np.log(total), -beta * mean_d, beta * beta * var_d + beta * mean_d
 
     def _build_surrogate(self) -> None:

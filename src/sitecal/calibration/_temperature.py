@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sitecal._kernels import nll_row_terms
 from sitecal._validation import check_float, check_int, check_labels, check_logits
 from sitecal.errors import ConvergenceWarning, DataError
 
@@ -101,18 +102,17 @@ class _NLL:
         self.d = logits - true[:, None]
         # class-major (each class one contiguous array): a row's max and sums are elementwise passes
         self._d_t = np.ascontiguousarray(self.d.T)
+        self._space: NDArray[np.float64] | None = None  # the per-row passes' workspace, made on first use
 
     def __call__(self, s: float) -> tuple[float, float, float]:
         beta = math.exp(-s)
-        z = beta * self._d_t
-        m = z.max(axis=0)  # >= 0 because the true class has z = 0
-        e = np.exp(z - m)
-        total = e.sum(axis=0)
+        if self._space is None:
+            self._space = np.empty((self._d_t.shape[0] + 4, self._d_t.shape[1]))
+        # per row, in two compiled passes around numpy's exp: m = max(beta d) (>= 0: the true class has
+        # d = 0), the sum of exp(beta d - m), E_p[d] (the d/d(beta) of the row's NLL) and the two-pass
+        # variance of d (its d2/d(beta)2), each as ``z = beta * d_t; m = z.max(axis=0); ...`` gives it
+        m, total, mean_d, var_d = nll_row_terms(self._d_t, beta, self._space)
         value = float(np.mean(m + np.log(total)))
-        p = e / total
-        mean_d = (p * self._d_t).sum(axis=0)  # E_p[d], the d/d(beta) of each row's NLL
-        centred = self._d_t - mean_d
-        var_d = (p * centred * centred).sum(axis=0)  # two-pass variance: d2/d(beta)2
         g_beta = float(mean_d.mean())
         h_beta = float(var_d.mean())
         # chain rule with d(beta)/ds = -beta

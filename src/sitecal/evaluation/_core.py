@@ -157,6 +157,7 @@ def evaluate(
     methods: GroupMethods | None = None
     # the split's fold fits (fold_fits), where computed: the refit bootstrap starts from them
     fits: list[tuple[np.ndarray, np.ndarray, GroupTemperatures]] | None = None
+    applied_all: np.ndarray | None = None  # each row's temperature from the other folds (cross-fitting)
     if cal.method != "temperature":  # deployed: fitted on the fit part (every row under cross-fitting)
         methods = fit_group_methods(
             cal.method, data.logits[fit], data.labels[fit], cal_groups[fit], min_group_size=cal.min_group_size
@@ -169,10 +170,10 @@ def evaluate(
         fits = [(fit, held, temperatures)] if fit.any() and held.any() else []  # as fold_fits gives it
     else:
         fits = fold_fits(split, data.logits, data.labels, cal_groups, data.patient_keys, policy)
-        applied = applied_temperatures(
+        applied_all = applied_temperatures(
             split, data.logits, data.labels, cal_groups, data.patient_keys, policy, fits=fits
         )
-        after = softmax(logits, temperature=applied[held])
+        after = softmax(logits, temperature=applied_all[held])
     prob_sets = {"before": softmax(logits), "after": after}
     strata = patient_strata(patients, strata_all[held])
     spec = BootstrapSpec(
@@ -272,7 +273,9 @@ def evaluate(
     with tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar:
         compared_all = side_by_side(compared, list(attributes), spec.n_workers, lambda: bar.update(1))
     disparities = dict(zip(attributes, compared_all, strict=True))
-    sensitivity = sensitivity_analyses(protocol, data, split, temperatures, methods=methods)
+    sensitivity = sensitivity_analyses(
+        protocol, data, split, temperatures, methods=methods, applied=applied_all
+    )
     comparison = compare_recalibration(
         protocol,
         {

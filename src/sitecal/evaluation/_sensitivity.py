@@ -106,8 +106,12 @@ class _Setup:
         temps: GroupTemperatures,
         how: str,
         methods: GroupMethods | None = None,
+        applied: np.ndarray | None = None,
     ):
         cal = protocol.calibration
+        # the deployed temperatures and each row's applied one, as evaluate() has them: the analyses
+        # that keep every row start from these instead of fitting them again
+        self.temps, self._applied_all = temps, applied
         self.slope_intervals = how
         n = len(data.labels)
         self.protocol, self.data, self.split = protocol, data, split
@@ -136,6 +140,8 @@ class _Setup:
         fold's temperatures on the kept rows of the other folds.
         """
         data = self.data
+        if temps is self.temps and self._applied_all is not None and keep.all():  # as evaluate() applied them
+            return self._applied_all.copy()
         if self.split.method == "crossfit":
             return applied_temperatures(
                 self.split, data.logits, data.labels, self.cal_groups, data.patient_keys, self.policy, keep
@@ -347,12 +353,16 @@ def _after_metrics(
     if setup.method != "temperature":
         return _after_method(setup, keep)
     try:
-        temps = fit_group_temperatures(
-            data.logits[fit],
-            data.labels[fit],
-            setup.cal_groups[fit],
-            clusters=data.patient_keys[fit],
-            **setup.policy,
+        temps = (
+            setup.temps  # every fit row kept: the deployed temperatures, fitted on exactly these
+            if keep.all()
+            else fit_group_temperatures(
+                data.logits[fit],
+                data.labels[fit],
+                setup.cal_groups[fit],
+                clusters=data.patient_keys[fit],
+                **setup.policy,
+            )
         )
         applied = setup.applied(temps, keep)
     except SitecalError as exc:  # the document records the code; the reason goes to the log
@@ -457,6 +467,7 @@ def sensitivity_analyses(
     *,
     slope_intervals: str = "wald",
     methods: GroupMethods | None = None,
+    applied: np.ndarray | None = None,
 ) -> Sensitivity:
     """The ``sensitivity`` entry of the evaluation document.
 
@@ -477,6 +488,9 @@ def sensitivity_analyses(
     methods : GroupMethods, optional
         The deployed calibration under another method than temperature scaling (one split): the after
         stage uses it, and leave-one-site-out refits that method (no global temperature then).
+    applied : numpy.ndarray, shape (N,), optional
+        Each row's temperature as :func:`evaluate` applied it under cross-fitting (each fold's from the
+        other folds, ``applied_temperatures``), where the caller has it: not fitted again.
 
     Returns
     -------
@@ -487,7 +501,7 @@ def sensitivity_analyses(
     """
     how = check_option(slope_intervals, name="slope_intervals", func="sensitivity_analyses", options=_HOW)
     parts = split if isinstance(split, Split) else Split.from_fit_mask(split)
-    setup = _Setup(protocol, data, parts, temperatures, how, methods)
+    setup = _Setup(protocol, data, parts, temperatures, how, methods, applied)
     attribute, source = site_attribute(protocol)
     return Sensitivity(
         recalibration=_recalibration(setup),
