@@ -20,9 +20,11 @@ from numpy.typing import NDArray
 __all__ = [
     "PROGRAMS",
     "assign_permuted",
+    "assign_rows",
     "calibrated_entry_sums",
     "counted_sums",
     "grouped_entry_sums",
+    "layout_starts",
     "membership_sums",
     "nll_row_terms",
     "stratified_draws",
@@ -190,13 +192,9 @@ def weighted_entry_sums(
     return out.reshape(n_groups, n_columns)
 
 
-def _assign_permuted(
+def _layout_starts(
     rank: NDArray[np.int64],
     patient_size: NDArray[np.int64],
-    patient: NDArray[np.int64],
-    within: NDArray[np.int64],
-    label_sequence: NDArray[np.int64],
-    out: NDArray[np.int64],
     by_rank: NDArray[np.int64],
     before: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
@@ -207,8 +205,49 @@ def _assign_permuted(
         c = by_rank[r]
         before[c] = total
         total += patient_size[c]
+
+
+def _assign_rows(
+    before: NDArray[np.int64],
+    patient: NDArray[np.int64],
+    within: NDArray[np.int64],
+    label_sequence: NDArray[np.int64],
+    out: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
     for i in range(patient.shape[0]):
         out[i] = label_sequence[before[patient[i]] + within[i]]
+
+
+def layout_starts(rank: NDArray[np.int64], patient_size: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Where each patient's rows start when the patients are laid out in ``rank`` order: shape (K,).
+
+    Patient ``c`` goes to place ``rank[c]``; its rows start after the rows of the patients placed before.
+
+    Examples
+    --------
+    >>> layout_starts(np.array([1, 0]), np.array([1, 2])).tolist()
+    [2, 0]
+    """
+    k = rank.shape[0]
+    before = np.empty(k, dtype=np.int64)
+    _compiled(_layout_starts)(rank, patient_size, np.empty(k, np.int64), before)
+    return before
+
+
+def assign_rows(
+    before: NDArray[np.int64],
+    patient: NDArray[np.int64],
+    within: NDArray[np.int64],
+    label_sequence: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """Each row's group in a layout (:func:`layout_starts`), shape (N,).
+
+    The group ``label_sequence`` holds at the row's new position: its patient's start plus its place
+    ``within`` the patient.
+    """
+    out = np.empty(patient.shape[0], dtype=np.int64)
+    _compiled(_assign_rows)(before, patient, within, label_sequence, out)
+    return out
 
 
 def assign_permuted(
@@ -222,7 +261,7 @@ def assign_permuted(
 
     Patient ``c`` goes to place ``rank[c]``; a row's new position is the rows of the patients placed
     before its own plus its place ``within`` its patient, and it takes the group ``label_sequence``
-    holds there.
+    holds there (:func:`layout_starts`, then :func:`assign_rows`).
 
     Examples
     --------
@@ -230,12 +269,7 @@ def assign_permuted(
     ...                 np.array([5, 6, 7])).tolist()
     [7, 5, 6]
     """
-    k = rank.shape[0]
-    out = np.empty(patient.shape[0], dtype=np.int64)
-    _compiled(_assign_permuted)(
-        rank, patient_size, patient, within, label_sequence, out, np.empty(k, np.int64), np.empty(k, np.int64)
-    )
-    return out
+    return assign_rows(layout_starts(rank, patient_size), patient, within, label_sequence)
 
 
 def _grouped_sums_each(

@@ -160,3 +160,34 @@ def test_several_cases_share_one_draw_of_the_permutations() -> None:
             p, y, groups, clusters=patients, metric=m, min_group_size=20, n_permutations=120, seed=5
         )
         assert flags == alone
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_several_attributes_share_one_draw_and_layout_of_the_permutations(workers: int) -> None:
+    """Each attribute's flags from size_matched_flags_attributes are what it gets alone."""
+    from sitecal.stats import size_matched_flags_attributes
+
+    rng = np.random.default_rng(12)
+    n = 800
+    z = rng.normal(size=(n, 3)) * 2.0
+    y = rng.integers(0, 3, n)
+    patients = rng.integers(0, 600, n)
+    sites = rng.choice(np.array(["north", "south", "west"]), n)
+    sex = rng.choice(np.array(["F", "M"]), n)
+    sets = [softmax(z), softmax(z / 1.4)]
+    cases = [(p, m) for m in ("ece", "nll") for p in sets]
+    together = size_matched_flags_attributes(
+        [(sites, cases), (sex, cases[:1])],
+        y,
+        clusters=patients,
+        min_group_size=20,
+        n_permutations=90,
+        seed=4,
+        workers=workers,
+    )
+    for groups, kept, flags in ((sites, cases, together[0]), (sex, cases[:1], together[1])):
+        alone = size_matched_flags_each(
+            kept, y, groups, clusters=patients, min_group_size=20, n_permutations=90, seed=4
+        )
+        assert flags == alone
+    assert len(together[0]) == 4 and len(together[1]) == 1

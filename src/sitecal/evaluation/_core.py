@@ -20,7 +20,7 @@ from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_metho
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._compare import compare_recalibration
-from sitecal.evaluation._disparities import attribute_disparities, refit_temperatures
+from sitecal.evaluation._disparities import attribute_disparities, attribute_flags, refit_temperatures
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_codes, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.evaluation._side_by_side import side_by_side
@@ -256,16 +256,20 @@ def evaluate(
         else None
     )
 
+    held_attributes = {name: data.attributes[name][held] for name in attributes}
+    flags = attribute_flags(held_attributes, prob_sets, labels, patients, protocol=protocol, spec=spec)
+
     def compared(name: str) -> dict[str, DisparityStages]:
         return attribute_disparities(
             name,
             prob_sets,
             labels,
             patients,
-            data.attributes[name][held],
+            held_attributes[name],
             protocol=protocol,
             spec=spec,
             refit=None if replicates is None else (logits, replicates),
+            flags=flags.get(name),
         )
 
     # attributes are compared side by side: each draws from its own seeded streams, so the results do

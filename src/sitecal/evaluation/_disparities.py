@@ -21,10 +21,10 @@ from sitecal.stats import (
     TemperatureReplicates,
     disparity_intervals,
     refit_disparity_intervals,
-    size_matched_flags_each,
+    size_matched_flags_attributes,
 )
 
-__all__ = ["attribute_disparities", "refit_temperatures"]
+__all__ = ["attribute_disparities", "attribute_flags", "refit_temperatures"]
 
 
 def refit_temperatures(
@@ -81,6 +81,7 @@ def attribute_disparities(
     protocol: Protocol,
     spec: BootstrapSpec,
     refit: tuple[np.ndarray, TemperatureReplicates] | None = None,
+    flags: list[GroupFlags] | None = None,
 ) -> dict[str, DisparityStages]:
     """Gaps between the groups of one attribute, per metric and stage, on shared patient resamples.
 
@@ -89,13 +90,12 @@ def attribute_disparities(
     ``refit``: the evaluated rows' logits and their temperatures' refits; given, the after-calibration
     gaps and every group's after-calibration value are bootstrapped with each temperature refitted in
     every resample (:func:`~sitecal.stats.refit_disparity_intervals`); the size-matched flags still hold
-    the temperatures fixed.
+    the temperatures fixed. ``flags``: this attribute's flags (:func:`attribute_flags`), where the caller
+    computed them with the other attributes'; None: computed here.
     """
     ev = protocol.evaluation
-    names, counts = np.unique(np.asarray(values).astype(str), return_counts=True)
-    sizes = {str(g): int(c) for g, c in zip(names.tolist(), counts.tolist(), strict=True)}
-    if sum(c >= ev.min_group_size for c in sizes.values()) < 2:
-        note = NotCompared(note="too_few_groups", min_group_size=ev.min_group_size, sizes=sizes)
+    note = _not_compared(values, ev.min_group_size)
+    if note is not None:
         return {metric: DisparityStages(before=note, after=note) for metric in ev.disparity_metrics}
     strata = patient_strata(patients, values)
     refitted = (
@@ -113,22 +113,9 @@ def attribute_disparities(
             min_group_size=ev.min_group_size,
         )
     )
-    # flags: against random patient sets of each group's size, max-T across the groups; one draw of
-    # the permutations serves every metric and stage
-    cases = [(probs, metric) for metric in ev.disparity_metrics for probs in prob_sets.values()]
-    flags = iter(
-        size_matched_flags_each(
-            cases,
-            labels,
-            values,
-            clusters=patients,
-            n_bins=ev.n_bins,
-            min_group_size=ev.min_group_size,
-            n_permutations=spec.n_resamples,
-            level=spec.level,
-            seed=spec.seed,
-        )
-    )
+    if flags is None:
+        flags = attribute_flags({"": values}, prob_sets, labels, patients, protocol=protocol, spec=spec)[""]
+    flagged = iter(flags)
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
         stages = {
@@ -146,13 +133,57 @@ def attribute_disparities(
                     min_group_size=ev.min_group_size,
                     spec=spec,
                 ),
-                next(flags),
+                next(flagged),
                 refit=refitted is not None and stage == "after",
             )
             for stage, probs in prob_sets.items()
         }
         out[metric] = DisparityStages(before=stages["before"], after=stages["after"])
     return out
+
+
+def _not_compared(values: np.ndarray, min_group_size: int) -> NotCompared | None:
+    """Why an attribute's groups are not compared (fewer than two of ``min_group_size`` rows), or None."""
+    names, counts = np.unique(np.asarray(values).astype(str), return_counts=True)
+    sizes = {str(g): int(c) for g, c in zip(names.tolist(), counts.tolist(), strict=True)}
+    if sum(c >= min_group_size for c in sizes.values()) < 2:
+        return NotCompared(note="too_few_groups", min_group_size=min_group_size, sizes=sizes)
+    return None
+
+
+def attribute_flags(
+    attributes: Mapping[str, np.ndarray],
+    prob_sets: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    patients: np.ndarray,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+) -> dict[str, list[GroupFlags]]:
+    """Each comparable attribute's size-matched flags, per disparity metric and stage in that order.
+
+    Against random patient sets of each group's size, max-T across the groups. The permutations depend
+    on the patients and the seed only: one draw of them serves every attribute, metric and stage
+    (:func:`~sitecal.stats.size_matched_flags_attributes`), and each attribute's flags are those it
+    would get alone. Attributes with fewer than two groups to compare are left out.
+    """
+    ev = protocol.evaluation
+    cases = [(probs, metric) for metric in ev.disparity_metrics for probs in prob_sets.values()]
+    names = [name for name, values in attributes.items() if _not_compared(values, ev.min_group_size) is None]
+    if not names or not cases:
+        return {}
+    flags = size_matched_flags_attributes(
+        [(attributes[name], cases) for name in names],
+        labels,
+        clusters=patients,
+        n_bins=ev.n_bins,
+        min_group_size=ev.min_group_size,
+        n_permutations=spec.n_resamples,
+        level=spec.level,
+        seed=spec.seed,
+        workers=spec.n_workers,
+    )
+    return dict(zip(names, flags, strict=True))
 
 
 def _disparity(result: DisparityResult, flags: GroupFlags, *, refit: bool) -> Disparity:

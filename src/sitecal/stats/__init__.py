@@ -10,7 +10,12 @@ from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._compare import COMPARED_METRICS, MethodComparison, compare_methods
 from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
 from sitecal.stats._disparity import DisparityResult, disparity_intervals
-from sitecal.stats._disparity_flags import GroupFlags, size_matched_flags, size_matched_flags_each
+from sitecal.stats._disparity_flags import (
+    GroupFlags,
+    size_matched_flags,
+    size_matched_flags_attributes,
+    size_matched_flags_each,
+)
 from sitecal.stats._disparity_refit import TemperatureFit, TemperatureReplicates, refit_disparity_intervals
 from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
 from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic
@@ -52,5 +57,6 @@ __all__ = [
     "refit_disparity_intervals",
     "refit_method_bootstrap",
     "size_matched_flags",
+    "size_matched_flags_attributes",
     "size_matched_flags_each",
 ]

@@ -27,15 +27,15 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._kernels import assign_permuted, grouped_entry_sums
+from sitecal._kernels import assign_rows, grouped_entry_sums, layout_starts
 from sitecal._validation import check_float, check_int, check_option
 from sitecal.errors import DataError
 from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import metric as registry_metric
 from sitecal.stats._disparity import checked_groups
-from sitecal.stats._resample import make_plan
+from sitecal.stats._resample import for_each, make_plan
 
-__all__ = ["GroupFlags", "size_matched_flags"]
+__all__ = ["GroupFlags", "size_matched_flags", "size_matched_flags_attributes", "size_matched_flags_each"]
 
 # Permutations evaluated together: at most 100, and at most about 4 million (permutation, row) cells, so
 # that the (chunk, rows) assignment and indicator arrays stay near 32 MB at any cohort size. The chunk
@@ -198,63 +198,132 @@ def size_matched_flags_each(
     every case's gaps are computed on it: the result for each case is what :func:`size_matched_flags`
     gives it alone, for one draw of the permutations.
     """
-    func = "size_matched_flags"
-    n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
-    lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
-    rng_seed = check_int(seed, name="seed", func=func, minimum=0)
-    check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
-    if not cases:
-        raise DataError(f"{func}: give at least one (probabilities, metric) case.")
-    checked = [
-        checked_groups(probs, labels, groups, metric, n_bins, min_group_size, func=func)
-        for probs, metric in cases
-    ]
-    p, _, _, grouped = checked[0]
-    names, codes, judged = grouped.names, grouped.codes, grouped.judged
-    n_groups = names.shape[0]
-    plan = make_plan(p.shape[0], clusters, None, func=func)
-    patient = plan.cluster_of_row
-    # rows in patient order (then row order within a patient): the layout every permutation reshuffles
-    by_patient = np.lexsort((np.arange(p.shape[0]), patient))
-    label_sequence = codes[by_patient]
-    within = np.empty(p.shape[0], dtype=np.int64)
-    first = np.searchsorted(patient[by_patient], patient[by_patient])
-    within[by_patient] = np.arange(p.shape[0]) - first
-    forms = []
-    for probs_c, y_c, statistic, _ in checked:  # a loop over cases: sparse terms, their total and width
-        columns, values = statistic.sparse_terms(np.ascontiguousarray(probs_c.T), y_c)
-        width = statistic.row_terms(probs_c[:1], y_c[:1]).shape[1]
-        total = np.bincount(columns.reshape(-1), values.reshape(-1), minlength=width).astype(np.float64)
-        forms.append((statistic, columns, values, width, total))
+    return size_matched_flags_attributes(
+        [(groups, cases)],
+        labels,
+        clusters=clusters,
+        n_bins=n_bins,
+        min_group_size=min_group_size,
+        n_permutations=n_permutations,
+        level=level,
+        seed=seed,
+        alternative=alternative,
+    )[0]
 
-    def gaps(case: int, assigned: NDArray[np.int64]) -> NDArray[np.float64]:
+
+class _Attribute:
+    """One attribute's groups and cases in the flags' permutation test: its observed and permuted gaps."""
+
+    def __init__(
+        self,
+        groups: ArrayLike,
+        cases: Sequence[tuple[ArrayLike, str]],
+        labels: ArrayLike,
+        n_bins: int,
+        min_group_size: int,
+        func: str,
+    ) -> None:
+        if not cases:
+            raise DataError(f"{func}: give at least one (probabilities, metric) case.")
+        checked = [
+            checked_groups(probs, labels, groups, metric, n_bins, min_group_size, func=func)
+            for probs, metric in cases
+        ]
+        self.n = checked[0][0].shape[0]
+        grouped = checked[0][3]
+        self.names, self.codes, self.judged = grouped.names, grouped.codes, grouped.judged
+        self.metrics = [metric for _, metric in cases]
+        self.forms = []
+        for probs_c, y_c, statistic, _ in checked:  # a loop over cases: sparse terms, their total and width
+            columns, values = statistic.sparse_terms(np.ascontiguousarray(probs_c.T), y_c)
+            width = statistic.row_terms(probs_c[:1], y_c[:1]).shape[1]
+            total = np.bincount(columns.reshape(-1), values.reshape(-1), minlength=width).astype(np.float64)
+            self.forms.append((statistic, columns, values, width, total))
+
+    def gaps(self, case: int, assigned: NDArray[np.int64]) -> NDArray[np.float64]:
         """(P, N) group codes -> (P, G) gap of every group to the rest, for one case."""
-        statistic, columns, values, width, total = forms[case]
-        size = assigned.shape[0]
+        statistic, columns, values, width, total = self.forms[case]
+        size, n_groups = assigned.shape[0], self.names.shape[0]
         sums = grouped_entry_sums(assigned, columns, values, width, n_groups).reshape(size * n_groups, width)
         with np.errstate(invalid="ignore", divide="ignore"):
             out = statistic.from_sums(sums) - statistic.from_sums(total[None, :] - sums)
         return np.asarray(out, dtype=np.float64).reshape(size, n_groups)
 
-    observed = [gaps(c, codes[None, :])[0] for c in range(len(cases))]
+
+def size_matched_flags_attributes(
+    attributes: Sequence[tuple[ArrayLike, Sequence[tuple[ArrayLike, str]]]],
+    labels: ArrayLike,
+    *,
+    clusters: ArrayLike | None,
+    n_bins: int = 15,
+    min_group_size: int = 1,
+    n_permutations: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    alternative: Literal["worse", "two-sided"] = "worse",
+    workers: int = 1,
+) -> list[list[GroupFlags]]:
+    """:func:`size_matched_flags_each` for several attributes of the same rows: per attribute, per case.
+
+    ``attributes``: each attribute's groups (N,) and its (probabilities, metric) cases. A permutation
+    depends on the patients and the seed only, not on the groups: each is drawn once and the patients
+    laid out once, and every attribute's groups are read off that layout, so each attribute's flags are
+    what :func:`size_matched_flags_each` gives it alone. ``workers`` threads compute the attributes of a
+    chunk of permutations side by side (the results do not depend on it).
+    """
+    func = "size_matched_flags"
+    n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
+    lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
+    rng_seed = check_int(seed, name="seed", func=func, minimum=0)
+    check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
+    if not attributes:
+        raise DataError(f"{func}: give at least one attribute.")
+    parts = [_Attribute(g, cases, labels, n_bins, min_group_size, func) for g, cases in attributes]
+    n = parts[0].n
+    plan = make_plan(n, clusters, None, func=func)
+    patient = plan.cluster_of_row
+    # rows in patient order (then row order within a patient): the layout every permutation reshuffles
+    by_patient = np.lexsort((np.arange(n), patient))
+    within = np.empty(n, dtype=np.int64)
+    first = np.searchsorted(patient[by_patient], patient[by_patient])
+    within[by_patient] = np.arange(n) - first
+    label_sequences = [part.codes[by_patient] for part in parts]
+    observed = [[part.gaps(c, part.codes[None, :])[0] for c in range(len(part.forms))] for part in parts]
+    permuted = [[np.empty((n_perm, part.names.shape[0])) for _ in part.forms] for part in parts]
     rng = np.random.default_rng(rng_seed)
-    permuted = [np.empty((n_perm, n_groups)) for _ in cases]
     patient_size = np.bincount(patient, minlength=plan.n_clusters)
-    width = max(f[1].shape[0] for f in forms)
-    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // (p.shape[0] * width)))
+    width = max(f[1].shape[0] for part in parts for f in part.forms)
+    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // (n * width)))
     for start in range(0, n_perm, chunk):  # a loop over chunks of permutations
         size = min(chunk, n_perm - start)
-        assigned = np.empty((size, p.shape[0]), dtype=np.int64)
-        for i in range(size):  # a loop over the chunk's permutations
-            # the new layout takes the patients in rank order, each patient's rows in their order
-            assigned[i] = assign_permuted(
-                rng.permutation(plan.n_clusters), patient_size, patient, within, label_sequence
-            )
-        for c in range(len(cases)):  # a loop over cases, on the same permutations
-            permuted[c][start : start + size] = gaps(c, assigned)
+        # the new layout takes the patients in rank order, each patient's rows in their order
+        starts = [layout_starts(rng.permutation(plan.n_clusters), patient_size) for _ in range(size)]
+
+        def one(a: int, at: int = start, size: int = size, starts: list[NDArray[np.int64]] = starts) -> None:
+            """Attribute ``a``'s gaps under the chunk's permutations, every case."""
+            assigned = np.empty((size, n), dtype=np.int64)
+            for i in range(size):  # a loop over the chunk's permutations
+                assigned[i] = assign_rows(starts[i], patient, within, label_sequences[a])
+            for c in range(len(parts[a].forms)):  # a loop over cases, on the same permutations
+                permuted[a][c][at : at + size] = parts[a].gaps(c, assigned)
+
+        for_each(one, len(parts), workers)
     return [
-        _flags(metric, observed[c], permuted[c], names, judged, lvl, n_perm, rng_seed, alternative)
-        for c, (_, metric) in enumerate(cases)
+        [
+            _flags(
+                metric,
+                observed[a][c],
+                permuted[a][c],
+                part.names,
+                part.judged,
+                lvl,
+                n_perm,
+                rng_seed,
+                alternative,
+            )
+            for c, metric in enumerate(part.metrics)
+        ]
+        for a, part in enumerate(parts)
     ]
 
 

@@ -248,10 +248,11 @@ def refit_disparity_intervals(
     reps = [
         (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
     ]
-    # resamples per chunk: the (chunk, patients) draws and weights near CHUNK_ELEMENTS, so that each
-    # temperature's batched solve is called once per chunk (not once per resample)
+    # resamples per chunk: the (chunk, patients) draws and weights near 4 * CHUNK_ELEMENTS, so that each
+    # temperature's batched solve is called once per chunk of many resamples (its Newton steps are array
+    # operations over the chunk) and the solvers' table is read once per chunk
     chunk = spec.chunk_size or max(
-        1, min(spec.n_resamples, CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
+        1, min(spec.n_resamples, 4 * CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
     )
     eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
     start = 0
