@@ -3,7 +3,8 @@
 Wraps the evaluation's parts (the per-group intervals, the per-scanner refit intervals, the fairness
 comparisons and their flags, sensitivity analyses, planning, the read and the report) with timers and runs
 `sitecal evaluate PROTOCOL --no-progress` in this process. Parts nest: `attribute_disparities` holds
-`refit_disparity_intervals`, `disparity_intervals` and `size_matched_flags_each`; `_group_result` and
+`refit_disparity_intervals` and `disparity_intervals` (`attribute_flags`, the size-matched flags of every
+attribute, runs before them); `_group_result` and
 `_add_temperature_uncertainty` are the per-group intervals and the scanners' refit intervals.
 
 Run two B to split what grows with the resamples from what does not, e.g. on bench_scale.py's cohort:
@@ -32,6 +33,7 @@ PARTS = {
         "_group_result",
         "_add_temperature_uncertainty",
         "attribute_disparities",
+        "attribute_flags",
         "refit_temperatures",
         "sensitivity_analyses",
         "plan_study_sizes",
@@ -45,7 +47,6 @@ PARTS = {
     "sitecal.evaluation._disparities": [
         "refit_disparity_intervals",
         "disparity_intervals",
-        "size_matched_flags_each",
     ],
     "sitecal.run": ["scan", "evaluate_cohort", "render_run"],
 }

@@ -33,6 +33,7 @@ from sitecal._validation import check_option
 from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_methods, fit_group_temperatures
 from sitecal.errors import SitecalError
 from sitecal.evaluation._groups import ordered_groups, patient_strata
+from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
 from sitecal.metrics import (
     RecalibrationStatistic,
@@ -63,7 +64,7 @@ from sitecal.results import (
     SiteSource,
     UnpooledSites,
 )
-from sitecal.stats import bootstrap_interval, random_effects_meta_analysis
+from sitecal.stats import BootstrapSpec, bootstrap_interval, random_effects_meta_analysis
 
 if TYPE_CHECKING:
     from sitecal.evaluation._core import EvaluationData
@@ -435,9 +436,13 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
     full, full_t, n_fit, n_eval, note, _ = _after_metrics(setup, np.ones(n, dtype=bool))
     remaining = RemainingCohort(n_fit=n_fit, n_evaluation=n_eval, global_temperature=full_t, metrics=full)
     values = setup.data.attributes[attribute]
+    sites = ordered_groups(values)
+    # each site's refit is independent of the others': they run side by side on the cores
+    workers = BootstrapSpec().n_workers  # the cores available to this process
+    refits = side_by_side(lambda site: _after_metrics(setup, values != site), sites, workers)
     rows = []
-    for site in ordered_groups(values):  # a loop over sites
-        left, t, n_fit, n_eval, note, external = _after_metrics(setup, values != site)
+    for site, refit in zip(sites, refits, strict=True):  # a loop over sites
+        left, t, n_fit, n_eval, note, external = refit
         difference = {
             m: None if left[m] is None or full[m] is None else cast(float, left[m]) - cast(float, full[m])
             for m in LOSO_METRICS
