@@ -102,8 +102,10 @@ def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
     from sitecal import _kernels
 
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
-    _kernels._compiled.cache_clear()
-    _kernels._jit.cache_clear()
+    from sitecal._kernels import _compile
+
+    _compile.compiled.cache_clear()
+    _compile._jit.cache_clear()
     try:
         out = _kernels.counted_sums(
             np.array([[0, 0, 1]]),
@@ -118,8 +120,8 @@ def test_the_loops_still_run_where_numba_finds_no_folder_to_cache_them(
             np.array([[0.25, 0.9], [0.75, 0.1]]), np.array([1, 0]), np.linspace(0.0, 1.0, 5), "n"
         )
     finally:
-        _kernels._compiled.cache_clear()
-        _kernels._jit.cache_clear()
+        _compile.compiled.cache_clear()
+        _compile._jit.cache_clear()
     assert out.tolist() == [[9.0]]
     assert columns[1].tolist() == [3, 4]  # 0.75 in (0.5, 0.75], the 3rd bin; 0.9 in the 4th
 

@@ -1,0 +1,169 @@
+"""Counting loops of the resamples: each resample's drawn clusters counted, sums weighted by the counts."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sitecal._kernels._compile import compiled, count_scratch
+
+__all__ = ["counted_sums", "membership_sums", "stratified_draws"]
+
+
+def _counted_sums(
+    indices: NDArray[np.int64],
+    start: NDArray[np.int64],
+    stop: NDArray[np.int64],
+    cols: NDArray[np.int64],
+    vals: NDArray[np.float64],
+    out: NDArray[np.float64],
+    counts: NDArray[np.int32],
+    finite: bool,
+) -> None:  # pragma: no cover - compiled
+    r = indices.shape[0]
+    counts[:] = 0
+    for b in range(r):
+        for d in range(indices.shape[1]):
+            counts[b, indices[b, d]] += 1
+    out[:] = 0.0
+    for c in range(counts.shape[1]):  # one pass over the clusters serves every resample of the chunk
+        for e in range(start[c], stop[c]):
+            col = cols[e]
+            value = vals[e]
+            if finite:  # a cluster not drawn adds 0 * value, a signed zero, which leaves every sum as it is
+                for b in range(r):
+                    out[b, col] += float(counts[b, c]) * value
+            else:  # 0 * inf would be NaN: clusters not drawn are skipped
+                for b in range(r):
+                    w = counts[b, c]
+                    if w:
+                        out[b, col] += float(w) * value
+
+
+def counted_sums(
+    indices: NDArray[np.int64],
+    start: NDArray[np.int64],
+    stop: NDArray[np.int64],
+    cols: NDArray[np.int64],
+    vals: NDArray[np.float64],
+    n_columns: int,
+    finite: bool | None = None,
+) -> NDArray[np.float64]:
+    """Per resample, ``sum_c count_b(c) * S[c]`` for drawn cluster indices (R, D): shape (R, n_columns).
+
+    ``S`` is stored by cluster: cluster ``c``'s entries are ``cols[start[c]:stop[c]]`` and the matching
+    ``vals``. Resample ``b`` counts how often it drew each cluster, then adds ``count * value`` cluster by
+    cluster, in cluster order, entry by entry: the sum depends on the resample's counts only. One pass
+    over the entries serves all R resamples (the entries are read once per chunk, not once per resample).
+    ``finite``: whether every value is finite (then clusters not drawn add a signed zero instead of
+    being tested: the same sums without a branch per resample), None to check here. The stored values
+    are nonzero, so no sum is a negative zero that an added zero could flip.
+
+    Examples
+    --------
+    >>> start, stop = np.array([0, 2]), np.array([2, 3])
+    >>> cols, vals = np.array([0, 1, 0]), np.array([1.0, 0.5, 1.0])
+    >>> counted_sums(np.array([[0, 0], [1, 0]]), start, stop, cols, vals, 2).tolist()
+    [[2.0, 1.0], [2.0, 0.5]]
+    """
+    out = np.empty((indices.shape[0], n_columns))
+    counts = count_scratch(indices.shape[0], start.shape[0])
+    compiled(_counted_sums)(
+        np.ascontiguousarray(indices, dtype=np.int64),
+        start,
+        stop,
+        cols,
+        vals,
+        out,
+        counts,
+        bool(np.isfinite(vals).all()) if finite is None else finite,
+    )
+    return out
+
+
+def _membership_sums(
+    indices: NDArray[np.int64],
+    patient_of_cluster: NDArray[np.int64],
+    ptr: NDArray[np.int64],
+    block: NDArray[np.int64],
+    table: NDArray[np.float64],
+    out: NDArray[np.float64],
+    counts: NDArray[np.int32],
+) -> None:  # pragma: no cover - compiled
+    width = table.shape[1]
+    r = indices.shape[0]
+    counts[:] = 0
+    for b in range(r):
+        for d in range(indices.shape[1]):
+            counts[b, patient_of_cluster[indices[b, d]]] += 1
+    out[:] = 0.0
+    for c in range(counts.shape[1]):  # one pass over the patients serves every resample of the chunk
+        for e in range(ptr[c], ptr[c + 1]):
+            s = block[e]
+            for b in range(r):
+                w = counts[b, c]
+                if w:  # a whole row of the table per drawn patient: the test is worth its branch
+                    fw = float(w)
+                    for q in range(width):
+                        out[b, s, q] += fw * table[e, q]
+
+
+def membership_sums(
+    indices: NDArray[np.int64],
+    patient_of_cluster: NDArray[np.int64],
+    ptr: NDArray[np.int64],
+    block: NDArray[np.int64],
+    table: NDArray[np.float64],
+    n_blocks: int,
+) -> NDArray[np.float64]:
+    """Per resample and block, the count-weighted sum of the block's rows of ``table``: (R, n_blocks, W).
+
+    Resample ``b`` drew clusters ``indices[b]`` (R, D), each of patient ``patient_of_cluster[cluster]``;
+    patient ``c`` holds the rows ``ptr[c]:ptr[c + 1]`` of ``table`` (E, W), row ``e`` in block
+    ``block[e]``. Each block's sum adds ``n_b(c) * table[e]`` patient by patient, in patient order; one
+    pass over the table serves all R resamples.
+
+    Examples
+    --------
+    >>> table = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
+    >>> membership_sums(np.array([[0, 0, 1]]), np.array([0, 1]), np.array([0, 2, 3]), np.array([0, 1, 0]),
+    ...                 table, 2).tolist()
+    [[[102.0, 204.0], [20.0, 40.0]]]
+    """
+    out = np.empty((indices.shape[0], n_blocks, table.shape[1]))
+    counts = count_scratch(indices.shape[0], ptr.shape[0] - 1)
+    compiled(_membership_sums)(
+        np.ascontiguousarray(indices, dtype=np.int64), patient_of_cluster, ptr, block, table, out, counts
+    )
+    return out
+
+
+def _stratified_draws(
+    u: NDArray[np.float64],
+    stratum_size: NDArray[np.int64],
+    stratum_start: NDArray[np.int64],
+    out: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    for b in range(u.shape[0]):
+        for j in range(u.shape[1]):
+            size = stratum_size[j]
+            index = int(np.floor(u[b, j] * size))
+            out[b, j] = stratum_start[j] + min(index, size - 1)
+
+
+def stratified_draws(
+    u: NDArray[np.float64], stratum_size: NDArray[np.int64], stratum_start: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Draw ``j`` of each resample from uniforms ``u`` (R, D): ``start + min(floor(u * size), size - 1)``.
+
+    The cluster drawn for position ``j`` within its stratum (``size[j]`` clusters from ``start[j]``), as
+    ``numpy.floor(u * size).astype(int64)``, clipped and shifted, gives it, in one pass.
+
+    Examples
+    --------
+    >>> stratified_draws(np.array([[0.0, 0.5, 0.99]]), np.array([2, 2, 1]), np.array([0, 0, 2])).tolist()
+    [[0, 1, 2]]
+    """
+    out = np.empty(u.shape, dtype=np.int64)
+    compiled(_stratified_draws)(u, stratum_size, stratum_start, out)
+    return out
