@@ -9,12 +9,11 @@ next to this file or in the user's cache folder), so a process pays the compilat
 
 from sitecal._kernels._calibrated import PROGRAMS, calibrated_entry_sums, nll_row_terms
 from sitecal._kernels._draws import counted_sums, membership_sums, stratified_draws
-from sitecal._kernels._flags import assign_permuted, assign_rows, layout_starts
+from sitecal._kernels._flags import assign_rows, layout_starts
 from sitecal._kernels._terms import grouped_entry_sums, top_label_entries, weighted_entry_sums
 
 __all__ = [
     "PROGRAMS",
-    "assign_permuted",
     "assign_rows",
     "calibrated_entry_sums",
     "counted_sums",

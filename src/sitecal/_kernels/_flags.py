@@ -7,7 +7,7 @@ from numpy.typing import NDArray
 
 from sitecal._kernels._compile import compiled
 
-__all__ = ["assign_permuted", "assign_rows", "layout_starts"]
+__all__ = ["assign_rows", "layout_starts"]
 
 
 def _layout_starts(
@@ -62,29 +62,13 @@ def assign_rows(
 
     The group ``label_sequence`` holds at the row's new position: its patient's start plus its place
     ``within`` the patient.
+
+    Examples
+    --------
+    >>> before = layout_starts(np.array([1, 0]), np.array([1, 2]))  # patient 1 (two rows) placed first
+    >>> assign_rows(before, np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([5, 6, 7])).tolist()
+    [7, 5, 6]
     """
     out = np.empty(patient.shape[0], dtype=np.int64)
     compiled(_assign_rows)(before, patient, within, label_sequence, out)
     return out
-
-
-def assign_permuted(
-    rank: NDArray[np.int64],
-    patient_size: NDArray[np.int64],
-    patient: NDArray[np.int64],
-    within: NDArray[np.int64],
-    label_sequence: NDArray[np.int64],
-) -> NDArray[np.int64]:
-    """Each row's group after laying the patients out in ``rank`` order (see ``size_matched_flags``).
-
-    Patient ``c`` goes to place ``rank[c]``; a row's new position is the rows of the patients placed
-    before its own plus its place ``within`` its patient, and it takes the group ``label_sequence``
-    holds there (:func:`layout_starts`, then :func:`assign_rows`).
-
-    Examples
-    --------
-    >>> assign_permuted(np.array([1, 0]), np.array([1, 2]), np.array([0, 1, 1]), np.array([0, 0, 1]),
-    ...                 np.array([5, 6, 7])).tolist()
-    [7, 5, 6]
-    """
-    return assign_rows(layout_starts(rank, patient_size), patient, within, label_sequence)
