@@ -161,7 +161,8 @@ class DicomwebPeer:
         try:
             return func()
         except (requests.RequestException, OSError) as exc:
-            raise PacsError(http_problem(exc, self.source.dicomweb, what)) from None
+            problem = http_problem(exc, self.source.dicomweb, what)
+            raise PacsError(problem, transient=_transient(exc)) from None
         except ValueError as exc:  # a malformed answer (JSON, multipart, DICOM)
             raise PacsError(
                 f"{what}: the server's answer could not be read ({type(exc).__name__})."
@@ -209,8 +210,8 @@ class DicomwebPeer:
     def fetch_study(self, study: StudyRef, store: InstanceStore) -> int:
         """Fetch a study's missing instances (one WADO-RS request each); how many were fetched."""
         instances = self.instances(study)
-        if not instances:
-            raise PacsError("the PACS lists no instance for this study")
+        if not instances:  # the study search found it: a PACS busy indexing may answer so for a moment
+            raise PacsError("the PACS lists no instance for this study", transient=True)
         fetched = 0
         for series_uid, sop_uid in instances:
             if not store.has_instance(sop_uid):
@@ -236,6 +237,22 @@ class DicomwebPeer:
                 f"WADO-RS instance retrieval: the instance is not valid DICOM ({exc!r:.120})."
             ) from None
         return buffer.getvalue()
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether asking again may succeed.
+
+    Yes for a dropped or reset connection, a body cut short, a server that says it is busy or that a
+    gateway failed (HTTP 502, 503, 504); no for a timeout (asking again costs as long again), a TLS
+    failure, a refused credential or a missing resource.
+    """
+    if isinstance(exc, requests.exceptions.SSLError | requests.exceptions.Timeout):
+        return False
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError):
+        return True
+    if isinstance(exc, requests.exceptions.HTTPError) and exc.response is not None:
+        return exc.response.status_code in (502, 503, 504)
+    return isinstance(exc, ConnectionResetError)
 
 
 def _value(item: dict[str, Any], tag: str) -> str | None:

@@ -209,7 +209,7 @@ class DimsePeer:
         for status, found in assoc.send_c_find(identifier, _FIND):
             code = getattr(status, "Status", None)
             if code is None:
-                raise PacsError(self._lost(what, started))
+                raise self._lost(what, started)
             if code in _PENDING:
                 if found is not None:
                     answers.append(found)
@@ -217,19 +217,24 @@ class DimsePeer:
                 raise PacsError(f"{what}: the PACS answered {status_problem(code)}.")
         return answers
 
-    def _lost(self, what: str, started: float) -> str:
-        """Why a request got no final status: our timeout, or the PACS ended the association."""
+    def _lost(self, what: str, started: float) -> PacsError:
+        """Why a request got no final status: our timeout, or the PACS ended the association.
+
+        An abort is asked again (``transient``): a PACS under load may drop an association it would
+        serve a moment later; one that refuses the request aborts the next one too.
+        """
         self._local.assoc = None
         peer = self.source.dimse.ae_title
         if time.monotonic() - started >= 0.95 * self.source.timeout_s:
-            return (
+            return PacsError(
                 f"{what}: no answer from {peer} within data.source.timeout_s ({self.source.timeout_s:g} s); "
                 "the association was aborted. Check that the PACS is up, or raise the timeout."
             )
-        return (
+        return PacsError(
             f"{what}: {peer} aborted the association instead of answering. The PACS may not allow "
             f"{self.source.calling_ae} (data.source.calling_ae) this request: ask its administrator to "
-            "register the AE title for query and retrieval."
+            "register the AE title for query and retrieval.",
+            transient=True,
         )
 
     def find_studies(self, filters: Iterable[dict[str, str]]) -> list[StudyRef]:
@@ -278,8 +283,8 @@ class DimsePeer:
         if self.source.retrieve == "move" and self._server is None:
             raise ValueError("DimsePeer fetches by C-MOVE inside its `with` block (its storage SCP)")
         listed = self._instances(study)
-        if not listed:
-            raise PacsError("C-FIND (image level): the PACS lists no instance for this study")
+        if not listed:  # the study search found it: a PACS busy indexing may answer so for a moment
+            raise PacsError("C-FIND (image level): the PACS lists no instance for this study", transient=True)
         missing = [i for i in listed if not store.has_instance(i.sop_uid)]
         verb = f"C-{self.source.retrieve.upper()}"
         if missing:
@@ -327,7 +332,7 @@ class DimsePeer:
         final = None
         for status, _ in answers:
             if getattr(status, "Status", None) is None:
-                raise PacsError(self._lost(verb, started))
+                raise self._lost(verb, started)
             final = status
         code = int(final.Status) if final is not None else -1
         failed = int(final.get("NumberOfFailedSuboperations", 0) or 0) if final is not None else 0

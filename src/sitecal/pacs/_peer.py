@@ -19,7 +19,16 @@ __all__ = ["PacsError", "Peer", "StudyRef", "too_many_studies"]
 
 
 class PacsError(Exception):
-    """A PACS request failed; the message says what to check (no credential, no UID)."""
+    """A PACS request failed; the message says what to check (no credential, no UID).
+
+    ``transient``: the failure may not recur when the request is asked again (a dropped connection, a
+    server busy, an answer that contradicts the study search): the retrieval asks again after a pause
+    before it excludes the study.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True)

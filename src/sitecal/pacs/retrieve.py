@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ from sitecal.protocol._pacs import DicomwebSource, DimseSource, PacsQuery
 __all__ = ["Retrieval", "query_filters", "retrieve_studies", "source_problems"]
 
 logger = logging.getLogger(__name__)
+
+#: Pauses (s) before a study whose fetch failed transiently (:class:`PacsError` ``transient``) is asked
+#: again, once after each; a study still failing after the last is an exclusion with its last reason.
+RETRY_PAUSES_S = (1.0, 4.0)
 
 #: Largest worklist CSV read (accession numbers).
 MAX_WORKLIST_BYTES = 64 * 1024 * 1024
@@ -156,19 +161,27 @@ def _retrieve(
         len(studies) - len(todo),
         len(todo),
     )
-    failed: list[tuple[str, str]] = []
-    fetched = 0
+    fetched = retried = 0
     bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
     pool = ThreadPoolExecutor(max_workers=source.max_connections)
     try:
-        futures = {pool.submit(peer.fetch_study, s, instances): s for s in todo}
-        for future in as_completed(futures):  # a loop over studies as they finish
-            study = futures[future]
-            try:
-                fetched += future.result()
-            except PacsError as exc:
-                failed.append((study.study_uid, f"not retrieved from the PACS: {exc}"))
-            bar.update()
+        errors: dict[StudyRef, PacsError] = {}
+        pending = todo
+        for pause in (None, *RETRY_PAUSES_S):
+            if pause is not None:
+                pending = [s for s in pending if errors[s].transient]
+                if not pending:
+                    break
+                logger.info("%d studies asked again after %g s (a transient failure)", len(pending), pause)
+                time.sleep(pause)
+                retried += len(pending)
+            n, now = _fetch_pass(pool, peer, instances, pending, bar if pause is None else None)
+            fetched += n
+            for study in pending:
+                errors.pop(study, None)
+            errors.update(now)
+            pending = list(now)
+        failed = [(s.study_uid, f"not retrieved from the PACS: {e}") for s, e in errors.items()]
     finally:
         # on Ctrl-C (or any failure) the studies not started are dropped, not fetched on the way out;
         # those in flight finish, and every complete study is already in the store's index
@@ -193,6 +206,7 @@ def _retrieve(
         "studies_retrieved_now": len(todo) - len(failed),
         "studies_from_store": len(studies) - len(todo),
         "studies_failed": len(failed),
+        "studies_asked_again": retried,
         "failures": [{"reason": r, "count": n} for r, n in sorted(reasons.items())],
         "instances_fetched": fetched,
         "requests": peer.requests,
@@ -205,6 +219,22 @@ def _retrieve(
         instances.object_path(d).relative_to(instances.files) for d in instances.object_digests(retrieved)
     )
     return Retrieval(folder=instances.files, files=files, failed=tuple(sorted(failed)), summary=summary)
+
+
+def _fetch_pass(
+    pool: ThreadPoolExecutor, peer: Peer, instances: InstanceStore, studies: list[StudyRef], bar: tqdm | None
+) -> tuple[int, dict[StudyRef, PacsError]]:
+    """Fetch ``studies`` on the pool: the instances fetched, and each failed study's error (in UID order)."""
+    fetched, errors = 0, {}
+    futures = {pool.submit(peer.fetch_study, s, instances): s for s in studies}
+    for future in as_completed(futures):  # a loop over studies as they finish
+        try:
+            fetched += future.result()
+        except PacsError as exc:
+            errors[futures[future]] = exc
+        if bar is not None:
+            bar.update()
+    return fetched, {s: errors[s] for s in sorted(errors, key=lambda s: s.study_uid)}
 
 
 def source_problems(source: DicomwebSource | DimseSource, resolve: Callable[[str], Path]) -> list[str]:
