@@ -21,11 +21,12 @@ def render_section(
     evaluation: Mapping[str, Any],
     *,
     protocol: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> str:
     """Build ``builder``'s flowables from ``evaluation`` into ``folder/section.pdf``; its text in drawing
     order (pypdf: table cells row by row)."""
     styles = make_styles(register_fonts())
-    inputs = ReportInputs(dict(evaluation), {}, {}, dict(protocol or {"name": "t"}))
+    inputs = ReportInputs(dict(evaluation), {}, dict(provenance or {}), dict(protocol or {"name": "t"}))
     pdf = folder / "section.pdf"
     # one tall page: a table split across pages would interleave cells in the extracted text
     doc = SimpleDocTemplate(str(pdf), pagesize=(A4[0], 4 * A4[1]), leftMargin=50, rightMargin=50)

@@ -114,3 +114,33 @@ def test_section_of_an_older_run_without_sources(tmp_path: Path, evaluation: dic
     text = " ".join(render_section(tmp_path, data_section, evaluation).split())
     assert "Sources of the studies: not recorded in this run's evaluation.json." in text
     assert "1.3 Flow" in text
+
+
+@pytest.mark.parametrize(("failed", "again"), [(0, 0), (2, 3)])
+def test_the_retrieval_paragraph_says_what_failed_and_what_was_asked_again(
+    tmp_path: Path, failed: int, again: int
+) -> None:
+    from sitecal.report._data import _retrieval
+
+    pacs = {
+        "route": "dicomweb",
+        "service": "https://pacs.example/dicom-web",
+        "query": {"modalities": ["DX", "CR"]},
+        "studies_found": 40,
+        "studies_retrieved_now": 38 - failed,
+        "studies_from_store": 2,
+        "studies_failed": failed,
+        "studies_asked_again": again,
+        "objects_sha256": "ab" * 32,
+    }
+    text = " ".join(render_section(tmp_path, _retrieval, {}, provenance={"pacs": pacs}).split())
+    assert "retrieved by DICOMweb (QIDO-RS, WADO-RS) from the PACS https://pacs.example/dicom-web" in text
+    assert "(modalities DX, CR). It matched 40 studies:" in text
+    if failed:
+        assert (
+            "2 could not be retrieved and are listed as exclusions at the retrieve stage (3 asked again"
+            in text
+        )
+    else:
+        assert "from the local store of an earlier retrieval; none failed. The objects" in text
+        assert "asked again" not in text

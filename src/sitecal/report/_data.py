@@ -86,6 +86,7 @@ def _retrieval(ctx: Context) -> list[Flowable]:
             shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
         asked.append(f"{label} {para_text(shown)}")
     failed = int(pacs.get("studies_failed") or 0)
+    again = int(pacs.get("studies_asked_again") or 0)
     now = format_count(pacs.get("studies_retrieved_now"))
     stored = format_count(pacs.get("studies_from_store"))
     text = (
@@ -98,6 +99,11 @@ def _retrieval(ctx: Context) -> list[Flowable]:
             "retrieve stage"
             if failed
             else "; none failed"
+        )
+        + (
+            f" ({format_count(again)} asked again after a transient failure, such as a dropped connection)"
+            if again
+            else ""
         )
         + f". The objects analysed are named by sha256 {para_text(str(pacs.get('objects_sha256'))[:16])}… "
         "(provenance.json, pacs)."
