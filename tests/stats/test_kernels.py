@@ -158,3 +158,75 @@ def test_drawn_sums_from_sparse_entries_equal_the_dense_constructor_bit_for_bit(
     assert np.array_equal(sparse(indices), DrawnSums(dense)(indices))
     counts = np.stack([np.bincount(i, minlength=k) for i in indices]).astype(np.float64)
     np.testing.assert_allclose(sparse(indices), counts @ dense, rtol=1e-12, atol=1e-12)
+
+
+def _clenshaw(coeffs: np.ndarray, x: np.ndarray) -> np.ndarray:
+    b1, b2 = np.zeros_like(x), np.zeros_like(x)
+    for k in range(coeffs.shape[1] - 1, 0, -1):
+        b1, b2 = coeffs[:, k] + 2.0 * x * b1 - b2, b1
+    out: np.ndarray = coeffs[:, 0] + x * b1 - b2
+    return out
+
+
+def _numpy_roots(coeffs: np.ndarray, dcoeffs: np.ndarray, errors: np.ndarray) -> tuple:
+    """The former array loop of the surrogate's Newton steps: all active rows one step at a time."""
+    n = coeffs.shape[0]
+    ok = (_clenshaw(coeffs, -np.ones(n)) < -errors) & (_clenshaw(coeffs, np.ones(n)) > errors)
+    a, b, x = -np.ones(n), np.ones(n), np.zeros(n)
+    active = ok.copy()
+    for _ in range(100):
+        if not active.any():
+            break
+        g = _clenshaw(coeffs[active], x[active])
+        h = _clenshaw(dcoeffs[active], x[active])
+        xa, xb, xs = a[active], b[active], x[active]
+        xa = np.where(g < 0, xs, xa)
+        xb = np.where(g < 0, xb, xs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            newton = xs - g / h
+        inside = (h > 0) & (newton > xa) & (newton < xb)
+        new = np.where(inside, newton, 0.5 * (xa + xb))
+        done = (g == 0) | (np.abs(new - xs) <= 4e-16 * np.maximum(1.0, np.abs(xs))) | (xb - xa <= 4e-16)
+        idx = np.flatnonzero(active)
+        a[idx], b[idx] = xa, xb
+        x[idx] = np.where(g == 0, xs, new)
+        active[idx[done]] = False
+    return x, _clenshaw(dcoeffs, x), ok
+
+
+@pytest.mark.parametrize("degree", [1, 2, 5, 13])
+def test_the_surrogate_roots_are_the_former_array_loops_bit_for_bit(degree: int) -> None:
+    from numpy.polynomial import chebyshev
+
+    from sitecal._kernels import surrogate_roots
+
+    rng = np.random.default_rng(degree)
+    coeffs = rng.normal(size=(400, degree))
+    coeffs[:200, 1 if degree > 1 else 0] += 3.0  # mostly increasing: bracketed, Newton steps
+    coeffs[5, :] = 0.0  # a zero gradient
+    coeffs[6, 0] = np.nan
+    if degree > 1:
+        coeffs[7, :] = 0.0
+        coeffs[7, 1] = 1.0  # the root at x = 0 exactly: g == 0 at the first step
+    errors = np.abs(rng.normal(size=400)) * 0.05
+    errors[8] = 1e9  # never bracketed beyond its error
+    dcoeffs = np.asarray(chebyshev.chebder(coeffs, axis=1), dtype=np.float64)
+    want = _numpy_roots(coeffs, dcoeffs, errors)
+    got = surrogate_roots(coeffs, dcoeffs, errors)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    if degree > 1:
+        assert got[2][:200].sum() > 100 and got[2][7] and got[0][7] == 0.0
+    assert not got[2][6] and not got[2][8]
+
+
+def test_a_solvers_surrogate_fits_are_the_former_array_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    z, y, _ = _cohort(3000, 4)
+    solver = BatchedTemperatureSolver(z, y, np.arange(3000) // 3, 1000)
+    weights = np.random.default_rng(2).poisson(1.0, (40, 1000)).astype(np.float64)
+    got = solver.solve(weights)
+    monkeypatch.setattr(batched, "surrogate_roots", _numpy_roots)
+    want = solver.solve(weights)
+    assert not got.exact.any()  # every fit certified by the surrogate
+    np.testing.assert_array_equal(got.log_temperature, want.log_temperature)
+    np.testing.assert_array_equal(got.error_bound, want.error_bound)

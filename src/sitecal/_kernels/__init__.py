@@ -10,6 +10,7 @@ next to this file or in the user's cache folder), so a process pays the compilat
 from sitecal._kernels._calibrated import PROGRAMS, calibrated_entry_sums, nll_row_terms
 from sitecal._kernels._draws import counted_sums, membership_sums, stratified_draws
 from sitecal._kernels._flags import assign_rows, layout_starts
+from sitecal._kernels._surrogate import surrogate_roots
 from sitecal._kernels._terms import grouped_entry_sums, top_label_entries, weighted_entry_sums
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "membership_sums",
     "nll_row_terms",
     "stratified_draws",
+    "surrogate_roots",
     "top_label_entries",
     "weighted_entry_sums",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.polynomial import chebyshev
 from numpy.typing import NDArray
 
-from sitecal._kernels import nll_row_terms
+from sitecal._kernels import nll_row_terms, surrogate_roots
 from sitecal.calibration._empirical_bayes import cluster_robust_variance
 from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
 
@@ -86,16 +86,6 @@ def _row_derivatives(d: NDArray[np.float64], beta: NDArray[np.float64]) -> Sums:
     bb = beta[:, None]
     value = m[:, :, 0] + np.log(total[:, :, 0])
     return value, -bb * mean_d, bb * bb * var_d + bb * mean_d
-
-
-def _clenshaw(coeffs: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Chebyshev series with per-row coefficients (B, Q) at per-row points x (B,)."""
-    b1 = np.zeros_like(x)
-    b2 = np.zeros_like(x)
-    for k in range(coeffs.shape[1] - 1, 0, -1):  # a loop over the degree
-        b1, b2 = coeffs[:, k] + 2.0 * x * b1 - b2, b1
-    out: NDArray[np.float64] = coeffs[:, 0] + x * b1 - b2
-    return out
 
 
 def _cluster_sums(
@@ -223,32 +213,9 @@ class BatchedTemperatureSolver:
         self, coeffs: NDArray[np.float64], errors: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]:
         """Roots of the gradient polynomials (B, Q) and whether each is certified."""
-        n = coeffs.shape[0]
         dcoeffs = np.asarray(chebyshev.chebder(coeffs, axis=1), dtype=np.float64)
-        lo_x, hi_x = -np.ones(n), np.ones(n)
-        g_lo, g_hi = _clenshaw(coeffs, lo_x), _clenshaw(coeffs, hi_x)
-        ok = (g_lo < -errors) & (g_hi > errors)
-        a, b = lo_x.copy(), hi_x.copy()
-        x = np.zeros(n)
-        active = ok.copy()
-        for _ in range(100):  # a loop over Newton iterations (each resample frozen on its own test)
-            if not active.any():
-                break
-            g = _clenshaw(coeffs[active], x[active])
-            h = _clenshaw(dcoeffs[active], x[active])
-            xa, xb, xs = a[active], b[active], x[active]
-            xa = np.where(g < 0, xs, xa)
-            xb = np.where(g < 0, xb, xs)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                newton = xs - g / h
-            inside = (h > 0) & (newton > xa) & (newton < xb)
-            new = np.where(inside, newton, 0.5 * (xa + xb))
-            done = (g == 0) | (np.abs(new - xs) <= 4e-16 * np.maximum(1.0, np.abs(xs))) | (xb - xa <= 4e-16)
-            idx = np.flatnonzero(active)
-            a[idx], b[idx] = xa, xb
-            x[idx] = np.where(g == 0, xs, new)
-            active[idx[done]] = False
-        h_final = _clenshaw(dcoeffs, x) / self._rad  # d g / d s (sum form)
+        x, slope, ok = surrogate_roots(coeffs, dcoeffs, errors)  # safeguarded Newton steps, per row
+        h_final = slope / self._rad  # d g / d s (sum form)
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = np.where(h_final > 0, errors / h_final, np.inf)
         ok &= bound <= CERTIFIED_S_ERROR
