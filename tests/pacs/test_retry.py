@@ -2,7 +2,8 @@
 
 No PACS here: a scripted peer fails as it is told. (The routes' own transient failures are named in
 ``_dicomweb._transient`` and ``DimsePeer._lost``; a real Orthanc under load answered an image-level C-FIND
-of a study it had just listed with no instance, once in some hundred retrievals.)
+of a study it had just listed with no instance, for one study in about one retrieval in ten with the CPUs
+busy.)
 """
 
 from __future__ import annotations
