@@ -6,7 +6,12 @@ PyTorch wrapper is :class:`sitecal.inference.GroupTemperatureScaler`.
 
 from __future__ import annotations
 
-from sitecal.calibration._batched import BatchedSolution, BatchedTemperatureSolver
+from sitecal.calibration._batched import (
+    BatchedSolution,
+    BatchedTemperatureSolver,
+    Surrogate,
+    family_surrogates,
+)
 from sitecal.calibration._empirical_bayes import (
     EmpiricalBayesShrinkage,
     cluster_robust_variance,
@@ -28,8 +33,10 @@ __all__ = [
     "GroupMethods",
     "GroupTemperature",
     "GroupTemperatures",
+    "Surrogate",
     "TemperatureFit",
     "cluster_robust_variance",
+    "family_surrogates",
     "fit_group_methods",
     "fit_group_temperatures",
     "fit_method",

@@ -24,7 +24,7 @@ depend on how resamples are batched.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,13 @@ from sitecal._kernels import nll_row_terms, surrogate_roots
 from sitecal.calibration._empirical_bayes import cluster_robust_variance
 from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
 
-__all__ = ["CERTIFIED_S_ERROR", "BatchedSolution", "BatchedTemperatureSolver"]
+__all__ = [
+    "CERTIFIED_S_ERROR",
+    "BatchedSolution",
+    "BatchedTemperatureSolver",
+    "Surrogate",
+    "family_surrogates",
+]
 
 #: Largest certified error in ``s = log T`` accepted from the surrogate (relative error in ``T``).
 CERTIFIED_S_ERROR = 1e-9
@@ -109,6 +115,80 @@ def _row_sums(weights: NDArray[np.float64], columns: NDArray[np.float64]) -> NDA
     return out
 
 
+@dataclass(frozen=True)
+class Surrogate:
+    """A gradient surrogate of clustered rows.
+
+    Its interval in s, its degree ``Q``, and per cluster its Chebyshev coefficients (K, Q) and the bound
+    on their interpolation error (K,).
+    """
+
+    interval: tuple[float, float]
+    degree: int
+    coeffs: NDArray[np.float64]
+    errors: NDArray[np.float64]
+
+
+def _row_terms(d_t: NDArray[np.float64], s: float) -> Sums:
+    """Each row's ``ell``, ``d ell / ds`` and ``d2 ell / ds2`` at ``s`` from class-major ``d`` (C, N)."""
+    beta = math.exp(-s)
+    m, total, mean_d, var_d = nll_row_terms(d_t, beta)  # as the fit's objective computes them
+    return m + np.log(total), -beta * mean_d, beta * beta * var_d + beta * mean_d
+
+
+def _interval_around(
+    d_t: NDArray[np.float64],
+    cluster_of_row: NDArray[np.int64],
+    k: int,
+    s0: float,
+    bounds: tuple[float, float],
+) -> tuple[float, float, float]:
+    """The surrogate's interval around a fit ``s0``, and the fit's curvature.
+
+    ``WIDTH_IN_SE`` cluster-robust SEs either side, within ``bounds`` (of s); the curvature is the sum
+    of the rows' second derivatives at ``s0``.
+    """
+    _, g0, h0 = _row_terms(d_t, s0)
+    score = _cluster_sums(g0, cluster_of_row, k)
+    curvature = float(h0.sum())
+    se = math.sqrt(float(np.sum(score * score))) / curvature if curvature > 0 else math.inf
+    half = min(max(WIDTH_IN_SE * se, 1e-6), 2.0)
+    return max(s0 - half, bounds[0]), min(s0 + half, bounds[1]), curvature
+
+
+def _interpolant(
+    d_t: NDArray[np.float64],
+    cluster_of_row: NDArray[np.int64],
+    k: int,
+    interval: tuple[float, float],
+    certified: Callable[[NDArray[np.float64]], bool],
+) -> tuple[int, NDArray[np.float64], NDArray[np.float64]]:
+    """The rows' gradient interpolated on ``interval``: ``(Q, coefficients, errors)``, per cluster.
+
+    Per cluster, the Chebyshev coefficients (K, Q) of its rows' gradient and the bound on their
+    interpolation error (K,), at the first degree of ``_DEGREES`` whose errors ``certified`` accepts
+    (else the last).
+    """
+    a, b = interval
+    mid, rad = 0.5 * (a + b), 0.5 * (b - a)
+    for q in _DEGREES:  # a loop over candidate degrees, until the interpolation error is tiny
+        x = np.cos(np.pi * (np.arange(q) + 0.5) / q)
+        nodes = np.stack([_row_terms(d_t, mid + rad * xj)[1] for xj in x], axis=1)  # (N, Q)
+        # coefficients of the interpolant through the first-kind Chebyshev nodes
+        basis = np.cos(np.pi * np.outer(np.arange(q), np.arange(q) + 0.5) / q) * (2.0 / q)
+        basis[0] *= 0.5
+        coeffs = np.einsum("nj,kj->nk", nodes, basis)
+        checks = np.cos(np.pi * (np.arange(q + 1) + 0.5 / (q + 1)) / (q + 1))
+        checks = np.concatenate([[-1.0, 1.0], checks])
+        exact = np.stack([_row_terms(d_t, mid + rad * xc)[1] for xc in checks], axis=1)
+        approx = chebyshev.chebval(checks, coeffs.T)  # (N, M)
+        row_error = _SAFETY * np.abs(approx - exact).max(axis=1)
+        errors = _cluster_sums(row_error, cluster_of_row, k)
+        if certified(errors):
+            break
+    return q, _cluster_sums(coeffs, cluster_of_row, k), errors
+
+
 class BatchedTemperatureSolver:
     """Fits of ``s = log T`` under many cluster weightings of the same rows.
 
@@ -129,6 +209,9 @@ class BatchedTemperatureSolver:
         The full-data fit where the caller has it: ``fit_validated`` of these rows, in this order, with
         these ``bounds``, ``tol`` and ``max_iter`` (as :func:`~sitecal.calibration.fit_group_temperatures`
         fits a group's own or the global temperature); None: fitted here.
+    surrogate : Surrogate, optional
+        The surrogate of these clusters where it is shared with other fits (:func:`family_surrogates`);
+        None: built here, on an interval around this fit.
 
     Attributes
     ----------
@@ -153,8 +236,10 @@ class BatchedTemperatureSolver:
         tol: float = 1e-10,
         max_iter: int = 100,
         fit: TemperatureFit | None = None,
+        surrogate: Surrogate | None = None,
     ) -> None:
         low, high = _bounds(bounds, func=func)
+        self._given = surrogate
         self._d = _NLL(logits, labels).d
         self._d_t = np.ascontiguousarray(self._d.T)
         self._cluster_of_row = cluster_of_row
@@ -176,37 +261,25 @@ class BatchedTemperatureSolver:
     # -- surrogate ---------------------------------------------------------------------------------
     def _per_row(self, s: float) -> Sums:
         """Each row's ``ell``, ``d ell / ds`` and ``d2 ell / ds2`` at ``s``, computed class-major."""
-        beta = math.exp(-s)
-        m, total, mean_d, var_d = nll_row_terms(self._d_t, beta)  # as the fit's objective computes them
-        return m + np.log(total), -beta * mean_d, beta * beta * var_d + beta * mean_d
+        return _row_terms(self._d_t, s)
 
     def _build_surrogate(self) -> None:
-        s0 = self.fit.log_temperature
-        _, g0, h0 = self._per_row(s0)
-        score = _cluster_sums(g0, self._cluster_of_row, self._k)
-        curvature = float(h0.sum())
-        se = math.sqrt(float(np.sum(score * score))) / curvature if curvature > 0 else math.inf
-        half = min(max(WIDTH_IN_SE * se, 1e-6), 2.0)
-        a, b = max(s0 - half, self._lo), min(s0 + half, self._hi)
-        mid, rad = 0.5 * (a + b), 0.5 * (b - a)
-        for q in _DEGREES:  # a loop over candidate degrees, until the interpolation error is tiny
-            x = np.cos(np.pi * (np.arange(q) + 0.5) / q)
-            nodes = np.stack([self._per_row(mid + rad * xj)[1] for xj in x], axis=1)  # (N, Q)
-            # coefficients of the interpolant through the first-kind Chebyshev nodes
-            basis = np.cos(np.pi * np.outer(np.arange(q), np.arange(q) + 0.5) / q) * (2.0 / q)
-            basis[0] *= 0.5
-            coeffs = np.einsum("nj,kj->nk", nodes, basis)
-            checks = np.cos(np.pi * (np.arange(q + 1) + 0.5 / (q + 1)) / (q + 1))
-            checks = np.concatenate([[-1.0, 1.0], checks])
-            exact = np.stack([self._per_row(mid + rad * xc)[1] for xc in checks], axis=1)
-            approx = chebyshev.chebval(checks, coeffs.T)  # (N, M)
-            row_error = _SAFETY * np.abs(approx - exact).max(axis=1)
-            errors = _cluster_sums(row_error, self._cluster_of_row, self._k)
-            if curvature > 0 and float(errors.sum()) / curvature <= 1e-3 * CERTIFIED_S_ERROR:
-                break
-        self.interval, self.degree = (a, b), q
-        self._mid, self._rad = mid, rad
-        self._coeffs = _cluster_sums(coeffs, self._cluster_of_row, self._k)  # (K, Q)
+        if self._given is not None:  # a family's shared surrogate (family_surrogates)
+            interval, degree = self._given.interval, self._given.degree
+            coeffs, errors = self._given.coeffs, self._given.errors
+        else:
+            a, b, curvature = _interval_around(
+                self._d_t, self._cluster_of_row, self._k, self.fit.log_temperature, (self._lo, self._hi)
+            )
+
+            def certified(errors: NDArray[np.float64]) -> bool:
+                return curvature > 0 and float(errors.sum()) / curvature <= 1e-3 * CERTIFIED_S_ERROR
+
+            degree, coeffs, errors = _interpolant(self._d_t, self._cluster_of_row, self._k, (a, b), certified)
+            interval = (a, b)
+        self.interval, self.degree = interval, degree
+        self._mid, self._rad = 0.5 * (interval[0] + interval[1]), 0.5 * (interval[1] - interval[0])
+        self._coeffs = coeffs  # (K, Q)
         self._errors = errors
 
     def _surrogate(
@@ -374,3 +447,49 @@ def _rtsafe(
         err = np.where(hess > 0, np.abs(grad) / hess, np.inf)
     err[bound != 0] = 0.0
     return s, bound, err
+
+
+def family_surrogates(
+    logits: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    cluster_of_row: NDArray[np.int64],
+    n_clusters: int,
+    members: Sequence[tuple[NDArray[np.int64], TemperatureFit]],
+    *,
+    bounds: tuple[float, float] = DEFAULT_BOUNDS,
+    func: str = "family_surrogates",
+) -> list[Surrogate]:
+    """One surrogate shared by fits on overlapping sets of whole clusters of the same rows.
+
+    ``members``: each fit's clusters (indices in ``[0, n_clusters)``, ascending; the fit's rows are all
+    the rows of these clusters) and its full-data fit, converged. The shared interval holds every
+    member's own (``WIDTH_IN_SE`` SEs around its fit); the degree is the first at which every member's
+    error bound is as small as its own surrogate would need. Each row's interpolant is then the same in
+    every member, so a cluster's coefficients are too: a caller refitting all the members sums each
+    cluster's once (:class:`~sitecal.stats._solver_set.SolverSet`), however many members hold it.
+
+    Returns each member's :class:`Surrogate` (its clusters' rows of the shared coefficients), for
+    ``BatchedTemperatureSolver(..., surrogate=)``.
+    """
+    low, high = _bounds(bounds, func=func)
+    limits = (math.log(low), math.log(high))
+    d_t = np.ascontiguousarray(_NLL(logits, labels).d.T)
+    intervals, curvatures = [], []
+    for clusters, fit in members:  # a loop over members: each its own interval, on its own rows
+        rows = np.isin(cluster_of_row, clusters)
+        local = np.searchsorted(clusters, cluster_of_row[rows])
+        a, b, curvature = _interval_around(
+            np.ascontiguousarray(d_t[:, rows]), local, clusters.shape[0], fit.log_temperature, limits
+        )
+        intervals.append((a, b))
+        curvatures.append(curvature)
+    shared = (min(a for a, _ in intervals), max(b for _, b in intervals))
+
+    def certified(errors: NDArray[np.float64]) -> bool:
+        return all(
+            curvature > 0 and float(errors[clusters].sum()) / curvature <= 1e-3 * CERTIFIED_S_ERROR
+            for (clusters, _), curvature in zip(members, curvatures, strict=True)
+        )
+
+    degree, coeffs, errors = _interpolant(d_t, cluster_of_row, n_clusters, shared, certified)
+    return [Surrogate(shared, degree, coeffs[clusters], errors[clusters]) for clusters, _ in members]

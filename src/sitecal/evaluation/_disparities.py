@@ -57,8 +57,11 @@ def refit_temperatures(
                 return None
             rows = fit & (cal_groups == group) if source == "own" else fit
             full = known.fit if known is not None and source == "own" else temps.global_fit
+            # a group's own temperatures in the folds are fitted on whole patients of its rows, the
+            # global ones on whole patients of every row: each set shares a surrogate
+            family = f"own {group}" if source == "own" else "global"
             temperature_fits.append(
-                TemperatureFit(rows[fit_rows], (held & (cal_groups == group))[held_rows], full)
+                TemperatureFit(rows[fit_rows], (held & (cal_groups == group))[held_rows], full, family)
             )
     return TemperatureReplicates(
         logits[fit_rows],

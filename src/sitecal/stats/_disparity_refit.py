@@ -34,11 +34,15 @@ class TemperatureFit:
     """One temperature: the fit rows it is fitted on, and the evaluated rows it calibrates (boolean masks).
 
     ``fit``: its full-data fit where already known (:class:`~sitecal.calibration.BatchedTemperatureSolver`).
+    ``family``: a name shared by temperatures fitted on whole patients of the same rows (cross-fitting:
+    one group's temperature in each fold, each fitted on the other folds' patients); their refits share
+    one surrogate (:func:`~sitecal.calibration.family_surrogates`). None: a surrogate of its own.
     """
 
     fit_rows: NDArray[np.bool_]
     eval_rows: NDArray[np.bool_]
     fit: calibration.TemperatureFit | None = None
+    family: str | None = None
 
 
 class TemperatureReplicates:
@@ -96,21 +100,32 @@ class TemperatureReplicates:
                 raise DataError(f"{func}: with shared=False the fit and evaluated patients must be disjoint.")
             self.fit_plan = make_plan(fit_p.shape[0], fit_p, None, func=func)
             self.fit_plan_patients = _patient_of_cluster(self.fit_plan, fit_codes)
+        kept = [fit for fit in fits if fit.eval_rows.any()]
+        self.fits = tuple(kept)  # the temperatures that calibrate some row
+        shared_surrogates = _family_surrogates(z, y, fit_codes, kept, bounds=bounds, func=func)
         solvers: list[tuple[BatchedTemperatureSolver, NDArray[np.int64]]] = []
+        families: dict[str, list[int]] = {}
         # each evaluated row's temperature, as an index into the solvers
         self.solver_of_row = np.empty(n_eval, dtype=np.int64)
         self.s0 = np.empty(n_eval)
-        for fit in fits:  # a loop over temperatures
-            if not fit.eval_rows.any():
-                continue
+        for fit, surrogate in zip(kept, shared_surrogates, strict=True):  # a loop over temperatures
             used, local = np.unique(fit_codes[fit.fit_rows], return_inverse=True)
             solver = BatchedTemperatureSolver(
-                z[fit.fit_rows], y[fit.fit_rows], local, used.shape[0], bounds=bounds, func=func, fit=fit.fit
+                z[fit.fit_rows],
+                y[fit.fit_rows],
+                local,
+                used.shape[0],
+                bounds=bounds,
+                func=func,
+                fit=fit.fit,
+                surrogate=surrogate,
             )
+            if surrogate is not None and fit.family is not None:
+                families.setdefault(fit.family, []).append(len(solvers))
             self.solver_of_row[fit.eval_rows] = len(solvers)
             solvers.append((solver, used))
             self.s0[fit.eval_rows] = solver.fit.log_temperature
-        self.solvers = SolverSet(solvers, self.patients.shape[0])
+        self.solvers = SolverSet(solvers, self.patients.shape[0], list(families.values()))
         self.s0_solvers = np.array([solver.fit.log_temperature for solver, _ in solvers])
 
     def chunks(
@@ -141,6 +156,51 @@ class TemperatureReplicates:
             else:
                 refits = self.solvers.solve(next(fit_draws).indices, self.fit_plan_patients)
             yield draws, refits
+
+
+def _family_surrogates(
+    z: NDArray[np.float64],
+    y: NDArray[np.int64],
+    patient_of_row: NDArray[np.int64],
+    fits: Sequence[TemperatureFit],
+    *,
+    bounds: tuple[float, float],
+    func: str,
+) -> list[calibration.Surrogate | None]:
+    """Each fit's shared surrogate, or None where it builds its own.
+
+    A family shares one where it has two members or more, each with a converged full-data fit, each
+    fitted on whole patients of the family's rows (every row of a patient it holds there).
+    """
+    out: list[calibration.Surrogate | None] = [None] * len(fits)
+    named: dict[str, list[int]] = {}
+    full: dict[int, calibration.TemperatureFit] = {}
+    for i, fit in enumerate(fits):  # a loop over temperatures
+        if fit.family is not None and fit.fit is not None and fit.fit.converged:
+            named.setdefault(fit.family, []).append(i)
+            full[i] = fit.fit
+    for members in named.values():  # a loop over families
+        rows = np.logical_or.reduce([fits[i].fit_rows for i in members])
+        used, local = np.unique(patient_of_row[rows], return_inverse=True)
+        held = [np.unique(local[fits[i].fit_rows[rows]]) for i in members]
+        whole = all(
+            np.array_equal(fits[i].fit_rows[rows], np.isin(local, clusters))
+            for i, clusters in zip(members, held, strict=True)
+        )
+        if len(members) < 2 or not whole:
+            continue
+        surrogates = calibration.family_surrogates(
+            z[rows],
+            y[rows],
+            local,
+            used.shape[0],
+            [(clusters, full[i]) for i, clusters in zip(members, held, strict=True)],
+            bounds=bounds,
+            func=func,
+        )
+        for i, surrogate in zip(members, surrogates, strict=True):
+            out[i] = surrogate
+    return out
 
 
 def _patient_of_cluster(plan: ClusterPlan, patient_of_row: NDArray[np.int64]) -> NDArray[np.int64]:
