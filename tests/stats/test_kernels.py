@@ -230,3 +230,17 @@ def test_a_solvers_surrogate_fits_are_the_former_array_loops(monkeypatch: pytest
     assert not got.exact.any()  # every fit certified by the surrogate
     np.testing.assert_array_equal(got.log_temperature, want.log_temperature)
     np.testing.assert_array_equal(got.error_bound, want.error_bound)
+
+
+def test_draw_counts_are_bincounts_per_resample() -> None:
+    from sitecal._kernels import draw_counts
+    from sitecal.stats._resample import Draws
+
+    rng = np.random.default_rng(3)
+    indices = rng.integers(0, 50, (7, 60))
+    indices[2] = 4  # one cluster drawn every time
+    want = np.stack([np.bincount(i, minlength=50) for i in indices]).astype(np.float64)
+    got = draw_counts(indices, 50)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert np.array_equal(Draws(indices, 50).weights, want)
+    assert draw_counts(np.zeros((0, 5), dtype=np.int64), 3).shape == (0, 3)

@@ -8,7 +8,7 @@ next to this file or in the user's cache folder), so a process pays the compilat
 """
 
 from sitecal._kernels._calibrated import PROGRAMS, calibrated_entry_sums, nll_row_terms
-from sitecal._kernels._draws import counted_sums, membership_sums, stratified_draws
+from sitecal._kernels._draws import counted_sums, draw_counts, membership_sums, stratified_draws
 from sitecal._kernels._flags import assign_rows, layout_starts
 from sitecal._kernels._surrogate import surrogate_roots
 from sitecal._kernels._terms import grouped_entry_sums, top_label_entries, weighted_entry_sums
@@ -18,6 +18,7 @@ __all__ = [
     "assign_rows",
     "calibrated_entry_sums",
     "counted_sums",
+    "draw_counts",
     "grouped_entry_sums",
     "layout_starts",
     "membership_sums",

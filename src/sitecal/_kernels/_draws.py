@@ -7,7 +7,7 @@ from numpy.typing import NDArray
 
 from sitecal._kernels._compile import compiled, count_scratch
 
-__all__ = ["counted_sums", "membership_sums", "stratified_draws"]
+__all__ = ["counted_sums", "draw_counts", "membership_sums", "stratified_draws"]
 
 
 def _counted_sums(
@@ -166,4 +166,25 @@ def stratified_draws(
     """
     out = np.empty(u.shape, dtype=np.int64)
     compiled(_stratified_draws)(u, stratum_size, stratum_start, out)
+    return out
+
+
+def _draw_counts(indices: NDArray[np.int64], out: NDArray[np.float64]) -> None:  # pragma: no cover - compiled
+    out[:] = 0.0
+    for b in range(indices.shape[0]):
+        for d in range(indices.shape[1]):
+            out[b, indices[b, d]] += 1.0
+
+
+def draw_counts(indices: NDArray[np.int64], k: int) -> NDArray[np.float64]:
+    """How many times each of ``k`` clusters was drawn in each resample of ``indices`` (R, D): (R, k).
+
+    The counts ``numpy.bincount`` gives, as float64, in one pass (no (R, D) offset array, no integer
+    copy to convert).
+
+    >>> draw_counts(np.array([[0, 0, 2], [1, 2, 2]]), 3).tolist()
+    [[2.0, 0.0, 1.0], [0.0, 1.0, 2.0]]
+    """
+    out = np.empty((indices.shape[0], k))
+    compiled(_draw_counts)(np.ascontiguousarray(indices, dtype=np.int64), out)
     return out

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._kernels import stratified_draws
+from sitecal._kernels import draw_counts, stratified_draws
 from sitecal.errors import DataError
 
 __all__ = [
@@ -173,9 +173,7 @@ class Draws:
     @property
     def weights(self) -> NDArray[np.float64]:
         """How many times each cluster was drawn, shape (size, n_clusters), float64."""
-        size, k = self.size, self.n_clusters
-        flat = (self.indices + (np.arange(size, dtype=np.int64) * k)[:, None]).reshape(-1)
-        return np.bincount(flat, minlength=size * k).reshape(size, k).astype(np.float64)
+        return draw_counts(self.indices, self.n_clusters)
 
 
 def draw(plan: ClusterPlan, rng: np.random.Generator, size: int) -> Draws:
