@@ -109,3 +109,27 @@ def test_errors() -> None:
     # the smooth ECE refits its bandwidth in every resample: no per-patient sums (the protocol refuses it)
     with pytest.raises(DataError, match="every group's value in every resample comes from per-patient sums"):
         disparity_intervals(probs, labels, groups, clusters=patients, metric="smooth_ece")
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_several_metrics_on_one_draw_are_each_metric_alone_bit_for_bit(method: str) -> None:
+    from sitecal.stats import disparity_intervals_each
+
+    rng = np.random.default_rng(6)
+    n = 900
+    probs = rng.dirichlet([1.0, 2.0, 1.5], n)
+    y = rng.integers(0, 3, n)
+    g = np.array(["a", "b", "c", "d"], dtype=object)[rng.integers(0, 4, n)]
+    patients = rng.integers(0, 500, n)
+    strata = np.array(["x", "y"], dtype=object)[patients % 2]
+    spec = BootstrapSpec(n_resamples=60, seed=4, method=method, chunk_size=7)
+    metrics = ["ece", "nll", "classwise_ece", "brier", "accuracy"]
+    kw = {"clusters": patients, "strata": strata, "n_bins": 10, "min_group_size": 150, "spec": spec}
+    together = disparity_intervals_each(probs, y, g, metrics=metrics, **kw)
+    assert list(together) == metrics
+    for metric in metrics:  # a loop over metrics: each as computed alone
+        alone = disparity_intervals(probs, y, g, metric=metric, **kw)
+        assert together[metric].to_dict() == alone.to_dict(), metric
+    assert together["ece"].to_dict() != together["classwise_ece"].to_dict()
+    with pytest.raises(DataError, match="give at least one metric"):
+        disparity_intervals_each(probs, y, g, metrics=[], **kw)

@@ -19,7 +19,7 @@ from sitecal.stats import (
     GroupFlags,
     TemperatureFit,
     TemperatureReplicates,
-    disparity_intervals,
+    disparity_intervals_each,
     refit_disparity_intervals,
     size_matched_flags_attributes,
 )
@@ -119,27 +119,32 @@ def attribute_disparities(
     if flags is None:
         flags = attribute_flags({"": values}, prob_sets, labels, patients, protocol=protocol, spec=spec)[""]
     flagged = iter(flags)
+    # each stage's metrics on the same draws, counted once for all of them (the after stage is the
+    # refit's, where it is refitted)
+    compared = {
+        stage: disparity_intervals_each(
+            probs,
+            labels,
+            values,
+            clusters=patients,
+            strata=strata,
+            metrics=ev.disparity_metrics,
+            n_bins=ev.n_bins,
+            min_group_size=ev.min_group_size,
+            spec=spec,
+        )
+        for stage, probs in prob_sets.items()
+        if refitted is None or stage != "after"
+    }
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
         stages = {
             stage: _disparity(
-                refitted[metric]
-                if refitted is not None and stage == "after"
-                else disparity_intervals(
-                    probs,
-                    labels,
-                    values,
-                    clusters=patients,
-                    strata=strata,
-                    metric=metric,
-                    n_bins=ev.n_bins,
-                    min_group_size=ev.min_group_size,
-                    spec=spec,
-                ),
+                refitted[metric] if refitted is not None and stage == "after" else compared[stage][metric],
                 next(flagged),
                 refit=refitted is not None and stage == "after",
             )
-            for stage, probs in prob_sets.items()
+            for stage in prob_sets
         }
         out[metric] = DisparityStages(before=stages["before"], after=stages["after"])
     return out

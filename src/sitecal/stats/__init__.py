@@ -9,7 +9,7 @@ from __future__ import annotations
 from sitecal.stats._bootstrap import Statistic, bootstrap_interval
 from sitecal.stats._compare import COMPARED_METRICS, MethodComparison, compare_methods
 from sitecal.stats._crossfit import CrossfitIntervals, crossfit_bootstrap
-from sitecal.stats._disparity import DisparityResult, disparity_intervals
+from sitecal.stats._disparity import DisparityResult, disparity_intervals, disparity_intervals_each
 from sitecal.stats._disparity_flags import (
     GroupFlags,
     size_matched_flags,
@@ -51,6 +51,7 @@ __all__ = [
     "compare_methods",
     "crossfit_bootstrap",
     "disparity_intervals",
+    "disparity_intervals_each",
     "fit_stream_seed",
     "random_effects_meta_analysis",
     "refit_bootstrap",

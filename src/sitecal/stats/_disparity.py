@@ -7,7 +7,7 @@ of the cohort) is bootstrapped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import ClusterPlan, Draws, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
-__all__ = ["DisparityResult", "disparity_intervals"]
+__all__ = ["DisparityResult", "disparity_intervals", "disparity_intervals_each"]
 
 
 @dataclass(frozen=True)
@@ -128,37 +128,86 @@ def disparity_intervals(
     >>> res.range.estimate, res.groups
     (0.0, ('a', 'b'))
     """
-    func = "disparity_intervals"
     spec = BootstrapSpec() if spec is None else spec
-    p, y, statistic, grouped = checked_groups(
-        probs, labels, groups, metric, n_bins, min_group_size, func=func
-    )
+    return disparity_intervals_each(
+        probs,
+        labels,
+        groups,
+        clusters=clusters,
+        strata=strata,
+        metrics=[metric],
+        n_bins=n_bins,
+        min_group_size=min_group_size,
+        spec=spec,
+        func="disparity_intervals",
+    )[metric]
+
+
+def disparity_intervals_each(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    groups: ArrayLike,
+    *,
+    clusters: ArrayLike | None,
+    strata: ArrayLike | None = None,
+    metrics: Sequence[str],
+    n_bins: int = 15,
+    min_group_size: int = 1,
+    spec: BootstrapSpec | None = None,
+    func: str = "disparity_intervals_each",
+) -> dict[str, DisparityResult]:
+    """:func:`disparity_intervals` of several metrics on the same resamples, per metric.
+
+    Each metric's result is what :func:`disparity_intervals` gives for it alone, bit for bit: the same
+    draws (the chunks depend on the groups, not the metric), and each sum adds the same terms in the same
+    order. The metrics' per-cluster sums sit side by side in one :class:`DrawnSums`, so each chunk is
+    drawn once and its draws counted once for all of them.
+    """
+    spec = BootstrapSpec() if spec is None else spec
+    checked = [checked_groups(probs, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics]
+    if not checked:
+        raise DataError(f"{func}: give at least one metric.")
+    p, y, _, grouped = checked[0]
+    statistics = [c[2] for c in checked]
     names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
     too_small = {str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size}
     plan = make_plan(p.shape[0], clusters, strata, func=func)
-    n_groups, width = names.shape[0], statistic.row_terms(p[:1], y[:1]).shape[1]
-    # each row's sparse terms, in its group's block of columns: per-cluster sums of (K, G*J) columns
-    columns, entries = statistic.sparse_terms(np.ascontiguousarray(p.T), y)
+    n_groups = names.shape[0]
+    widths = [statistic.row_terms(p[:1], y[:1]).shape[1] for statistic in statistics]
+    offsets = np.concatenate([[0], np.cumsum([n_groups * w for w in widths])]).astype(np.int64)
+    # each row's sparse terms, in its metric's and group's block of columns: per-cluster sums of
+    # (K, sum of G*J) columns, each metric's entries in row order
+    p_t = np.ascontiguousarray(p.T)
+    cluster, column, value = [], [], []
+    for statistic, width, offset in zip(statistics, widths, offsets, strict=False):  # a loop over metrics
+        columns, entries = statistic.sparse_terms(p_t, y)
+        cluster.append(np.broadcast_to(plan.cluster_of_row, columns.shape).reshape(-1))
+        column.append((offset + codes[None, :] * width + columns).reshape(-1))
+        value.append(np.reshape(entries, -1))
     drawn_sums = DrawnSums.from_entries(
-        np.broadcast_to(plan.cluster_of_row, columns.shape),
-        codes[None, :] * width + columns,
-        entries,
+        np.concatenate(cluster),
+        np.concatenate(column),
+        np.concatenate(value),
         plan.n_clusters,
-        n_groups * width,
+        int(offsets[-1]),
     )
 
-    def values(indices: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Per-group metric and metric of the complement, each (B, G), from drawn cluster indices."""
-        by_group = drawn_sums(indices).reshape(-1, n_groups, width)
-        return _apply(statistic, by_group), _apply(statistic, by_group.sum(axis=1, keepdims=True) - by_group)
+    def values(indices: NDArray[np.int64]) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+        """Per metric, per-group metric and metric of the complement, each (B, G), from drawn indices."""
+        total = drawn_sums(indices)
+        out = []
+        for statistic, width, offset in zip(statistics, widths, offsets, strict=False):  # metrics
+            by_group = total[:, offset : offset + n_groups * width].reshape(-1, n_groups, width)
+            rest = by_group.sum(axis=1, keepdims=True) - by_group
+            out.append((_apply(statistic, by_group), _apply(statistic, rest)))
+        return out
 
     everyone = np.arange(plan.n_clusters, dtype=np.int64)[None, :]  # each cluster once, in order
-    est_group, est_rest = (v[0] for v in values(everyone))
-    rep_group = np.empty((spec.n_resamples, n_groups))
-    rep_rest = np.empty((spec.n_resamples, n_groups))
+    estimates = [(g[0], r[0]) for g, r in values(everyone)]
+    reps = [(np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in metrics]
     chunk = spec.chunk_size or max(1, auto_chunk_size([], plan, spec.n_resamples) // max(n_groups, 1))
 
-    def chunk_values(draws: Draws) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def chunk_values(draws: Draws) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
         return values(draws.indices)
 
     chunks = map_chunks(
@@ -169,27 +218,27 @@ def disparity_intervals(
         chunk_size=chunk,
         workers=spec.n_workers,
     )
-    for start, stop, (group_values, rest_values) in chunks:  # a loop over chunks
-        rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
-    jk_group = jk_rest = None
-    if spec.method == "bca" and plan.n_clusters > 1:
-        sums = np.zeros((plan.n_clusters, n_groups, width))
-        np.add.at(sums, (plan.cluster_of_row, codes), statistic.row_terms(p, y))
-        total = sums.sum(axis=0, keepdims=True)
-        left_out = total - sums  # (K, G, J): every cluster left out once
-        jk_group = _apply(statistic, left_out)
-        jk_rest = _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out)
-
-    return assemble(
-        metric,
-        grouped,
-        too_small,
-        (est_group, est_rest),
-        (rep_group, rep_rest),
-        None if jk_group is None or jk_rest is None else (jk_group, jk_rest),
-        spec=spec,
-        plan=plan,
-    )
+    for start, stop, per_metric in chunks:  # a loop over chunks
+        for (rep_group, rep_rest), (group_values, rest_values) in zip(reps, per_metric, strict=True):
+            rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
+    out = {}
+    for metric, statistic, width, estimate, replicates in zip(
+        metrics, statistics, widths, estimates, reps, strict=True
+    ):  # a loop over metrics
+        jackknife = None
+        if spec.method == "bca" and plan.n_clusters > 1:
+            sums = np.zeros((plan.n_clusters, n_groups, width))
+            np.add.at(sums, (plan.cluster_of_row, codes), statistic.row_terms(p, y))
+            total = sums.sum(axis=0, keepdims=True)
+            left_out = total - sums  # (K, G, J): every cluster left out once
+            jackknife = (
+                _apply(statistic, left_out),
+                _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out),
+            )
+        out[metric] = assemble(
+            metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
+        )
+    return out
 
 
 def assemble(
