@@ -222,23 +222,33 @@ def disparity_intervals_each(
         for (rep_group, rep_rest), (group_values, rest_values) in zip(reps, per_metric, strict=True):
             rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
     out = {}
-    for metric, statistic, width, estimate, replicates in zip(
-        metrics, statistics, widths, estimates, reps, strict=True
+    for metric, statistic, estimate, replicates in zip(
+        metrics, statistics, estimates, reps, strict=True
     ):  # a loop over metrics
-        jackknife = None
-        if spec.method == "bca" and plan.n_clusters > 1:
-            sums = np.zeros((plan.n_clusters, n_groups, width))
-            np.add.at(sums, (plan.cluster_of_row, codes), statistic.row_terms(p, y))
-            total = sums.sum(axis=0, keepdims=True)
-            left_out = total - sums  # (K, G, J): every cluster left out once
-            jackknife = (
-                _apply(statistic, left_out),
-                _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out),
-            )
+        jackknife = (
+            group_jackknife(statistic, p, y, plan, grouped)
+            if spec.method == "bca" and plan.n_clusters > 1
+            else None
+        )
         out[metric] = assemble(
             metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
         )
     return out
+
+
+def group_jackknife(
+    statistic: SumMetricStatistic,
+    probs: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    plan: ClusterPlan,
+    grouped: Grouped,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Every group's metric and its complement's with each cluster left out once: (K, G) each (BCa)."""
+    terms = statistic.row_terms(probs, labels)
+    sums = np.zeros((plan.n_clusters, grouped.names.shape[0], terms.shape[1]))
+    np.add.at(sums, (plan.cluster_of_row, grouped.codes), terms)
+    left_out = sums.sum(axis=0, keepdims=True) - sums  # (K, G, J): every cluster left out once
+    return _apply(statistic, left_out), _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out)
 
 
 def assemble(

@@ -19,7 +19,7 @@ from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups
+from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups, group_jackknife
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._solver_set import SolverSet
@@ -323,16 +323,11 @@ def refit_disparity_intervals(
         start = stop
     out = {}
     for metric, statistic, estimate, replicates in zip(metrics, statistics, estimates, reps, strict=True):
-        jackknife = None
-        if spec.method == "bca" and plan.n_clusters > 1:
-            terms = statistic.row_terms(p0, y)
-            sums = np.zeros((plan.n_clusters, n_groups, terms.shape[1]))
-            np.add.at(sums, (plan.cluster_of_row, grouped.codes), terms)
-            left_out = sums.sum(axis=0, keepdims=True) - sums
-            jackknife = (
-                _apply(statistic, left_out),
-                _apply(statistic, left_out.sum(axis=1, keepdims=True) - left_out),
-            )
+        jackknife = (
+            group_jackknife(statistic, p0, y, plan, grouped)
+            if spec.method == "bca" and plan.n_clusters > 1
+            else None
+        )
         out[metric] = assemble(
             metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
         )
