@@ -161,7 +161,8 @@ def _retrieve(
         len(studies) - len(todo),
         len(todo),
     )
-    fetched = retried = 0
+    fetched = 0
+    asked_again: set[StudyRef] = set()
     bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
     pool = ThreadPoolExecutor(max_workers=source.max_connections)
     try:
@@ -174,7 +175,7 @@ def _retrieve(
                     break
                 logger.info("%d studies asked again after %g s (a transient failure)", len(pending), pause)
                 time.sleep(pause)
-                retried += len(pending)
+                asked_again.update(pending)
             n, now = _fetch_pass(pool, peer, instances, pending, bar if pause is None else None)
             fetched += n
             for study in pending:
@@ -206,7 +207,7 @@ def _retrieve(
         "studies_retrieved_now": len(todo) - len(failed),
         "studies_from_store": len(studies) - len(todo),
         "studies_failed": len(failed),
-        "studies_asked_again": retried,
+        "studies_asked_again": len(asked_again),
         "failures": [{"reason": r, "count": n} for r, n in sorted(reasons.items())],
         "instances_fetched": fetched,
         "requests": peer.requests,
