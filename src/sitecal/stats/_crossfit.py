@@ -229,7 +229,7 @@ def crossfit_bootstrap(
         s_rep[start:stop], s_fold = s_all[:, 0], s_all[:, 1:]
         weights = draws.weights
         replicates[:, 0, start:stop] = metrics_at_temperatures(
-            stats, ze, ye, None, weights, row_cluster=eval_codes
+            stats, ze, ye, None, weights, workers=spec.n_workers, row_cluster=eval_codes
         )
         replicates[:, 1, start:stop] = metrics_at_temperatures(
             stats, ze, ye, s_fold, weights, workers=spec.n_workers, row_temperature=fe, row_cluster=eval_codes

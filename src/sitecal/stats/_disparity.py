@@ -205,7 +205,9 @@ def disparity_intervals_each(
     everyone = np.arange(plan.n_clusters, dtype=np.int64)[None, :]  # each cluster once, in order
     estimates = [(g[0], r[0]) for g, r in values(everyone)]
     reps = [(np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in metrics]
-    chunk = spec.chunk_size or max(1, auto_chunk_size([], plan, spec.n_resamples) // max(n_groups, 1))
+    # the draws are the largest temporaries (the sums are (chunk, G * J)): chunks as large as they allow,
+    # so that each cluster's entries are read once for many resamples
+    chunk = spec.chunk_size or auto_chunk_size([], plan, spec.n_resamples)
 
     def chunk_values(draws: Draws) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
         return values(draws.indices)

@@ -197,11 +197,15 @@ def metrics_at_temperatures(
         step = max(1, CHUNK_ELEMENTS // (4 * n))
         for i, stat, width in zip(summed, sum_stats, widths, strict=True):  # a loop over metrics
             columns, values = stat.sparse_terms(fixed_t, labels)
-            for start in range(0, r, step):  # a loop over chunks of resamples
-                sl = slice(start, min(r, start + step))
+
+            def chunk(c: int, i: int = i, stat: SumMetricStatistic = stat, width: int = width) -> None:
+                """Chunk ``c`` of the resamples: its own slice of ``out`` (each resample summed alone)."""
+                sl = slice(c * step, min(r, (c + 1) * step))
                 out[i, sl] = stat.from_sums(
                     weighted_term_sums(columns, values, rows_of(row_weights[sl]), width)[:, 0]
                 )
+
+            for_each(chunk, -(-r // step), workers)
     elif sum_stats:
         assert s is not None
         sums = term_sums_at_temperatures(
