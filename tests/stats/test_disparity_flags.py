@@ -137,7 +137,8 @@ def test_the_chunking_of_permutations_changes_no_number(monkeypatch: pytest.Monk
 
     probs, labels, groups = _calibrated((40, 60, 80), seed=9)
     a = size_matched_flags(probs, labels, groups, clusters=None, n_permutations=70, seed=3)
-    monkeypatch.setattr(flags, "_CHUNK_CELLS", 3 * groups.shape[0])  # three permutations a chunk
+    # three permutations a chunk: each (clusters=None) takes 8 bytes per patient and a byte per row
+    monkeypatch.setattr(flags, "_CHUNK_BYTES", 3 * 9 * groups.shape[0])
     b = size_matched_flags(probs, labels, groups, clusters=None, n_permutations=70, seed=3)
     assert a.adjusted_p == b.adjusted_p and a.expected_gap == pytest.approx(b.expected_gap, abs=1e-12)
 

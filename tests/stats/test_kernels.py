@@ -244,3 +244,29 @@ def test_draw_counts_are_bincounts_per_resample() -> None:
     assert got.dtype == np.float64 and np.array_equal(got, want)
     assert np.array_equal(Draws(indices, 50).weights, want)
     assert draw_counts(np.zeros((0, 5), dtype=np.int64), 3).shape == (0, 3)
+
+
+def test_grouped_row_sums_of_several_cases_are_per_case_bincounts_bit_for_bit() -> None:
+    from sitecal._kernels import grouped_row_sums
+
+    z, y, _ = _cohort(2000, 5)
+    rng = np.random.default_rng(6)
+    cases = [(metric_statistic(m, n_bins=15), softmax(z / t)) for m, t in (("ece", 1.0), ("nll", 1.3))]
+    assigned = rng.integers(0, 5, (3, 2000)).astype(np.uint8)
+    columns, values, offsets, at = [], [], [], 0
+    for stat, p in cases:  # a loop over cases: their columns side by side
+        cols, vals = stat.sparse_terms(np.ascontiguousarray(p.T), y)
+        columns.append(np.broadcast_to(cols, vals.shape).T + at)
+        values.append(vals.T)
+        width = stat.row_terms(p[:1], y[:1]).shape[1]
+        offsets.append((at, width, cols, vals))
+        at += width
+    sums = grouped_row_sums(
+        assigned, np.concatenate(columns, axis=1).astype(np.uint8), np.concatenate(values, axis=1), at, 5
+    )
+    for start, width, cols, vals in offsets:  # a loop over cases: numpy's bincount over (group, column) keys
+        for p in range(3):  # a loop over assignments
+            keys = assigned[p][None, :].astype(np.int64) * width + np.broadcast_to(cols, vals.shape)
+            order = np.argsort(np.broadcast_to(np.arange(2000), vals.shape), axis=None, kind="stable")
+            reference = np.bincount(keys.reshape(-1)[order], vals.reshape(-1)[order], minlength=5 * width)
+            assert np.array_equal(sums[p, :, start : start + width], reference.reshape(5, width))

@@ -9,9 +9,9 @@ next to this file or in the user's cache folder), so a process pays the compilat
 
 from sitecal._kernels._calibrated import PROGRAMS, calibrated_entry_sums, nll_row_terms
 from sitecal._kernels._draws import counted_sums, draw_counts, membership_sums, stratified_draws
-from sitecal._kernels._flags import assign_rows, layout_starts
+from sitecal._kernels._flags import assign_rows, grouped_row_sums, layout_starts
 from sitecal._kernels._surrogate import surrogate_roots
-from sitecal._kernels._terms import grouped_entry_sums, top_label_entries, weighted_entry_sums
+from sitecal._kernels._terms import top_label_entries, weighted_entry_sums
 
 __all__ = [
     "PROGRAMS",
@@ -19,7 +19,7 @@ __all__ = [
     "calibrated_entry_sums",
     "counted_sums",
     "draw_counts",
-    "grouped_entry_sums",
+    "grouped_row_sums",
     "layout_starts",
     "membership_sums",
     "nll_row_terms",

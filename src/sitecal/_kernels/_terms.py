@@ -7,7 +7,7 @@ from numpy.typing import NDArray
 
 from sitecal._kernels._compile import compiled
 
-__all__ = ["grouped_entry_sums", "top_label_entries", "weighted_entry_sums"]
+__all__ = ["top_label_entries", "weighted_entry_sums"]
 
 #: Functions the kernels here call on each row (see ``compiled``).
 _HELPERS = ("_bin_of",)
@@ -54,42 +54,6 @@ def weighted_entry_sums(
         out,
     )
     return out.reshape(n_groups, n_columns)
-
-
-def _grouped_sums_each(
-    assigned: NDArray[np.int64],
-    columns: NDArray[np.int64],
-    values: NDArray[np.float64],
-    n_columns: int,
-    out: NDArray[np.float64],
-) -> None:  # pragma: no cover - compiled
-    for p in range(assigned.shape[0]):
-        for j in range(columns.shape[0]):
-            for i in range(columns.shape[1]):
-                out[p, assigned[p, i] * n_columns + columns[j, i]] += values[j, i]
-
-
-def grouped_entry_sums(
-    assigned: NDArray[np.int64],
-    columns: NDArray[np.int64],
-    values: NDArray[np.float64],
-    n_columns: int,
-    n_groups: int,
-) -> NDArray[np.float64]:
-    """Per assignment of rows to groups (P, N), each group's sums of the sparse row terms: (P, G, J).
-
-    Entries are added entry by entry, rows in order: with each column fed by one entry ``j``, each sum
-    adds its group's rows in row order, as ``numpy.bincount`` over (assignment, group, column) keys does.
-    """
-    out = np.zeros((assigned.shape[0], n_groups * n_columns))
-    compiled(_grouped_sums_each)(
-        np.ascontiguousarray(assigned, dtype=np.int64),
-        np.ascontiguousarray(np.broadcast_to(columns, values.shape), dtype=np.int64),
-        np.ascontiguousarray(values, dtype=np.float64),
-        n_columns,
-        out,
-    )
-    return out.reshape(assigned.shape[0], n_groups, n_columns)
 
 
 def _bin_of(value: float, edges: NDArray[np.float64]) -> int:  # pragma: no cover - compiled

@@ -21,13 +21,14 @@ scanner effect; a flag says the group differs, not why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._kernels import assign_rows, grouped_entry_sums, layout_starts
+from sitecal._kernels import assign_rows, grouped_row_sums, layout_starts
 from sitecal._validation import check_float, check_int, check_option
 from sitecal.errors import DataError
 from sitecal.metrics.registry import ECE
@@ -37,11 +38,11 @@ from sitecal.stats._resample import for_each, make_plan
 
 __all__ = ["GroupFlags", "size_matched_flags", "size_matched_flags_attributes", "size_matched_flags_each"]
 
-# Permutations evaluated together: at most 100, and at most about 4 million (permutation, row) cells, so
-# that the (chunk, rows) assignment and indicator arrays stay near 32 MB at any cohort size. The chunk
-# depends on the number of rows only, never on the machine.
+# Permutations evaluated together: at most 100, and at most about 64 MB of their layouts (8 bytes per
+# patient) and (chunk, rows) assignments (a byte per row for up to 256 groups) at any cohort size. The
+# chunk depends on the numbers of rows and patients only, never on the machine.
 _CHUNK = 100
-_CHUNK_CELLS = 4_000_000
+_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -233,21 +234,35 @@ class _Attribute:
         grouped = checked[0][3]
         self.names, self.codes, self.judged = grouped.names, grouped.codes, grouped.judged
         self.metrics = [metric for _, metric in cases]
+        # the group codes as narrow integers: the permutations' (P, N) assignments are read once per row
+        self.codes = self.codes.astype(np.min_scalar_type(max(self.names.shape[0] - 1, 0)))
+        # every case's terms side by side, row by row: case c's columns from its offset (each column fed
+        # by one entry of one case, so each sum still adds its group's rows in row order)
         self.forms = []
+        all_columns, all_values, at = [], [], 0
         for probs_c, y_c, statistic, _ in checked:  # a loop over cases: sparse terms, their total and width
             columns, values = statistic.sparse_terms(np.ascontiguousarray(probs_c.T), y_c)
             width = statistic.row_terms(probs_c[:1], y_c[:1]).shape[1]
             total = np.bincount(columns.reshape(-1), values.reshape(-1), minlength=width).astype(np.float64)
-            self.forms.append((statistic, columns, values, width, total))
+            self.forms.append((statistic, at, width, total))
+            all_columns.append(np.broadcast_to(columns, values.shape).T + at)
+            all_values.append(values.T)
+            at += width
+        self.n_columns = at
+        self.columns = np.ascontiguousarray(np.concatenate(all_columns, axis=1), np.min_scalar_type(at))
+        self.values = np.ascontiguousarray(np.concatenate(all_values, axis=1), dtype=np.float64)
 
-    def gaps(self, case: int, assigned: NDArray[np.int64]) -> NDArray[np.float64]:
-        """(P, N) group codes -> (P, G) gap of every group to the rest, for one case."""
-        statistic, columns, values, width, total = self.forms[case]
+    def gaps(self, assigned: NDArray[np.integer]) -> list[NDArray[np.float64]]:
+        """(P, N) group codes -> per case, (P, G) gap of every group to the rest."""
         size, n_groups = assigned.shape[0], self.names.shape[0]
-        sums = grouped_entry_sums(assigned, columns, values, width, n_groups).reshape(size * n_groups, width)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = statistic.from_sums(sums) - statistic.from_sums(total[None, :] - sums)
-        return np.asarray(out, dtype=np.float64).reshape(size, n_groups)
+        sums = grouped_row_sums(assigned, self.columns, self.values, self.n_columns, n_groups)
+        out = []
+        for statistic, at, width, total in self.forms:  # a loop over cases
+            own = np.ascontiguousarray(sums[:, :, at : at + width]).reshape(size * n_groups, width)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gap = statistic.from_sums(own) - statistic.from_sums(total[None, :] - own)
+            out.append(np.asarray(gap, dtype=np.float64).reshape(size, n_groups))
+        return out
 
 
 def size_matched_flags_attributes(
@@ -288,26 +303,36 @@ def size_matched_flags_attributes(
     first = np.searchsorted(patient[by_patient], patient[by_patient])
     within[by_patient] = np.arange(n) - first
     label_sequences = [part.codes[by_patient] for part in parts]
-    observed = [[part.gaps(c, part.codes[None, :])[0] for c in range(len(part.forms))] for part in parts]
+    observed = [[gaps[0] for gaps in part.gaps(part.codes[None, :])] for part in parts]
     permuted = [[np.empty((n_perm, part.names.shape[0])) for _ in part.forms] for part in parts]
     rng = np.random.default_rng(rng_seed)
     patient_size = np.bincount(patient, minlength=plan.n_clusters)
-    width = max(f[1].shape[0] for part in parts for f in part.forms)
-    chunk = max(1, min(_CHUNK, _CHUNK_CELLS // (n * width)))
-    for start in range(0, n_perm, chunk):  # a loop over chunks of permutations
-        size = min(chunk, n_perm - start)
-        # the new layout takes the patients in rank order, each patient's rows in their order
-        starts = [layout_starts(rng.permutation(plan.n_clusters), patient_size) for _ in range(size)]
+    itemsize = max(sequence.dtype.itemsize for sequence in label_sequences)
+    chunk = max(1, min(_CHUNK, _CHUNK_BYTES // (8 * plan.n_clusters + itemsize * n)))
+    bounds = [(a, min(n_perm, a + chunk)) for a in range(0, n_perm, chunk)]
 
-        def one(a: int, at: int = start, size: int = size, starts: list[NDArray[np.int64]] = starts) -> None:
-            """Attribute ``a``'s gaps under the chunk's permutations, every case."""
-            assigned = np.empty((size, n), dtype=np.int64)
-            for i in range(size):  # a loop over the chunk's permutations
-                assigned[i] = assign_rows(starts[i], patient, within, label_sequences[a])
-            for c in range(len(parts[a].forms)):  # a loop over cases, on the same permutations
-                permuted[a][c][at : at + size] = parts[a].gaps(c, assigned)
+    def layouts(size: int) -> list[NDArray[np.int64]]:
+        """The next ``size`` permutations' layouts: the patients in rank order, each's rows in order."""
+        return [layout_starts(rng.permutation(plan.n_clusters), patient_size) for _ in range(size)]
 
-        for_each(one, len(parts), workers)
+    # one thread draws the next chunk's permutations, in order from the one stream, while the workers
+    # compute this chunk's gaps
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sitecal-permutations") as ahead:
+        upcoming = ahead.submit(layouts, bounds[0][1] - bounds[0][0])
+        for k, (start, stop) in enumerate(bounds):  # a loop over chunks of permutations
+            starts = upcoming.result()
+            if k + 1 < len(bounds):
+                upcoming = ahead.submit(layouts, bounds[k + 1][1] - bounds[k + 1][0])
+
+            def one(a: int, at: int = start, size: int = stop - start, starts: list[Any] = starts) -> None:
+                """Attribute ``a``'s gaps under the chunk's permutations, every case."""
+                assigned = np.empty((size, n), dtype=label_sequences[a].dtype)
+                for i in range(size):  # a loop over the chunk's permutations
+                    assigned[i] = assign_rows(starts[i], patient, within, label_sequences[a])
+                for c, gaps in enumerate(parts[a].gaps(assigned)):  # cases, on the same permutations
+                    permuted[a][c][at : at + size] = gaps
+
+            for_each(one, len(parts), workers)
     return [
         [
             _flags(

@@ -196,14 +196,18 @@ def metrics_at_temperatures(
     if fixed_t is not None:  # the same probabilities in every resample: terms once, a chunk per sum
         step = max(1, CHUNK_ELEMENTS // (4 * n))
         for i, stat, width in zip(summed, sum_stats, widths, strict=True):  # a loop over metrics
-            columns, values = stat.sparse_terms(fixed_t, labels)
+            terms = stat.sparse_terms(fixed_t, labels)
 
-            def chunk(c: int, i: int = i, stat: SumMetricStatistic = stat, width: int = width) -> None:
+            def chunk(
+                c: int,
+                i: int = i,
+                stat: SumMetricStatistic = stat,
+                width: int = width,
+                terms: tuple[NDArray[np.int64], NDArray[np.float64]] = terms,
+            ) -> None:
                 """Chunk ``c`` of the resamples: its own slice of ``out`` (each resample summed alone)."""
                 sl = slice(c * step, min(r, (c + 1) * step))
-                out[i, sl] = stat.from_sums(
-                    weighted_term_sums(columns, values, rows_of(row_weights[sl]), width)[:, 0]
-                )
+                out[i, sl] = stat.from_sums(weighted_term_sums(*terms, rows_of(row_weights[sl]), width)[:, 0])
 
             for_each(chunk, -(-r // step), workers)
     elif sum_stats:
