@@ -33,11 +33,16 @@ def _drawn_scaled(
     scaled: NDArray[np.float64],
     rows: NDArray[np.int64],
     weights: NDArray[np.float64],
+    row_weights: NDArray[np.float64],
 ) -> int:  # pragma: no cover - compiled
     n_classes = logits_t.shape[0]
+    # each row's weight first, in a pass of its own: the scattered reads of the clusters' weights overlap
+    # there, where the calibration's dependent work would hold them up
+    for i in range(row_cluster.shape[0]):
+        row_weights[i] = cluster_weights[row_cluster[i]]
     m = 0
     for i in range(row_cluster.shape[0]):
-        w = cluster_weights[row_cluster[i]]
+        w = row_weights[i]
         if w == 0.0:
             continue
         scale = scales[row_scale[i]]
@@ -205,6 +210,7 @@ def calibrated_entry_sums(
         scaled,
         rows,
         weights,
+        values,  # free until the metrics' passes
     )
     np.exp(scaled[:, :m], out=scaled[:, :m])
     compiled(_normalised)(scaled, m, rows, labels, groups, predicted, confidence, label, group)

@@ -89,13 +89,18 @@ def _membership_sums(
     table: NDArray[np.float64],
     out: NDArray[np.float64],
     counts: NDArray[np.int32],
+    drawn: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
     width = table.shape[1]
     r = indices.shape[0]
     counts[:] = 0
     for b in range(r):
+        # the drawn patients first, then their counts: two passes, each with one scattered access per
+        # draw, run several times faster than one pass with two dependent ones
         for d in range(indices.shape[1]):
-            counts[b, patient_of_cluster[indices[b, d]]] += 1
+            drawn[d] = patient_of_cluster[indices[b, d]]
+        for d in range(indices.shape[1]):
+            counts[b, drawn[d]] += 1
     out[:] = 0.0
     for c in range(counts.shape[1]):  # one pass over the patients serves every resample of the chunk
         for e in range(ptr[c], ptr[c + 1]):
@@ -133,7 +138,14 @@ def membership_sums(
     out = np.empty((indices.shape[0], n_blocks, table.shape[1]))
     counts = count_scratch(indices.shape[0], ptr.shape[0] - 1)
     compiled(_membership_sums)(
-        np.ascontiguousarray(indices, dtype=np.int64), patient_of_cluster, ptr, block, table, out, counts
+        np.ascontiguousarray(indices, dtype=np.int64),
+        patient_of_cluster,
+        ptr,
+        block,
+        table,
+        out,
+        counts,
+        np.empty(indices.shape[1], dtype=np.int64),
     )
     return out
 
