@@ -46,14 +46,15 @@ def compiled(loop: Callable[..., None]) -> Callable[..., Any]:
 _SCRATCH = threading.local()
 
 
-def count_scratch(r: int, k: int) -> NDArray[np.int32]:
+def count_scratch(r: int, k: int, name: str = "counts") -> NDArray[np.int32]:
     """An (r, k) int32 array to count draws in, this thread's own, reused by the next call.
 
     The counting loops run once per chunk of resamples on arrays of tens of MiB: a fresh array would
-    cost its page faults again in every call.
+    cost its page faults again in every call. ``name``: which of the thread's arrays (a loop that
+    needs two asks for each by its own name).
     """
-    held: NDArray[np.int32] | None = getattr(_SCRATCH, "counts", None)
+    held: NDArray[np.int32] | None = getattr(_SCRATCH, name, None)
     if held is None or held.shape[0] < r * k:
         held = np.empty(r * k, dtype=np.int32)
-        _SCRATCH.counts = held
+        setattr(_SCRATCH, name, held)
     return held[: r * k].reshape(r, k)

@@ -16,8 +16,9 @@ def _counted_sums(
     stop: NDArray[np.int64],
     cols: NDArray[np.int64],
     vals: NDArray[np.float64],
-    out: NDArray[np.float64],
+    out_t: NDArray[np.float64],
     counts: NDArray[np.int32],
+    counts_t: NDArray[np.int32],
     finite: bool,
 ) -> None:  # pragma: no cover - compiled
     r = indices.shape[0]
@@ -25,19 +26,25 @@ def _counted_sums(
     for b in range(r):
         for d in range(indices.shape[1]):
             counts[b, indices[b, d]] += 1
-    out[:] = 0.0
+    # cluster-major counts and column-major sums: a cluster's entry adds to the chunk's resamples in one
+    # contiguous, vectorisable loop (each sum still adds its clusters in order)
+    if r > 1:  # one resample's counts are cluster-major already (``counts_t`` is their view)
+        for c in range(counts.shape[1]):
+            for b in range(r):
+                counts_t[c, b] = counts[b, c]
+    out_t[:] = 0.0
     for c in range(counts.shape[1]):  # one pass over the clusters serves every resample of the chunk
         for e in range(start[c], stop[c]):
             col = cols[e]
             value = vals[e]
             if finite:  # a cluster not drawn adds 0 * value, a signed zero, which leaves every sum as it is
                 for b in range(r):
-                    out[b, col] += float(counts[b, c]) * value
+                    out_t[col, b] += float(counts_t[c, b]) * value
             else:  # 0 * inf would be NaN: clusters not drawn are skipped
                 for b in range(r):
-                    w = counts[b, c]
+                    w = counts_t[c, b]
                     if w:
-                        out[b, col] += float(w) * value
+                        out_t[col, b] += float(w) * value
 
 
 def counted_sums(
@@ -66,19 +73,21 @@ def counted_sums(
     >>> counted_sums(np.array([[0, 0], [1, 0]]), start, stop, cols, vals, 2).tolist()
     [[2.0, 1.0], [2.0, 0.5]]
     """
-    out = np.empty((indices.shape[0], n_columns))
-    counts = count_scratch(indices.shape[0], start.shape[0])
+    r, k = indices.shape[0], start.shape[0]
+    out_t = np.empty((n_columns, r))
+    counts = count_scratch(r, k)
     compiled(_counted_sums)(
         np.ascontiguousarray(indices, dtype=np.int64),
         start,
         stop,
         cols,
         vals,
-        out,
+        out_t,
         counts,
+        counts.reshape(k, 1) if r == 1 else count_scratch(k, r, "transposed"),
         bool(np.isfinite(vals).all()) if finite is None else finite,
     )
-    return out
+    return np.ascontiguousarray(out_t.T)
 
 
 def _membership_sums(
