@@ -16,7 +16,7 @@ from sitecal.evaluation._split import crossfit_folds
 from sitecal.metrics import softmax
 from sitecal.metrics.registry import metric
 from sitecal.protocol import load_protocol
-from sitecal.stats import BootstrapSpec, crossfit_bootstrap
+from sitecal.stats import BootstrapSpec, bootstrap_metrics, crossfit_bootstrap
 from sitecal.stats._resample import draw_chunks, make_plan
 
 
@@ -112,6 +112,36 @@ def test_each_resample_refits_every_fold_on_the_other_folds_resampled_patients()
         assert np.exp(res.log_temperature_replicates[b]) == pytest.approx(
             fit_temperature(zb, yb, tol=1e-12).temperature, rel=1e-7
         )
+
+
+def test_the_before_stage_is_the_per_group_bootstrap_of_the_same_patients_bit_for_bit() -> None:
+    """Fit and evaluated rows the same patients: the same draws, so "before" is bootstrap_metrics' exactly."""
+    z, y, patients, folds = _binary(150, 2)
+    spec = BootstrapSpec(n_resamples=40, seed=9)
+    metrics = ("ece", "ece_debiased", "nll", "brier", "accuracy")
+    res = crossfit_bootstrap(
+        z,
+        y,
+        z,
+        y,
+        fit_clusters=patients,
+        eval_clusters=patients,
+        fit_folds=folds,
+        eval_folds=folds,
+        folds=3,
+        metrics=metrics,
+        spec=spec,
+    )
+    alone = bootstrap_metrics({"before": softmax(z)}, y, clusters=patients, metrics=metrics, spec=spec)
+    assert np.array_equal(res.replicates[:, 0], alone.replicates[:, 0])
+    assert np.array_equal(res.estimates[:, 0], alone.estimates[:, 0])
+    # and those are the metrics of each resample's rows, repeated by their draws
+    plan = make_plan(z.shape[0], patients, None, func="test")
+    (draws,) = draw_chunks(plan, seed=9, n_resamples=40, chunk_size=40)
+    row_weight = draws.weights[:, plan.cluster_of_row].astype(int)
+    for b in (0, 17, 39):
+        rows = np.repeat(np.arange(z.shape[0]), row_weight[b])
+        assert res.replicates[2, 0, b] == pytest.approx(metric("nll")(softmax(z[rows]), y[rows]), rel=1e-12)
 
 
 def test_the_procedure_bootstrap_refuses_bca_and_a_fold_without_fit_rows() -> None:

@@ -8,6 +8,7 @@ written out here, and the temperature fit and metric functions on the rows left 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.report.sections import render_section
 from sitecal.calibration import fit_group_temperatures
 from sitecal.errors import DataError
 from sitecal.evaluation import EvaluationData, evaluate
+from sitecal.evaluation._groups import patient_codes
 from sitecal.evaluation._sensitivity import sensitivity_analyses, site_attribute
 from sitecal.metrics import (
     RecalibrationStatistic,
@@ -160,6 +162,17 @@ def test_oe_interval_is_the_patient_cluster_bootstrap_with_the_protocol_seed(
     entry = _group(document, "sex", "F")["after"]["oe_ratio"]
     assert (entry["low"], entry["high"]) == (res.low, res.high)
     assert entry["low"] < entry["estimate"] < entry["high"]
+
+
+def test_the_evaluations_o_e_intervals_are_those_the_analysis_draws_itself(
+    data: EvaluationData, outcome: Any
+) -> None:
+    """evaluate() hands over each group's O/E from its own resamples: the same as drawing them again."""
+    coded = dataclasses.replace(data, patient_keys=patient_codes(data.patient_keys))
+    alone = sensitivity_analyses(_protocol(), coded, outcome.split, outcome.temperatures)
+    assert alone.recalibration == outcome.result.sensitivity.recalibration
+    overall = alone.recalibration.overall.before.oe_ratio
+    assert overall.low is not None and overall.low < overall.estimate < overall.high
 
 
 @pytest.mark.parametrize("stage", ["before", "after"])

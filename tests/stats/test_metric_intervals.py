@@ -8,6 +8,7 @@ import pytest
 
 from sitecal.errors import DataError
 from sitecal.metrics import (
+    TopLabelOEStatistic,
     brier_score,
     expected_calibration_error,
     metric_statistic,
@@ -122,3 +123,63 @@ def test_errors() -> None:
     res = bootstrap_metrics({"before": before}, labels, clusters=None, spec=BootstrapSpec(n_resamples=10))
     with pytest.raises(DataError, match=re.escape("Did you mean 'before'?")):
         res.get("ece", "befor")
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_a_further_sum_statistic_gets_bootstrap_intervals_interval_bit_for_bit(method: str) -> None:
+    """``extra``: the top-label O/E on the metrics' resamples is the interval bootstrap_interval gives."""
+    rng = np.random.default_rng(4)
+    n = 240
+    probs = rng.dirichlet(np.ones(3), n)
+    labels = rng.integers(0, 3, n)
+    patients = np.array([f"p{i // 3:03d}" for i in range(n)])
+    strata = np.array(["a", "b"])[(np.arange(n) // 3) % 2]
+    spec = BootstrapSpec(n_resamples=150, seed=11, method=method)
+    res = bootstrap_metrics(
+        {"before": probs, "after": _sharpened(probs)},
+        labels,
+        clusters=patients,
+        strata=strata,
+        metrics=("ece", "nll"),
+        spec=spec,
+        extra={"oe": TopLabelOEStatistic()},
+    )
+    assert res.metrics == ("ece", "nll", "oe")
+    for stage in ("before", "after"):
+        p = probs if stage == "before" else _sharpened(probs)
+        alone = bootstrap_interval(
+            TopLabelOEStatistic(),
+            (p, labels),
+            clusters=patients,
+            strata=strata,
+            n_resamples=150,
+            seed=11,
+            method=method,
+        )
+        got = res.get("oe", stage)
+        assert (got.estimate, got.low, got.high, got.standard_error) == (
+            alone.estimate,
+            alone.low,
+            alone.high,
+            alone.standard_error,
+        )
+    # the metrics themselves are those of a call without the further statistic
+    plain = bootstrap_metrics(
+        {"before": probs}, labels, clusters=patients, strata=strata, metrics=("ece", "nll"), spec=spec
+    )
+    assert np.array_equal(plain.replicates[:, 0], res.replicates[:2, 0])
+
+
+def _sharpened(probs: np.ndarray) -> np.ndarray:
+    return probs**1.3 / (probs**1.3).sum(axis=1, keepdims=True)
+
+
+def test_a_further_statistic_must_be_a_new_name_and_a_sum_statistic() -> None:
+    probs = np.full((4, 2), 0.5)
+    labels = np.array([0, 1, 0, 1])
+    with pytest.raises(DataError, match=r"'extra'.*'nll'"):
+        bootstrap_metrics(
+            {"p": probs}, labels, clusters=None, metrics=("nll",), extra={"nll": TopLabelOEStatistic()}
+        )
+    with pytest.raises(DataError, match=r"'extra'.*'mean'"):
+        bootstrap_metrics({"p": probs}, labels, clusters=None, metrics=("nll",), extra={"mean": np.mean})  # type: ignore[dict-item]

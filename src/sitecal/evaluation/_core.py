@@ -34,7 +34,7 @@ from sitecal.evaluation._split import (
     split_patients,
 )
 from sitecal.evaluation._study_size import plan_study_sizes
-from sitecal.metrics import reliability_curve, softmax
+from sitecal.metrics import TopLabelOEStatistic, reliability_curve, softmax
 from sitecal.protocol import Protocol
 from sitecal.results import (
     BootstrapSettings,
@@ -55,6 +55,7 @@ from sitecal.results import (
     Verdict,
 )
 from sitecal.stats import (
+    BootstrapResult,
     BootstrapSpec,
     CrossfitIntervals,
     GroupTemperatureIntervals,
@@ -71,6 +72,8 @@ __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
 #: The version of ``evaluation.json`` this sitecal writes (:attr:`sitecal.results.Evaluation.SCHEMA_VERSION`).
 SCHEMA_VERSION = Evaluation.SCHEMA_VERSION
+#: The name the per-group bootstraps give the top-label O/E (the sensitivity analyses' statistic).
+TOP_LABEL_OE = "top_label_oe_ratio"
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,10 @@ def evaluate(
         )
     results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
     overall: GroupResult | None = None
+    # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
+    oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
     for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
-        entry = _group_result(
+        entry, oe_intervals[attribute, group] = _group_result(
             attribute,
             group,
             {k: v[mask] for k, v in prob_sets.items()},
@@ -278,7 +283,7 @@ def evaluate(
         compared_all = side_by_side(compared, list(attributes), spec.n_workers, lambda: bar.update(1))
     disparities = dict(zip(attributes, compared_all, strict=True))
     sensitivity = sensitivity_analyses(
-        protocol, data, split, temperatures, methods=methods, applied=applied_all
+        protocol, data, split, temperatures, methods=methods, applied=applied_all, oe_intervals=oe_intervals
     )
     comparison = compare_recalibration(
         protocol,
@@ -382,7 +387,12 @@ def _group_result(
     protocol: Protocol,
     spec: BootstrapSpec,
     temperature: float | None,
-) -> GroupResult:
+) -> tuple[GroupResult, dict[str, BootstrapResult]]:
+    """The group's metrics with intervals, and its top-label O/E interval per probability set.
+
+    The O/E is bootstrapped on the same resamples as the metrics (the sensitivity analyses report it:
+    :func:`~sitecal.evaluation._sensitivity.sensitivity_analyses` would draw the same resamples again).
+    """
     ev = protocol.evaluation
     intervals = bootstrap_metrics(
         prob_sets,
@@ -392,6 +402,7 @@ def _group_result(
         metrics=tuple(ev.metrics),
         n_bins=ev.n_bins,
         spec=spec,
+        extra={TOP_LABEL_OE: TopLabelOEStatistic()},
     )
     metrics = {
         metric: MetricResult(
@@ -405,7 +416,7 @@ def _group_result(
         stage: _curve(reliability_curve(p, labels, n_bins=ev.n_bins).to_dict())
         for stage, p in prob_sets.items()
     }
-    return GroupResult(
+    entry = GroupResult(
         attribute=attribute,
         group=group,
         n=len(labels),
@@ -417,6 +428,7 @@ def _group_result(
         metrics=metrics,
         reliability=Reliability(before=curves["before"], after=curves["after"]),
     )
+    return entry, {stage: intervals.get(TOP_LABEL_OE, stage) for stage in prob_sets}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
@@ -64,7 +65,7 @@ from sitecal.results import (
     SiteSource,
     UnpooledSites,
 )
-from sitecal.stats import BootstrapSpec, bootstrap_interval, random_effects_meta_analysis
+from sitecal.stats import BootstrapResult, BootstrapSpec, bootstrap_interval, random_effects_meta_analysis
 
 if TYPE_CHECKING:
     from sitecal.evaluation._core import EvaluationData
@@ -108,8 +109,10 @@ class _Setup:
         how: str,
         methods: GroupMethods | None = None,
         applied: np.ndarray | None = None,
+        oe_intervals: Mapping[tuple[str, str], Mapping[str, BootstrapResult]] | None = None,
     ):
         cal = protocol.calibration
+        self.oe_intervals = {} if oe_intervals is None else oe_intervals
         # the deployed temperatures and each row's applied one, as evaluate() has them: the analyses
         # that keep every row start from these instead of fitting them again
         self.temps, self._applied_all = temps, applied
@@ -154,9 +157,18 @@ class _Setup:
 
 
 def _recalibration_stage(
-    probs: np.ndarray, labels: np.ndarray, patients: np.ndarray, strata: np.ndarray | None, setup: _Setup
+    probs: np.ndarray,
+    labels: np.ndarray,
+    patients: np.ndarray,
+    strata: np.ndarray | None,
+    setup: _Setup,
+    oe: BootstrapResult | None = None,
 ) -> RecalibrationStage:
-    """Slope and intercept with cluster-robust Wald (or bootstrap) intervals; O/E with a cluster bootstrap."""
+    """Slope and intercept with cluster-robust Wald (or bootstrap) intervals; O/E with a cluster bootstrap.
+
+    ``oe``: the O/E's bootstrap interval where the evaluation already drew these resamples (the same
+    patients, strata, probabilities and settings: the interval this function would compute).
+    """
     boot = setup.protocol.evaluation.bootstrap
     point = top_label_recalibration(probs, labels, clusters=patients)
     z = float(ndtri((1.0 + boot.level) / 2.0))
@@ -193,7 +205,11 @@ def _recalibration_stage(
         elif estimate is not None and se is not None:
             entry["low"], entry["high"] = _finite(estimate - z * se), _finite(estimate + z * se)
         values[name] = RecalibrationValue(**entry, note=note)
-    res = bootstrap_interval(TopLabelOEStatistic(), (probs, labels), clusters=patients, strata=strata, **kw)
+    res = (
+        bootstrap_interval(TopLabelOEStatistic(), (probs, labels), clusters=patients, strata=strata, **kw)
+        if oe is None
+        else oe
+    )
     return RecalibrationStage(
         n_correct=point.n_correct,
         mean_confidence=point.mean_confidence,
@@ -220,8 +236,11 @@ def _recalibration(setup: _Setup) -> Recalibration:
     for attribute, group, mask in plan:  # a loop over groups
         patients = setup.patients[mask]
         strata = setup.strata[mask] if attribute == OVERALL else None
+        given = setup.oe_intervals.get((attribute, group), {})
         stages = {
-            stage: _recalibration_stage(setup.probs[stage][mask], setup.labels[mask], patients, strata, setup)
+            stage: _recalibration_stage(
+                setup.probs[stage][mask], setup.labels[mask], patients, strata, setup, given.get(stage)
+            )
             for stage in STAGES
         }
         entry = RecalibrationGroup(
@@ -473,6 +492,7 @@ def sensitivity_analyses(
     slope_intervals: str = "wald",
     methods: GroupMethods | None = None,
     applied: np.ndarray | None = None,
+    oe_intervals: Mapping[tuple[str, str], Mapping[str, BootstrapResult]] | None = None,
 ) -> Sensitivity:
     """The ``sensitivity`` entry of the evaluation document.
 
@@ -496,6 +516,11 @@ def sensitivity_analyses(
     applied : numpy.ndarray, shape (N,), optional
         Each row's temperature as :func:`evaluate` applied it under cross-fitting (each fold's from the
         other folds, ``applied_temperatures``), where the caller has it: not fitted again.
+    oe_intervals : mapping, optional
+        ``(attribute, group) -> {stage: BootstrapResult}``: each group's top-label O/E interval where the
+        caller bootstrapped it on the resamples this analysis draws (:func:`evaluate`'s per-group
+        intervals: the same patients, strata, probabilities and bootstrap settings), not drawn again;
+        the attribute of the whole cohort is ``"overall"``.
 
     Returns
     -------
@@ -506,7 +531,7 @@ def sensitivity_analyses(
     """
     how = check_option(slope_intervals, name="slope_intervals", func="sensitivity_analyses", options=_HOW)
     parts = split if isinstance(split, Split) else Split.from_fit_mask(split)
-    setup = _Setup(protocol, data, parts, temperatures, how, methods, applied)
+    setup = _Setup(protocol, data, parts, temperatures, how, methods, applied, oe_intervals)
     attribute, source = site_attribute(protocol)
     return Sensitivity(
         recalibration=_recalibration(setup),

@@ -10,6 +10,7 @@ temperature: the bootstrap of the whole procedure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal._validation import check_int, check_labels, check_logits, check_option
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, TemperatureFit
 from sitecal.errors import DataError
+from sitecal.metrics import softmax
+from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
@@ -207,17 +210,23 @@ def crossfit_bootstrap(
             raise DataError(f"{func}: fold {fold} has no fit rows in the other folds; use fewer folds.")
         fold_solvers.append(solver(rows))
     s0 = np.array([s.fit.log_temperature for s, _ in fold_solvers])
-    ones = np.ones((1, ze.shape[0]))
+    # "before" from per-patient sums counted over each resample's draws, as bootstrap_metrics sums the
+    # evaluated rows on this plan (the same draws where the evaluated rows hold every patient)
+    eval_plan = dataclasses.replace(plan, n=ze.shape[0], cluster_of_row=eval_codes)
+    before = EvaluatorSet([make_evaluator(stat, (softmax(ze), ye), eval_plan) for stat in stats])
     estimates = np.stack(
         [
-            metrics_at_temperatures(stats, ze, ye, None, ones)[:, 0],
-            metrics_at_temperatures(stats, ze, ye, s0[fe][None, :], ones)[:, 0],
+            before.estimates(plan.n_clusters),
+            metrics_at_temperatures(stats, ze, ye, s0[fe][None, :], np.ones((1, ze.shape[0])))[:, 0],
         ],
         axis=1,
     )
 
     b = spec.n_resamples
-    chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // max(plan.n_clusters, ze.shape[0])))
+    chunk = spec.chunk_size or min(
+        max(1, min(b, CHUNK_ELEMENTS // max(plan.n_clusters, ze.shape[0]))),
+        auto_chunk_size(before.sized, eval_plan, b),
+    )
     s_rep = np.empty(b)
     replicates = np.empty((len(names), 2, b))
     start = 0
@@ -227,12 +236,16 @@ def crossfit_bootstrap(
         stop = start + draws.size
         s_all = refits.solve(draws.indices, patient_of_cluster)
         s_rep[start:stop], s_fold = s_all[:, 0], s_all[:, 1:]
-        weights = draws.weights
-        replicates[:, 0, start:stop] = metrics_at_temperatures(
-            stats, ze, ye, None, weights, workers=spec.n_workers, row_cluster=eval_codes
-        )
+        replicates[:, 0, start:stop] = before.replicates(draws)
         replicates[:, 1, start:stop] = metrics_at_temperatures(
-            stats, ze, ye, s_fold, weights, workers=spec.n_workers, row_temperature=fe, row_cluster=eval_codes
+            stats,
+            ze,
+            ye,
+            s_fold,
+            draws.weights,
+            workers=spec.n_workers,
+            row_temperature=fe,
+            row_cluster=eval_codes,
         )
         start = stop
     return CrossfitIntervals(

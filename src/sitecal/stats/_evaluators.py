@@ -21,6 +21,7 @@ from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws
 
 __all__ = [
     "Evaluator",
+    "EvaluatorSet",
     "PreparedStatistic",
     "SharedSums",
     "SufficientStatistic",
@@ -183,6 +184,50 @@ class SharedSums:
             e.from_sums(np.ascontiguousarray(sums[:, self._bounds[i] : self._bounds[i + 1]]))
             for i, e in enumerate(self._evaluators)
         ]
+
+
+class EvaluatorSet:
+    """Several evaluators of one plan: the sum statistics share one pass over each chunk's draws.
+
+    The sum evaluators are summed through one :class:`SharedSums` (where there are two or more), the
+    others one by one; every estimate and replicate is its own evaluator's, bit for bit.
+    """
+
+    def __init__(self, evaluators: Sequence[Evaluator]) -> None:
+        self.evaluators = list(evaluators)
+        self._summed = [i for i, e in enumerate(self.evaluators) if not e.row_weights]
+        self._shared = (
+            SharedSums([self.evaluators[i] for i in self._summed]) if len(self._summed) > 1 else None
+        )
+
+    @property
+    def sized(self) -> list[Evaluator | SharedSums]:
+        """What a chunk's temporaries are sized by (:func:`auto_chunk_size`)."""
+        alone = [e for i, e in enumerate(self.evaluators) if self._shared is None or i not in self._summed]
+        return [*alone, *([self._shared] if self._shared is not None else [])]
+
+    def estimates(self, n_clusters: int) -> NDArray[np.float64]:
+        """Each evaluator's estimate, shape (E,)."""
+        at_total: dict[int, float] = {}
+        if self._shared is not None:  # every cluster drawn once, in order: each evaluator's estimate
+            everyone = Draws(np.arange(n_clusters, dtype=np.int64)[None, :], n_clusters)
+            at_total = {
+                i: float(v[0]) for i, v in zip(self._summed, self._shared.replicates(everyone), strict=True)
+            }
+        return np.array(
+            [at_total[i] if i in at_total else e.estimate() for i, e in enumerate(self.evaluators)]
+        )
+
+    def replicates(self, draws: Draws) -> NDArray[np.float64]:
+        """Each evaluator's replicates of the chunk, shape (E, draws.size)."""
+        out: list[NDArray[np.float64] | None] = [None] * len(self.evaluators)
+        if self._shared is not None:
+            for i, values in zip(self._summed, self._shared.replicates(draws), strict=True):  # statistics
+                out[i] = values
+        for i, evaluator in enumerate(self.evaluators):  # a loop over statistics, not resamples
+            if out[i] is None:
+                out[i] = evaluator.replicates(draws)
+        return np.array(out).reshape(len(self.evaluators), draws.size)
 
 
 class _RowEvaluator(Evaluator):

@@ -13,7 +13,7 @@ from sitecal._validation import check_labels, check_option, check_probs
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
 from sitecal.metrics.registry import names as metric_names
-from sitecal.stats._evaluators import SharedSums, auto_chunk_size, make_evaluator
+from sitecal.stats._evaluators import EvaluatorSet, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, make_plan, map_chunks
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -126,6 +126,7 @@ def bootstrap_metrics(
     metrics: Sequence[str] = DEFAULT_METRICS,
     n_bins: int = 15,
     spec: BootstrapSpec | None = None,
+    extra: Mapping[str, SufficientStatistic] | None = None,
 ) -> MetricIntervals:
     """Paired bootstrap intervals for several metrics and probability sets at once.
 
@@ -145,6 +146,10 @@ def bootstrap_metrics(
     n_bins : int, default 15
     spec : BootstrapSpec, optional
         Default ``BootstrapSpec()`` (1000 percentile resamples at 95 %, seed 0).
+    extra : mapping of str to SufficientStatistic, optional
+        Further statistics of ``(probs, labels)`` by name (e.g. ``TopLabelOEStatistic``), bootstrapped on
+        the same resamples and listed after ``metrics``: each interval is the one
+        :func:`~sitecal.stats.bootstrap_interval` gives it on these resamples, bit for bit.
 
     Returns
     -------
@@ -198,41 +203,25 @@ def bootstrap_metrics(
             )
         check_labels(labels, n=n, n_classes=p.shape[1], func=func)
     y = np.asarray(labels)
-    statistics = {m: metric_statistic(m, n_bins=n_bins) for m in names}
+    statistics: dict[str, Any] = {m: metric_statistic(m, n_bins=n_bins) for m in names}
+    for key, statistic in (extra or {}).items():  # a loop over the further statistics
+        if key in statistics or not isinstance(statistic, SufficientStatistic):
+            raise DataError(
+                f"The 'extra' parameter of {func} must map new names to sum statistics (row_terms and "
+                f"from_sums). Got {key!r}: {type(statistic).__name__}."
+            )
+        statistics[key] = statistic
+    names = tuple(statistics)
     plan = make_plan(n, clusters, strata, func=func)
     evaluators = [[make_evaluator(statistics[m], (probs[s], y), plan) for s in prob_sets] for m in names]
-    flat = [e for row in evaluators for e in row]
     # the sum statistics share one pass over each chunk's draws; the others are evaluated one by one
-    summed = [i for i, e in enumerate(flat) if not e.row_weights]
-    shared = SharedSums([flat[i] for i in summed]) if len(summed) > 1 else None
-    chunk = spec.chunk_size or auto_chunk_size(
-        [
-            *(e for i, e in enumerate(flat) if shared is None or i not in summed),
-            *([shared] if shared else []),
-        ],
-        plan,
-        spec.n_resamples,
-    )
-
-    if shared is not None:  # every cluster drawn once, in order: each evaluator's estimate, bit for bit
-        everyone = Draws(np.arange(plan.n_clusters, dtype=np.int64)[None, :], plan.n_clusters)
-        at_total = dict(zip(summed, (float(v[0]) for v in shared.replicates(everyone)), strict=True))
-    else:
-        at_total = {}
-    estimates = np.array(
-        [at_total[i] if i in at_total else e.estimate() for i, e in enumerate(flat)]
-    ).reshape(len(names), len(sets))
+    together = EvaluatorSet([e for row in evaluators for e in row])
+    chunk = spec.chunk_size or auto_chunk_size(together.sized, plan, spec.n_resamples)
+    estimates = together.estimates(plan.n_clusters).reshape(len(names), len(sets))
     replicates = np.empty((len(names), len(sets), spec.n_resamples))
 
     def chunk_replicates(draws: Draws) -> NDArray[np.float64]:
-        out: list[NDArray[np.float64] | None] = [None] * len(flat)
-        if shared is not None:
-            for i, values in zip(summed, shared.replicates(draws), strict=True):  # a loop over statistics
-                out[i] = values
-        for i, evaluator in enumerate(flat):  # a loop over metrics and sets, not samples or resamples
-            if out[i] is None:
-                out[i] = evaluator.replicates(draws)
-        return np.array(out).reshape(len(names), len(sets), draws.size)
+        return together.replicates(draws).reshape(len(names), len(sets), draws.size)
 
     chunks = map_chunks(
         chunk_replicates,

@@ -20,7 +20,7 @@ from sitecal.calibration._temperature import _bounds, fit_validated
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
-from sitecal.stats._evaluators import auto_chunk_size, make_evaluator
+from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
@@ -185,13 +185,14 @@ def refit_bootstrap(
         fit = fit_validated(zf, yf, tol=1e-10, max_iter=100, low=low, high=high)
         s0 = given[0]
     before_probs = softmax(ze)
-    before = [make_evaluator(stat, (before_probs, ye), eval_plan) for stat in stats]
+    before = EvaluatorSet([make_evaluator(stat, (before_probs, ye), eval_plan) for stat in stats])
     after_at_s0 = metrics_at_temperatures(stats, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[:, 0]
-    estimates = np.stack([np.array([e.estimate() for e in before]), after_at_s0], axis=1)
+    estimates = np.stack([before.estimates(eval_plan.n_clusters), after_at_s0], axis=1)
 
     b = spec.n_resamples
-    chunk = spec.chunk_size or max(
-        1, min(b, CHUNK_ELEMENTS // max(fit_plan.n_clusters, eval_plan.n_clusters))
+    chunk = spec.chunk_size or min(
+        max(1, min(b, CHUNK_ELEMENTS // max(fit_plan.n_clusters, eval_plan.n_clusters))),
+        auto_chunk_size(before.sized, eval_plan, b),
     )
     s_rep = np.empty(b)
     replicates = np.empty((len(names), 2, b))
@@ -213,8 +214,7 @@ def refit_bootstrap(
             n_exact += int(sol.exact.sum())
             n_bound += int(np.count_nonzero(sol.bound))
             max_err = max(max_err, float(sol.error_bound.max()))
-        for i, evaluator in enumerate(before):  # a loop over metrics
-            replicates[i, 0, start:stop] = evaluator.replicates(eval_draws)
+        replicates[:, 0, start:stop] = before.replicates(eval_draws)
         replicates[:, 1, start:stop] = metrics_at_temperatures(
             stats,
             ze,
