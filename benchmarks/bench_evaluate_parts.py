@@ -3,7 +3,8 @@
 Wraps the evaluation's parts (the per-group intervals, the per-scanner refit intervals, the fairness
 comparisons and their flags, sensitivity analyses, planning, the read and the report) with timers and runs
 `sitecal evaluate PROTOCOL --no-progress` in this process. Parts nest: `attribute_disparities` holds
-`refit_disparity_intervals` and `disparity_intervals_each` (`attribute_flags`, the size-matched flags of every
+`refit_disparity_stages` (the after stage refitted and, on its draws, the before stage) or
+`disparity_intervals_each` (without a refit) (`attribute_flags`, the size-matched flags of every
 attribute, runs before them); `_group_result` and
 `_add_temperature_uncertainty` are the per-group intervals and the scanners' refit intervals.
 
@@ -45,7 +46,7 @@ PARTS = {
         "make_split",
     ],
     "sitecal.evaluation._disparities": [
-        "refit_disparity_intervals",
+        "refit_disparity_stages",
         "disparity_intervals_each",
     ],
     "sitecal.run": ["scan", "evaluate_cohort", "render_run"],

@@ -12,8 +12,13 @@ import pytest
 from sitecal.calibration import fit_temperature
 from sitecal.errors import DataError
 from sitecal.metrics import expected_calibration_error, negative_log_likelihood, softmax
-from sitecal.stats import BootstrapSpec, disparity_intervals
-from sitecal.stats._disparity_refit import TemperatureFit, TemperatureReplicates, refit_disparity_intervals
+from sitecal.stats import BootstrapSpec, disparity_intervals, disparity_intervals_each
+from sitecal.stats._disparity_refit import (
+    TemperatureFit,
+    TemperatureReplicates,
+    refit_disparity_intervals,
+    refit_disparity_stages,
+)
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import draw_chunks, make_plan
 
@@ -181,3 +186,28 @@ def test_every_evaluated_row_needs_exactly_one_temperature() -> None:
             shared=True,
             spec=BootstrapSpec(n_resamples=B),
         )
+
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_the_fixed_stages_on_the_refits_draws_are_the_comparison_alone_bit_for_bit(method: str) -> None:
+    """One draw serves both stages: each result is what its own function gives alone."""
+    d = _cohort(4, 120)
+    patients = np.unique(d["patient"])
+    fold = (np.searchsorted(patients, d["patient"]) % 3).astype(np.int64)
+    fits = [TemperatureFit(fold != k, fold == k) for k in range(3)]
+    spec = BootstrapSpec(n_resamples=B, seed=3, method=method)
+    temps = TemperatureReplicates(d["z"], d["y"], d["patient"], d["patient"], fits, shared=True, spec=spec)
+    kw: dict[str, Any] = {
+        "clusters": d["patient"],
+        "strata": d["sex"],
+        "metrics": ["ece", "nll"],
+        "n_bins": 10,
+    }
+    before = softmax(d["z"])
+    refitted, fixed = refit_disparity_stages(
+        d["z"], d["y"], d["sex"], temperatures=temps, fixed={"before": before}, **kw
+    )
+    alone = disparity_intervals_each(before, d["y"], d["sex"], spec=spec, **kw)
+    assert fixed["before"] == alone  # every interval, estimate and standard error
+    assert refitted == refit_disparity_intervals(d["z"], d["y"], d["sex"], temperatures=temps, **kw)
+    assert fixed["before"]["nll"].range.standard_error > 0

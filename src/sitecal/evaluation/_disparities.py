@@ -20,7 +20,7 @@ from sitecal.stats import (
     TemperatureFit,
     TemperatureReplicates,
     disparity_intervals_each,
-    refit_disparity_intervals,
+    refit_disparity_stages,
     size_matched_flags_attributes,
 )
 
@@ -92,19 +92,20 @@ def attribute_disparities(
     stage then records why, with every group's size (:func:`disparity_intervals` would refuse them).
     ``refit``: the evaluated rows' logits and their temperatures' refits; given, the after-calibration
     gaps and every group's after-calibration value are bootstrapped with each temperature refitted in
-    every resample (:func:`~sitecal.stats.refit_disparity_intervals`); the size-matched flags still hold
-    the temperatures fixed. ``flags``: this attribute's flags (:func:`attribute_flags`), where the caller
-    computed them with the other attributes'; None: computed here.
+    every resample (:func:`~sitecal.stats.refit_disparity_stages`, which compares the before stage on
+    the same draws); the size-matched flags still hold the temperatures fixed. ``flags``: this
+    attribute's flags (:func:`attribute_flags`), where the caller computed them with the other
+    attributes'; None: computed here.
     """
     ev = protocol.evaluation
     note = _not_compared(values, ev.min_group_size)
     if note is not None:
         return {metric: DisparityStages(before=note, after=note) for metric in ev.disparity_metrics}
     strata = patient_strata(patients, values)
-    refitted = (
-        None
-        if refit is None
-        else refit_disparity_intervals(
+    refitted: dict[str, DisparityResult] | None = None
+    compared: dict[str, dict[str, DisparityResult]] = {}
+    if refit is not None:  # the other stages on the refit's draws: the same resamples, drawn once
+        refitted, compared = refit_disparity_stages(
             refit[0],
             labels,
             values,
@@ -114,15 +115,17 @@ def attribute_disparities(
             metrics=ev.disparity_metrics,
             n_bins=ev.n_bins,
             min_group_size=ev.min_group_size,
+            fixed={stage: probs for stage, probs in prob_sets.items() if stage != "after"},
         )
-    )
     if flags is None:
         flags = attribute_flags({"": values}, prob_sets, labels, patients, protocol=protocol, spec=spec)[""]
     flagged = iter(flags)
     # each stage's metrics on the same draws, counted once for all of them (the after stage is the
     # refit's, where it is refitted)
-    compared = {
-        stage: disparity_intervals_each(
+    for stage, probs in prob_sets.items():  # a loop over the stages not compared above
+        if stage in compared or (refitted is not None and stage == "after"):
+            continue
+        compared[stage] = disparity_intervals_each(
             probs,
             labels,
             values,
@@ -133,9 +136,6 @@ def attribute_disparities(
             min_group_size=ev.min_group_size,
             spec=spec,
         )
-        for stage, probs in prob_sets.items()
-        if refitted is None or stage != "after"
-    }
     out: dict[str, DisparityStages] = {}
     for metric in ev.disparity_metrics:
         stages = {

@@ -16,7 +16,12 @@ from sitecal.stats._disparity_flags import (
     size_matched_flags_attributes,
     size_matched_flags_each,
 )
-from sitecal.stats._disparity_refit import TemperatureFit, TemperatureReplicates, refit_disparity_intervals
+from sitecal.stats._disparity_refit import (
+    TemperatureFit,
+    TemperatureReplicates,
+    refit_disparity_intervals,
+    refit_disparity_stages,
+)
 from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
 from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
@@ -56,6 +61,7 @@ __all__ = [
     "random_effects_meta_analysis",
     "refit_bootstrap",
     "refit_disparity_intervals",
+    "refit_disparity_stages",
     "refit_method_bootstrap",
     "size_matched_flags",
     "size_matched_flags_attributes",

@@ -164,53 +164,16 @@ def disparity_intervals_each(
     drawn once and its draws counted once for all of them.
     """
     spec = BootstrapSpec() if spec is None else spec
-    checked = [checked_groups(probs, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics]
-    if not checked:
-        raise DataError(f"{func}: give at least one metric.")
-    p, y, _, grouped = checked[0]
-    statistics = [c[2] for c in checked]
-    names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
-    too_small = {str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size}
+    p = check_probs(probs, func=func)
     plan = make_plan(p.shape[0], clusters, strata, func=func)
-    n_groups = names.shape[0]
-    widths = [statistic.row_terms(p[:1], y[:1]).shape[1] for statistic in statistics]
-    offsets = np.concatenate([[0], np.cumsum([n_groups * w for w in widths])]).astype(np.int64)
-    # each row's sparse terms, in its metric's and group's block of columns: per-cluster sums of
-    # (K, sum of G*J) columns, each metric's entries in row order
-    p_t = np.ascontiguousarray(p.T)
-    cluster, column, value = [], [], []
-    for statistic, width, offset in zip(statistics, widths, offsets, strict=False):  # a loop over metrics
-        columns, entries = statistic.sparse_terms(p_t, y)
-        cluster.append(np.broadcast_to(plan.cluster_of_row, columns.shape).reshape(-1))
-        column.append((offset + codes[None, :] * width + columns).reshape(-1))
-        value.append(np.reshape(entries, -1))
-    drawn_sums = DrawnSums.from_entries(
-        np.concatenate(cluster),
-        np.concatenate(column),
-        np.concatenate(value),
-        plan.n_clusters,
-        int(offsets[-1]),
-    )
-
-    def values(indices: NDArray[np.int64]) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
-        """Per metric, per-group metric and metric of the complement, each (B, G), from drawn indices."""
-        total = drawn_sums(indices)
-        out = []
-        for statistic, width, offset in zip(statistics, widths, offsets, strict=False):  # metrics
-            by_group = total[:, offset : offset + n_groups * width].reshape(-1, n_groups, width)
-            rest = by_group.sum(axis=1, keepdims=True) - by_group
-            out.append((_apply(statistic, by_group), _apply(statistic, rest)))
-        return out
-
-    everyone = np.arange(plan.n_clusters, dtype=np.int64)[None, :]  # each cluster once, in order
-    estimates = [(g[0], r[0]) for g, r in values(everyone)]
-    reps = [(np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in metrics]
+    comparison = FixedComparison(p, labels, groups, plan, metrics, n_bins, min_group_size, func=func)
+    reps = comparison.empty_replicates(spec.n_resamples)
     # the draws are the largest temporaries (the sums are (chunk, G * J)): chunks as large as they allow,
     # so that each cluster's entries are read once for many resamples
     chunk = spec.chunk_size or auto_chunk_size([], plan, spec.n_resamples)
 
     def chunk_values(draws: Draws) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
-        return values(draws.indices)
+        return comparison.values(draws.indices)
 
     chunks = map_chunks(
         chunk_values,
@@ -221,21 +184,117 @@ def disparity_intervals_each(
         workers=spec.n_workers,
     )
     for start, stop, per_metric in chunks:  # a loop over chunks
+        comparison.store(reps, start, stop, per_metric)
+    return comparison.results(reps, spec)
+
+
+class FixedComparison:
+    """The groups of an attribute compared at fixed probabilities: every metric's sums, values, results.
+
+    The metrics' per-cluster sums of their rows' sparse terms sit side by side in one :class:`DrawnSums`
+    (each group its own block of columns, each metric's entries in row order), so a chunk of draws is
+    counted once for all of them. ``plan``: the rows' cluster plan, whose draws are the resamples.
+    """
+
+    def __init__(
+        self,
+        probs: NDArray[np.float64],
+        labels: ArrayLike,
+        groups: ArrayLike,
+        plan: ClusterPlan,
+        metrics: Sequence[str],
+        n_bins: int,
+        min_group_size: int,
+        *,
+        func: str,
+    ) -> None:
+        checked = [
+            checked_groups(probs, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics
+        ]
+        if not checked:
+            raise DataError(f"{func}: give at least one metric.")
+        p, y, _, grouped = checked[0]
+        self.metrics, self.plan, self.grouped = tuple(metrics), plan, grouped
+        self._probs, self._labels = p, y
+        self.statistics = [c[2] for c in checked]
+        names, codes, sizes = grouped.names, grouped.codes, grouped.sizes
+        self.too_small = {
+            str(names[i]): int(sizes[i]) for i in range(names.shape[0]) if sizes[i] < min_group_size
+        }
+        self.n_groups = names.shape[0]
+        self.widths = [statistic.row_terms(p[:1], y[:1]).shape[1] for statistic in self.statistics]
+        self.offsets = np.concatenate([[0], np.cumsum([self.n_groups * w for w in self.widths])]).astype(
+            np.int64
+        )
+        p_t = np.ascontiguousarray(p.T)
+        cluster, column, value = [], [], []
+        terms = zip(self.statistics, self.widths, self.offsets, strict=False)
+        for statistic, width, offset in terms:  # a loop over metrics
+            columns, entries = statistic.sparse_terms(p_t, y)
+            cluster.append(np.broadcast_to(plan.cluster_of_row, columns.shape).reshape(-1))
+            column.append((offset + codes[None, :] * width + columns).reshape(-1))
+            value.append(np.reshape(entries, -1))
+        self._drawn_sums = DrawnSums.from_entries(
+            np.concatenate(cluster),
+            np.concatenate(column),
+            np.concatenate(value),
+            plan.n_clusters,
+            int(self.offsets[-1]),
+        )
+        everyone = np.arange(plan.n_clusters, dtype=np.int64)[None, :]  # each cluster once, in order
+        self.estimates = [(g[0], r[0]) for g, r in self.values(everyone)]
+
+    def values(self, indices: NDArray[np.int64]) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+        """Per metric, per-group metric and metric of the complement, each (B, G), from drawn indices."""
+        total = self._drawn_sums(indices)
+        out = []
+        blocks = zip(self.statistics, self.widths, self.offsets, strict=False)
+        for statistic, width, offset in blocks:  # a loop over metrics
+            by_group = total[:, offset : offset + self.n_groups * width].reshape(-1, self.n_groups, width)
+            rest = by_group.sum(axis=1, keepdims=True) - by_group
+            out.append((_apply(statistic, by_group), _apply(statistic, rest)))
+        return out
+
+    def empty_replicates(self, n_resamples: int) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+        """Per metric, the (B, G) arrays of every group's and its complement's replicates."""
+        shape = (n_resamples, self.n_groups)
+        return [(np.empty(shape), np.empty(shape)) for _ in self.metrics]
+
+    @staticmethod
+    def store(
+        reps: list[tuple[NDArray[np.float64], NDArray[np.float64]]],
+        start: int,
+        stop: int,
+        per_metric: list[tuple[NDArray[np.float64], NDArray[np.float64]]],
+    ) -> None:
+        """Put a chunk's :meth:`values` into resamples ``start:stop`` of ``reps``."""
         for (rep_group, rep_rest), (group_values, rest_values) in zip(reps, per_metric, strict=True):
             rep_group[start:stop], rep_rest[start:stop] = group_values, rest_values
-    out = {}
-    for metric, statistic, estimate, replicates in zip(
-        metrics, statistics, estimates, reps, strict=True
-    ):  # a loop over metrics
-        jackknife = (
-            group_jackknife(statistic, p, y, plan, grouped)
-            if spec.method == "bca" and plan.n_clusters > 1
-            else None
-        )
-        out[metric] = assemble(
-            metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
-        )
-    return out
+
+    def results(
+        self, reps: list[tuple[NDArray[np.float64], NDArray[np.float64]]], spec: BootstrapSpec
+    ) -> dict[str, DisparityResult]:
+        """Per metric, the comparison's intervals (BCa: each cluster left out once)."""
+        out = {}
+        for metric, statistic, estimate, replicates in zip(
+            self.metrics, self.statistics, self.estimates, reps, strict=True
+        ):  # a loop over metrics
+            jackknife = (
+                group_jackknife(statistic, self._probs, self._labels, self.plan, self.grouped)
+                if spec.method == "bca" and self.plan.n_clusters > 1
+                else None
+            )
+            out[metric] = assemble(
+                metric,
+                self.grouped,
+                self.too_small,
+                estimate,
+                replicates,
+                jackknife,
+                spec=spec,
+                plan=self.plan,
+            )
+        return out
 
 
 def group_jackknife(

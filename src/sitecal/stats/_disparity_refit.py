@@ -8,25 +8,32 @@ refitted temperature, and every group's metric, its complement's and the gaps co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal import calibration
-from sitecal._validation import check_labels, check_logits
+from sitecal._validation import check_labels, check_logits, check_probs
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.stats._disparity import DisparityResult, _apply, assemble, checked_groups, group_jackknife
+from sitecal.stats._disparity import (
+    DisparityResult,
+    FixedComparison,
+    _apply,
+    assemble,
+    checked_groups,
+    group_jackknife,
+)
 from sitecal.stats._refit_result import fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapSpec
 from sitecal.stats._term_sums import term_sums_at_temperatures
 
-__all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals"]
+__all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals", "refit_disparity_stages"]
 
 
 @dataclass(frozen=True)
@@ -240,8 +247,63 @@ def refit_disparity_intervals(
     Returns
     -------
     dict of str to DisparityResult
-        Per metric. Point estimates at the full-data temperatures; resample ``b`` draws the evaluated
-        patients (stream ``spec.seed``, within ``strata``: the draws :func:`disparity_intervals` makes),
+        Per metric: :func:`refit_disparity_stages`' first item (see there).
+    """
+    refitted, _ = refit_disparity_stages(
+        logits,
+        labels,
+        groups,
+        clusters=clusters,
+        strata=strata,
+        temperatures=temperatures,
+        metrics=metrics,
+        n_bins=n_bins,
+        min_group_size=min_group_size,
+    )
+    return refitted
+
+
+def refit_disparity_stages(
+    logits: ArrayLike,
+    labels: ArrayLike,
+    groups: ArrayLike,
+    *,
+    clusters: ArrayLike,
+    strata: ArrayLike | None,
+    temperatures: TemperatureReplicates,
+    metrics: Sequence[str],
+    n_bins: int = 15,
+    min_group_size: int = 1,
+    fixed: Mapping[str, ArrayLike] | None = None,
+) -> tuple[dict[str, DisparityResult], dict[str, dict[str, DisparityResult]]]:
+    """The after-calibration comparison of groups, every temperature refitted in every resample.
+
+    With ``fixed``, the comparison of each of those probability sets too, on the same draws: the
+    second item, per set and metric, is what :func:`~sitecal.stats.disparity_intervals_each` gives
+    for the set alone, bit for bit (the same plan and seed, so the same resamples), for one draw
+    of the resamples instead of two.
+
+    Parameters
+    ----------
+    logits, labels, groups, clusters, strata
+        The evaluated rows: as :func:`~sitecal.stats.disparity_intervals` takes them, logits instead of
+        probabilities; ``clusters`` (patients) as given to ``temperatures``.
+    temperatures : TemperatureReplicates
+        The evaluated rows' temperatures and their refits; its ``spec`` is the bootstrap's.
+    metrics : sequence of str
+        Metrics with a per-row sum form (as for :func:`~sitecal.stats.disparity_intervals`), compared on
+        the same resamples and refits.
+    n_bins, min_group_size
+        As for :func:`~sitecal.stats.disparity_intervals`.
+    fixed : mapping of str to array_like (N, C), optional
+        Probability sets of the evaluated rows held fixed (e.g. ``{"before": softmax(logits)}``).
+
+    Returns
+    -------
+    (dict of str to DisparityResult, dict of str to dict of str to DisparityResult)
+        The refitted comparison per metric, and each fixed set's per metric. Point estimates at the
+        full-data temperatures; resample ``b`` draws the evaluated patients (stream ``spec.seed``,
+        within ``strata``: the draws :func:`disparity_intervals` makes),
         refits the temperatures (:class:`TemperatureReplicates`), calibrates each row with its own and
         computes every group's and complement's metric under the draw's weights. With
         ``spec.method="bca"`` the acceleration comes from the evaluated patients left out one at a time
@@ -272,6 +334,13 @@ def refit_disparity_intervals(
     ):
         raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
     plan = make_plan(z.shape[0], patients, strata, func=func)
+    comparisons = {
+        name: FixedComparison(
+            check_probs(probs, func=func), labels, groups, plan, metrics, n_bins, min_group_size, func=func
+        )
+        for name, probs in (fixed or {}).items()
+    }
+    fixed_reps = {name: c.empty_replicates(spec.n_resamples) for name, c in comparisons.items()}
     n_groups = grouped.names.shape[0]
     codes = grouped.codes.astype(np.int64)
     widths = [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics]
@@ -320,6 +389,8 @@ def refit_disparity_intervals(
         stop = start + draws.size
         for (group_reps, rest_reps), (group_v, rest_v) in zip(reps, values(s, draws.weights), strict=True):
             group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
+        for name, comparison in comparisons.items():  # a loop over the fixed sets: the same draws
+            comparison.store(fixed_reps[name], start, stop, comparison.values(draws.indices))
         start = stop
     out = {}
     for metric, statistic, estimate, replicates in zip(metrics, statistics, estimates, reps, strict=True):
@@ -331,4 +402,4 @@ def refit_disparity_intervals(
         out[metric] = assemble(
             metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
         )
-    return out
+    return out, {name: c.results(fixed_reps[name], spec) for name, c in comparisons.items()}
