@@ -202,12 +202,11 @@ def evaluate(
         shrinkage = bootstrap_group_temperatures(
             fit_rows.logits, fit_rows.labels, fit_rows.groups, clusters=fit_rows.patients, spec=spec
         )
-    results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
-    overall: GroupResult | None = None
-    # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
-    oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
-    for attribute, group, mask in tqdm(plan, desc="Bootstrap", unit="group", disable=not progress):
-        entry, oe_intervals[attribute, group] = _group_result(
+
+    def group_result(item: tuple[str, str, np.ndarray]) -> tuple[GroupResult, dict[str, BootstrapResult]]:
+        """One group's metrics with intervals (refitted for a calibration group), and its O/E intervals."""
+        attribute, group, mask = item
+        entry, oe = _group_result(
             attribute,
             group,
             {k: v[mask] for k, v in prob_sets.items()},
@@ -244,6 +243,18 @@ def evaluate(
                 split=split,
                 shrinkage=shrinkage,
             )
+        return entry, oe
+
+    # groups side by side: each draws from its own seeded stream, so the results do not depend on which
+    # thread computes them or when (one group's serial parts, its draws and refits, overlap another's)
+    with tqdm(total=len(plan), desc="Bootstrap", unit="group", disable=not progress) as bar:
+        grouped = side_by_side(group_result, plan, spec.n_workers, lambda: bar.update(1))
+    results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
+    overall: GroupResult | None = None
+    # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
+    oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
+    for (attribute, group, _), (entry, oe) in zip(plan, grouped, strict=True):  # a loop over groups
+        oe_intervals[attribute, group] = oe
         if attribute == OVERALL:
             overall = entry
         else:
