@@ -231,9 +231,10 @@ def _recalibration(setup: _Setup) -> Recalibration:
         values = setup.data.attributes[name][setup.held]
         plan += [(name, value, values == value) for value in ordered_groups(values)]
     min_size = setup.protocol.evaluation.min_group_size
-    overall: RecalibrationGroup | None = None
-    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in setup.protocol.reported_subgroups}
-    for attribute, group, mask in plan:  # a loop over groups
+
+    def recalibrated(item: tuple[str, str, np.ndarray]) -> RecalibrationGroup:
+        """One group's slope, intercept and O/E, before and after."""
+        attribute, group, mask = item
         patients = setup.patients[mask]
         strata = setup.strata[mask] if attribute == OVERALL else None
         given = setup.oe_intervals.get((attribute, group), {})
@@ -243,7 +244,7 @@ def _recalibration(setup: _Setup) -> Recalibration:
             )
             for stage in STAGES
         }
-        entry = RecalibrationGroup(
+        return RecalibrationGroup(
             attribute=attribute,
             group=group,
             n=int(mask.sum()),
@@ -252,6 +253,12 @@ def _recalibration(setup: _Setup) -> Recalibration:
             before=stages["before"],
             after=stages["after"],
         )
+
+    # the groups' fits are independent of each other (their bootstraps draw their own seeded streams)
+    entries = side_by_side(recalibrated, plan, BootstrapSpec().n_workers)
+    overall: RecalibrationGroup | None = None
+    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in setup.protocol.reported_subgroups}
+    for (attribute, _, _), entry in zip(plan, entries, strict=True):  # a loop over groups
         if attribute == OVERALL:
             overall = entry
         else:
