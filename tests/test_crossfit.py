@@ -16,7 +16,7 @@ from sitecal.evaluation._split import crossfit_folds
 from sitecal.metrics import softmax
 from sitecal.metrics.registry import metric
 from sitecal.protocol import load_protocol
-from sitecal.stats import BootstrapSpec, bootstrap_metrics, crossfit_bootstrap
+from sitecal.stats import BootstrapSpec, CrossfitIntervals, bootstrap_metrics, crossfit_bootstrap
 from sitecal.stats._resample import draw_chunks, make_plan
 
 
@@ -78,10 +78,16 @@ def _binary(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return z, y, patients, folds
 
 
-def test_each_resample_refits_every_fold_on_the_other_folds_resampled_patients() -> None:
-    z, y, patients, folds = _binary(120, 0)
-    spec = BootstrapSpec(n_resamples=6, seed=5)
-    res = crossfit_bootstrap(
+def _on_the_same_rows(
+    z: np.ndarray,
+    y: np.ndarray,
+    patients: np.ndarray,
+    folds: np.ndarray,
+    metrics: tuple[str, ...],
+    spec: BootstrapSpec,
+) -> CrossfitIntervals:
+    """The cross-fitted bootstrap with every row both fitted on and evaluated (3 folds)."""
+    return crossfit_bootstrap(
         z,
         y,
         z,
@@ -91,9 +97,15 @@ def test_each_resample_refits_every_fold_on_the_other_folds_resampled_patients()
         fit_folds=folds,
         eval_folds=folds,
         folds=3,
-        metrics=("ece", "nll"),
+        metrics=metrics,
         spec=spec,
     )
+
+
+def test_each_resample_refits_every_fold_on_the_other_folds_resampled_patients() -> None:
+    z, y, patients, folds = _binary(120, 0)
+    spec = BootstrapSpec(n_resamples=6, seed=5)
+    res = _on_the_same_rows(z, y, patients, folds, ("ece", "nll"), spec)
     # the point estimates: fold k's rows calibrated with T fitted on the other folds' rows
     t = [fit_temperature(z[folds != k], y[folds != k]).temperature for k in range(3)]
     after = softmax(z, temperature=np.array(t)[folds])
@@ -119,19 +131,7 @@ def test_the_before_stage_is_the_per_group_bootstrap_of_the_same_patients_bit_fo
     z, y, patients, folds = _binary(150, 2)
     spec = BootstrapSpec(n_resamples=40, seed=9)
     metrics = ("ece", "ece_debiased", "nll", "brier", "accuracy")
-    res = crossfit_bootstrap(
-        z,
-        y,
-        z,
-        y,
-        fit_clusters=patients,
-        eval_clusters=patients,
-        fit_folds=folds,
-        eval_folds=folds,
-        folds=3,
-        metrics=metrics,
-        spec=spec,
-    )
+    res = _on_the_same_rows(z, y, patients, folds, metrics, spec)
     alone = bootstrap_metrics({"before": softmax(z)}, y, clusters=patients, metrics=metrics, spec=spec)
     assert np.array_equal(res.replicates[:, 0], alone.replicates[:, 0])
     assert np.array_equal(res.estimates[:, 0], alone.estimates[:, 0])

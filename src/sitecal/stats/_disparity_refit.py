@@ -231,23 +231,8 @@ def refit_disparity_intervals(
 ) -> dict[str, DisparityResult]:
     """The after-calibration comparison of groups, every temperature refitted in every resample.
 
-    Parameters
-    ----------
-    logits, labels, groups, clusters, strata
-        The evaluated rows: as :func:`~sitecal.stats.disparity_intervals` takes them, logits instead of
-        probabilities; ``clusters`` (patients) as given to ``temperatures``.
-    temperatures : TemperatureReplicates
-        The evaluated rows' temperatures and their refits; its ``spec`` is the bootstrap's.
-    metrics : sequence of str
-        Metrics with a per-row sum form (as for :func:`~sitecal.stats.disparity_intervals`), compared on
-        the same resamples and refits.
-    n_bins, min_group_size
-        As for :func:`~sitecal.stats.disparity_intervals`.
-
-    Returns
-    -------
-    dict of str to DisparityResult
-        Per metric: :func:`refit_disparity_stages`' first item (see there).
+    :func:`refit_disparity_stages` without fixed probability sets: its parameters, and its first item
+    (per metric) returned.
     """
     refitted, _ = refit_disparity_stages(
         logits,
