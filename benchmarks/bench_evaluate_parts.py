@@ -5,8 +5,8 @@ comparisons and their flags, sensitivity analyses, planning, the read and the re
 `sitecal evaluate PROTOCOL --no-progress` in this process. Parts nest: `attribute_disparities` holds
 `refit_disparity_stages` (the after stage refitted and, on its draws, the before stage) or
 `disparity_intervals_each` (without a refit) (`attribute_flags`, the size-matched flags of every
-attribute, runs before them); `_group_result` and
-`_add_temperature_uncertainty` are the per-group intervals and the scanners' refit intervals.
+attribute, runs before them); `group_result` and
+`add_temperature_uncertainty` are the per-group intervals and the scanners' refit intervals.
 
 Run two B to split what grows with the resamples from what does not, e.g. on bench_scale.py's cohort:
 
@@ -31,8 +31,8 @@ import yaml
 
 PARTS = {
     "sitecal.evaluation._core": [
-        "_group_result",
-        "_add_temperature_uncertainty",
+        "group_result",
+        "add_temperature_uncertainty",
         "attribute_disparities",
         "attribute_flags",
         "refit_temperatures",

@@ -21,6 +21,13 @@ from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._compare import compare_recalibration
 from sitecal.evaluation._disparities import attribute_disparities, attribute_flags, refit_temperatures
+from sitecal.evaluation._group_intervals import (
+    FitRows,
+    add_method_uncertainty,
+    add_temperature_uncertainty,
+    group_result,
+    interval_fields,
+)
 from sitecal.evaluation._groups import OVERALL, ordered_groups, patient_codes, patient_strata
 from sitecal.evaluation._sensitivity import sensitivity_analyses
 from sitecal.evaluation._side_by_side import side_by_side
@@ -34,7 +41,7 @@ from sitecal.evaluation._split import (
     split_patients,
 )
 from sitecal.evaluation._study_size import plan_study_sizes
-from sitecal.metrics import TopLabelOEStatistic, reliability_curve, softmax
+from sitecal.metrics import softmax
 from sitecal.protocol import Protocol
 from sitecal.results import (
     BootstrapSettings,
@@ -44,12 +51,7 @@ from sitecal.results import (
     Evaluation,
     GroupResult,
     GroupWarning,
-    Interval,
-    MetricResult,
-    Note,
     ProtocolRef,
-    Reliability,
-    ReliabilityCurve,
     SplitSettings,
     TemperatureInterval,
     Verdict,
@@ -57,23 +59,14 @@ from sitecal.results import (
 from sitecal.stats import (
     BootstrapResult,
     BootstrapSpec,
-    CrossfitIntervals,
-    GroupTemperatureIntervals,
-    RefitIntervals,
     bootstrap_group_temperatures,
-    bootstrap_metrics,
     bootstrap_temperature,
-    crossfit_bootstrap,
-    refit_bootstrap,
-    refit_method_bootstrap,
 )
 
 __all__ = ["EvaluationData", "EvaluationOutcome", "evaluate", "split_patients"]
 
 #: The version of ``evaluation.json`` this sitecal writes (:attr:`sitecal.results.Evaluation.SCHEMA_VERSION`).
 SCHEMA_VERSION = Evaluation.SCHEMA_VERSION
-#: The name the per-group bootstraps give the top-label O/E (the sensitivity analyses' statistic).
-TOP_LABEL_OE = "top_label_oe_ratio"
 
 
 @dataclass(frozen=True)
@@ -193,7 +186,7 @@ def evaluate(
         for value in ordered_groups(values):
             plan.append((name, value, values == value))
 
-    fit_rows = _FitRows(
+    fit_rows = FitRows(
         data.logits[fit], data.labels[fit], data.patient_keys[fit], cal_groups[fit], split.fold[fit]
     )
     shrinkage = None
@@ -203,10 +196,10 @@ def evaluate(
             fit_rows.logits, fit_rows.labels, fit_rows.groups, clusters=fit_rows.patients, spec=spec
         )
 
-    def group_result(item: tuple[str, str, np.ndarray]) -> tuple[GroupResult, dict[str, BootstrapResult]]:
+    def one_group(item: tuple[str, str, np.ndarray]) -> tuple[GroupResult, dict[str, BootstrapResult]]:
         """One group's metrics with intervals (refitted for a calibration group), and its O/E intervals."""
         attribute, group, mask = item
-        entry, oe = _group_result(
+        entry, oe = group_result(
             attribute,
             group,
             {k: v[mask] for k, v in prob_sets.items()},
@@ -218,7 +211,7 @@ def evaluate(
             temperature=temperatures.temperature_for(group) if attribute == per and methods is None else None,
         )
         if attribute == (per or OVERALL) and methods is not None:
-            entry = _add_method_uncertainty(
+            entry = add_method_uncertainty(
                 entry,
                 None if per is None else group,
                 methods,
@@ -229,7 +222,7 @@ def evaluate(
                 folds=split.folds if split.method == "crossfit" else None,
             )
         elif attribute == (per or OVERALL):  # a calibration group (or the single global temperature)
-            entry = _add_temperature_uncertainty(
+            entry = add_temperature_uncertainty(
                 entry,
                 None if per is None else group,
                 temperatures,
@@ -248,7 +241,7 @@ def evaluate(
     # groups side by side: each draws from its own seeded stream, so the results do not depend on which
     # thread computes them or when (one group's serial parts, its draws and refits, overlap another's)
     with tqdm(total=len(plan), desc="Bootstrap", unit="group", disable=not progress) as bar:
-        grouped = side_by_side(group_result, plan, spec.n_workers, lambda: bar.update(1))
+        grouped = side_by_side(one_group, plan, spec.n_workers, lambda: bar.update(1))
     results: dict[str, list[GroupResult]] = {name: [] for name in attributes}
     overall: GroupResult | None = None
     # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
@@ -354,7 +347,9 @@ def evaluate(
             patients_evaluation=len(set(patients.tolist())),
         ),
         calibration_attribute=per,
-        global_temperature_interval=TemperatureInterval(**_interval(global_interval), n_fit=int(fit.sum())),
+        global_temperature_interval=TemperatureInterval(
+            **interval_fields(global_interval), n_fit=int(fit.sum())
+        ),
         ece=EceSettings(n_bins=ev.n_bins, binning="width", kind="top-label", edges="(lo, hi]"),
         bootstrap=BootstrapSettings(
             n_resamples=spec.n_resamples,
@@ -385,255 +380,3 @@ def evaluate(
     return EvaluationOutcome(
         document=result.to_dict(), temperatures=temperatures, split=split, result=result, methods=methods
     )
-
-
-def _group_result(
-    attribute: str,
-    group: str,
-    prob_sets: Mapping[str, np.ndarray],
-    labels: np.ndarray,
-    patients: np.ndarray,
-    strata: np.ndarray | None,
-    *,
-    protocol: Protocol,
-    spec: BootstrapSpec,
-    temperature: float | None,
-) -> tuple[GroupResult, dict[str, BootstrapResult]]:
-    """The group's metrics with intervals, and its top-label O/E interval per probability set.
-
-    The O/E is bootstrapped on the same resamples as the metrics (the sensitivity analyses report it:
-    :func:`~sitecal.evaluation._sensitivity.sensitivity_analyses` would draw the same resamples again).
-    """
-    ev = protocol.evaluation
-    intervals = bootstrap_metrics(
-        prob_sets,
-        labels,
-        clusters=patients,
-        strata=strata,
-        metrics=tuple(ev.metrics),
-        n_bins=ev.n_bins,
-        spec=spec,
-        extra={TOP_LABEL_OE: TopLabelOEStatistic()},
-    )
-    metrics = {
-        metric: MetricResult(
-            before=Interval(**_interval(intervals.get(metric, "before"))),
-            after=Interval(**_interval(intervals.get(metric, "after"))),
-            difference=Interval(**_interval(intervals.difference(metric, "after", "before"))),
-        )
-        for metric in ev.metrics
-    }
-    curves = {
-        stage: _curve(reliability_curve(p, labels, n_bins=ev.n_bins).to_dict())
-        for stage, p in prob_sets.items()
-    }
-    entry = GroupResult(
-        attribute=attribute,
-        group=group,
-        n=len(labels),
-        n_patients=len(set(patients.tolist())),
-        small=bool(len(labels) < ev.min_group_size),
-        temperature=None if temperature is None else float(temperature),
-        temperature_interval=None,
-        refit=False,
-        metrics=metrics,
-        reliability=Reliability(before=curves["before"], after=curves["after"]),
-    )
-    return entry, {stage: intervals.get(TOP_LABEL_OE, stage) for stage in prob_sets}
-
-
-@dataclass(frozen=True)
-class _FitRows:
-    logits: np.ndarray
-    labels: np.ndarray
-    patients: np.ndarray
-    groups: np.ndarray
-    folds: np.ndarray
-
-
-def _add_temperature_uncertainty(
-    entry: GroupResult,
-    group: str | None,
-    temperatures: GroupTemperatures,
-    fit_rows: _FitRows,
-    logits: np.ndarray,
-    labels: np.ndarray,
-    patients: np.ndarray,
-    folds: np.ndarray,
-    *,
-    protocol: Protocol,
-    spec: BootstrapSpec,
-    split: Split,
-    shrinkage: GroupTemperatureIntervals | None = None,
-) -> GroupResult:
-    """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
-
-    Under cross-fitting the temperature is the deployed one (fitted on every row) and a refit repeats
-    every fold's fit in each resample (:func:`~sitecal.stats.crossfit_bootstrap`).
-
-    The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
-    row for a group that uses the global temperature. A shrunk temperature has no interval (its penalty
-    weight is chosen from the data, which the batched refit does not repeat) and keeps fixed-T intervals.
-    An empirical-Bayes temperature's interval comes from ``shrinkage``, which repeats the whole
-    shrinkage in every resample of all fit rows (its ``n_fit``: every fit row); with ``bootstrap.refit``
-    resample ``b``'s shrunk T is applied to the ``b``-th resample of the group's evaluation rows.
-    """
-    source = "global_fallback" if group is None else _source(temperatures, group)
-    entry = dataclasses.replace(
-        entry,
-        temperature=(
-            temperatures.temperature_for(group) if group is not None else temperatures.global_fit.temperature
-        ),
-        temperature_source="global" if group is None else source,
-    )
-    if source == "shrunk":
-        return dataclasses.replace(entry, temperature_interval=Note(note="no_interval_shrunk"))
-    ev = protocol.evaluation
-    given: dict[str, Any] = {}
-    if source == "empirical_bayes":
-        assert shrinkage is not None and group is not None  # evaluate() made it for these groups
-        i = shrinkage.groups.index(group)
-        interval = TemperatureInterval(
-            **_interval(shrinkage.temperature(group)), n_fit=int(fit_rows.labels.shape[0])
-        )
-        if not ev.bootstrap.refit:
-            return dataclasses.replace(entry, temperature_interval=interval)
-        jk = shrinkage.log_temperature_jackknife
-        given = {
-            "log_temperature": float(shrinkage.log_temperature[i]),
-            "log_temperature_replicates": shrinkage.log_temperature_replicates[i],
-            "log_temperature_jackknife": None if jk is None else jk[i],
-        }
-    rows = (
-        fit_rows.groups == group
-        if source in ("own", "empirical_bayes")
-        else np.ones(fit_rows.labels.shape[0], dtype=bool)
-    )
-    if not ev.bootstrap.refit:
-        fixed = bootstrap_temperature(
-            fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
-        )
-        interval = TemperatureInterval(**_interval(fixed.temperature), n_fit=int(rows.sum()))
-        return dataclasses.replace(entry, temperature_interval=interval)
-    res: RefitIntervals | CrossfitIntervals
-    if split.method == "crossfit":  # the protocol refuses empirical_bayes here (no per-fold shrinkage yet)
-        res = crossfit_bootstrap(
-            fit_rows.logits[rows],
-            fit_rows.labels[rows],
-            logits,
-            labels,
-            fit_clusters=fit_rows.patients[rows],
-            eval_clusters=patients,
-            fit_folds=fit_rows.folds[rows],
-            eval_folds=folds,
-            folds=split.folds,
-            metrics=tuple(ev.metrics),
-            n_bins=ev.n_bins,
-            spec=spec,
-        )
-    else:
-        res = refit_bootstrap(
-            fit_rows.logits[rows],
-            fit_rows.labels[rows],
-            logits,
-            labels,
-            fit_clusters=fit_rows.patients[rows],
-            eval_clusters=patients,
-            metrics=tuple(ev.metrics),
-            n_bins=ev.n_bins,
-            spec=spec,
-            **given,
-        )
-    metrics = {
-        metric: dataclasses.replace(
-            entry.metrics[metric],
-            after=Interval(**_interval(res.get(metric, "after"))),
-            difference=Interval(**_interval(res.difference(metric, "after", "before"))),
-        )
-        for metric in ev.metrics
-    }
-    if not given:
-        interval = TemperatureInterval(**_interval(res.temperature), n_fit=int(rows.sum()))
-    return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
-
-
-def _add_method_uncertainty(
-    entry: GroupResult,
-    group: str | None,
-    methods: GroupMethods,
-    fit_rows: _FitRows,
-    held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    *,
-    protocol: Protocol,
-    spec: BootstrapSpec,
-    folds: int | None,
-) -> GroupResult:
-    """Where a calibration group's map comes from and, with ``bootstrap.refit``, refitted after-intervals.
-
-    The method is refitted in every resample on the rows it was fitted on (the group's own fit rows, or
-    every fit row for a group on the global fit), as :func:`~sitecal.stats.refit_method_bootstrap` does;
-    under cross-fitting (``folds``) every fold's fit is refitted on the drawn patients of the other folds.
-    ``held``: the group's evaluated logits, labels, patients and folds.
-    """
-    known = None if group is None else methods.groups.get(group)
-    own = known is not None and known.fit is not None
-    source: Literal["own", "global_fallback", "global"] = (
-        "global" if group is None else "own" if own else "global_fallback"
-    )
-    entry = dataclasses.replace(entry, calibration_source=source)
-    ev = protocol.evaluation
-    if not ev.bootstrap.refit:
-        return entry
-    rows = fit_rows.groups == group if own else np.ones(fit_rows.labels.shape[0], dtype=bool)
-    res = refit_method_bootstrap(
-        fit_rows.logits[rows],
-        fit_rows.labels[rows],
-        held[0],
-        held[1],
-        fit_clusters=fit_rows.patients[rows],
-        eval_clusters=held[2],
-        method=methods.name,
-        metrics=tuple(ev.metrics),
-        n_bins=ev.n_bins,
-        spec=spec,
-        **(
-            {}
-            if folds is None
-            else {"fit_folds": fit_rows.folds[rows], "eval_folds": held[3], "folds": folds}
-        ),
-    )
-    metrics = {
-        metric: dataclasses.replace(
-            entry.metrics[metric],
-            after=Interval(**_interval(res.get(metric, "after"))),
-            difference=Interval(**_interval(res.difference(metric, "after", "before"))),
-        )
-        for metric in ev.metrics
-    }
-    return dataclasses.replace(entry, metrics=metrics, refit=True)
-
-
-_Source = Literal["own", "global_fallback", "shrunk", "empirical_bayes"]
-
-
-def _source(temperatures: GroupTemperatures, group: str) -> _Source:
-    known = temperatures.groups.get(group)
-    # GroupTemperature.source is one of these (checked where it is made and where it is read)
-    return cast(_Source, "global_fallback" if known is None else known.source)
-
-
-def _curve(curve: Mapping[str, Any]) -> ReliabilityCurve:
-    """A :class:`ReliabilityCurve` from ``sitecal.metrics.ReliabilityCurve.to_dict()`` (NaN already None)."""
-    return ReliabilityCurve(
-        binning=curve["binning"],
-        n=curve["n"],
-        n_bins=curve["n_bins"],
-        bin_edges=tuple(curve["bin_edges"]),
-        confidence=tuple(curve["confidence"]),
-        accuracy=tuple(curve["accuracy"]),
-        count=tuple(curve["count"]),
-    )
-
-
-def _interval(result: Any) -> dict[str, float]:
-    return {"estimate": float(result.estimate), "low": float(result.low), "high": float(result.high)}

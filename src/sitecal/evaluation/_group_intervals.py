@@ -1,0 +1,306 @@
+"""One subgroup's results: its metrics with bootstrap intervals, and a calibration group's refit.
+
+:func:`group_result` bootstraps a group's metrics before and after calibration (and its top-label O/E,
+which the sensitivity analyses report); :func:`add_temperature_uncertainty` and
+:func:`add_method_uncertainty` give a calibration group its temperature's (or method's) interval and,
+with ``bootstrap.refit``, after-calibration intervals that refit it in every resample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import numpy as np
+
+from sitecal.calibration import GroupMethods, GroupTemperatures
+from sitecal.evaluation._split import Split
+from sitecal.metrics import TopLabelOEStatistic, reliability_curve
+from sitecal.protocol import Protocol
+from sitecal.results import (
+    GroupResult,
+    Interval,
+    MetricResult,
+    Note,
+    Reliability,
+    ReliabilityCurve,
+    TemperatureInterval,
+)
+from sitecal.stats import (
+    BootstrapResult,
+    BootstrapSpec,
+    CrossfitIntervals,
+    GroupTemperatureIntervals,
+    RefitIntervals,
+    bootstrap_metrics,
+    bootstrap_temperature,
+    crossfit_bootstrap,
+    refit_bootstrap,
+    refit_method_bootstrap,
+)
+
+__all__ = [
+    "TOP_LABEL_OE",
+    "FitRows",
+    "add_method_uncertainty",
+    "add_temperature_uncertainty",
+    "group_result",
+    "interval_fields",
+]
+
+#: The name the per-group bootstraps give the top-label O/E (the sensitivity analyses' statistic).
+TOP_LABEL_OE = "top_label_oe_ratio"
+
+
+def group_result(
+    attribute: str,
+    group: str,
+    prob_sets: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    patients: np.ndarray,
+    strata: np.ndarray | None,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+    temperature: float | None,
+) -> tuple[GroupResult, dict[str, BootstrapResult]]:
+    """The group's metrics with intervals, and its top-label O/E interval per probability set.
+
+    The O/E is bootstrapped on the same resamples as the metrics (the sensitivity analyses report it:
+    :func:`~sitecal.evaluation._sensitivity.sensitivity_analyses` would draw the same resamples again).
+    """
+    ev = protocol.evaluation
+    intervals = bootstrap_metrics(
+        prob_sets,
+        labels,
+        clusters=patients,
+        strata=strata,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
+        extra={TOP_LABEL_OE: TopLabelOEStatistic()},
+    )
+    metrics = {
+        metric: MetricResult(
+            before=Interval(**interval_fields(intervals.get(metric, "before"))),
+            after=Interval(**interval_fields(intervals.get(metric, "after"))),
+            difference=Interval(**interval_fields(intervals.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
+    }
+    curves = {
+        stage: _curve(reliability_curve(p, labels, n_bins=ev.n_bins).to_dict())
+        for stage, p in prob_sets.items()
+    }
+    entry = GroupResult(
+        attribute=attribute,
+        group=group,
+        n=len(labels),
+        n_patients=len(set(patients.tolist())),
+        small=bool(len(labels) < ev.min_group_size),
+        temperature=None if temperature is None else float(temperature),
+        temperature_interval=None,
+        refit=False,
+        metrics=metrics,
+        reliability=Reliability(before=curves["before"], after=curves["after"]),
+    )
+    return entry, {stage: intervals.get(TOP_LABEL_OE, stage) for stage in prob_sets}
+
+
+@dataclass(frozen=True)
+class FitRows:
+    logits: np.ndarray
+    labels: np.ndarray
+    patients: np.ndarray
+    groups: np.ndarray
+    folds: np.ndarray
+
+
+def add_temperature_uncertainty(
+    entry: GroupResult,
+    group: str | None,
+    temperatures: GroupTemperatures,
+    fit_rows: FitRows,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    patients: np.ndarray,
+    folds: np.ndarray,
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+    split: Split,
+    shrinkage: GroupTemperatureIntervals | None = None,
+) -> GroupResult:
+    """The interval of the group's temperature and, with ``bootstrap.refit``, refitted after-intervals.
+
+    Under cross-fitting the temperature is the deployed one (fitted on every row) and a refit repeats
+    every fold's fit in each resample (:func:`~sitecal.stats.crossfit_bootstrap`).
+
+    The temperature is resampled from the rows it was fitted on: the group's own fit rows, or every fit
+    row for a group that uses the global temperature. A shrunk temperature has no interval (its penalty
+    weight is chosen from the data, which the batched refit does not repeat) and keeps fixed-T intervals.
+    An empirical-Bayes temperature's interval comes from ``shrinkage``, which repeats the whole
+    shrinkage in every resample of all fit rows (its ``n_fit``: every fit row); with ``bootstrap.refit``
+    resample ``b``'s shrunk T is applied to the ``b``-th resample of the group's evaluation rows.
+    """
+    source = "global_fallback" if group is None else _source(temperatures, group)
+    entry = dataclasses.replace(
+        entry,
+        temperature=(
+            temperatures.temperature_for(group) if group is not None else temperatures.global_fit.temperature
+        ),
+        temperature_source="global" if group is None else source,
+    )
+    if source == "shrunk":
+        return dataclasses.replace(entry, temperature_interval=Note(note="no_interval_shrunk"))
+    ev = protocol.evaluation
+    given: dict[str, Any] = {}
+    if source == "empirical_bayes":
+        assert shrinkage is not None and group is not None  # evaluate() made it for these groups
+        i = shrinkage.groups.index(group)
+        interval = TemperatureInterval(
+            **interval_fields(shrinkage.temperature(group)), n_fit=int(fit_rows.labels.shape[0])
+        )
+        if not ev.bootstrap.refit:
+            return dataclasses.replace(entry, temperature_interval=interval)
+        jk = shrinkage.log_temperature_jackknife
+        given = {
+            "log_temperature": float(shrinkage.log_temperature[i]),
+            "log_temperature_replicates": shrinkage.log_temperature_replicates[i],
+            "log_temperature_jackknife": None if jk is None else jk[i],
+        }
+    rows = (
+        fit_rows.groups == group
+        if source in ("own", "empirical_bayes")
+        else np.ones(fit_rows.labels.shape[0], dtype=bool)
+    )
+    if not ev.bootstrap.refit:
+        fixed = bootstrap_temperature(
+            fit_rows.logits[rows], fit_rows.labels[rows], clusters=fit_rows.patients[rows], spec=spec
+        )
+        interval = TemperatureInterval(**interval_fields(fixed.temperature), n_fit=int(rows.sum()))
+        return dataclasses.replace(entry, temperature_interval=interval)
+    res: RefitIntervals | CrossfitIntervals
+    if split.method == "crossfit":  # the protocol refuses empirical_bayes here (no per-fold shrinkage yet)
+        res = crossfit_bootstrap(
+            fit_rows.logits[rows],
+            fit_rows.labels[rows],
+            logits,
+            labels,
+            fit_clusters=fit_rows.patients[rows],
+            eval_clusters=patients,
+            fit_folds=fit_rows.folds[rows],
+            eval_folds=folds,
+            folds=split.folds,
+            metrics=tuple(ev.metrics),
+            n_bins=ev.n_bins,
+            spec=spec,
+        )
+    else:
+        res = refit_bootstrap(
+            fit_rows.logits[rows],
+            fit_rows.labels[rows],
+            logits,
+            labels,
+            fit_clusters=fit_rows.patients[rows],
+            eval_clusters=patients,
+            metrics=tuple(ev.metrics),
+            n_bins=ev.n_bins,
+            spec=spec,
+            **given,
+        )
+    metrics = {
+        metric: dataclasses.replace(
+            entry.metrics[metric],
+            after=Interval(**interval_fields(res.get(metric, "after"))),
+            difference=Interval(**interval_fields(res.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
+    }
+    if not given:
+        interval = TemperatureInterval(**interval_fields(res.temperature), n_fit=int(rows.sum()))
+    return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
+
+
+def add_method_uncertainty(
+    entry: GroupResult,
+    group: str | None,
+    methods: GroupMethods,
+    fit_rows: FitRows,
+    held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    protocol: Protocol,
+    spec: BootstrapSpec,
+    folds: int | None,
+) -> GroupResult:
+    """Where a calibration group's map comes from and, with ``bootstrap.refit``, refitted after-intervals.
+
+    The method is refitted in every resample on the rows it was fitted on (the group's own fit rows, or
+    every fit row for a group on the global fit), as :func:`~sitecal.stats.refit_method_bootstrap` does;
+    under cross-fitting (``folds``) every fold's fit is refitted on the drawn patients of the other folds.
+    ``held``: the group's evaluated logits, labels, patients and folds.
+    """
+    known = None if group is None else methods.groups.get(group)
+    own = known is not None and known.fit is not None
+    source: Literal["own", "global_fallback", "global"] = (
+        "global" if group is None else "own" if own else "global_fallback"
+    )
+    entry = dataclasses.replace(entry, calibration_source=source)
+    ev = protocol.evaluation
+    if not ev.bootstrap.refit:
+        return entry
+    rows = fit_rows.groups == group if own else np.ones(fit_rows.labels.shape[0], dtype=bool)
+    res = refit_method_bootstrap(
+        fit_rows.logits[rows],
+        fit_rows.labels[rows],
+        held[0],
+        held[1],
+        fit_clusters=fit_rows.patients[rows],
+        eval_clusters=held[2],
+        method=methods.name,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
+        **(
+            {}
+            if folds is None
+            else {"fit_folds": fit_rows.folds[rows], "eval_folds": held[3], "folds": folds}
+        ),
+    )
+    metrics = {
+        metric: dataclasses.replace(
+            entry.metrics[metric],
+            after=Interval(**interval_fields(res.get(metric, "after"))),
+            difference=Interval(**interval_fields(res.difference(metric, "after", "before"))),
+        )
+        for metric in ev.metrics
+    }
+    return dataclasses.replace(entry, metrics=metrics, refit=True)
+
+
+_Source = Literal["own", "global_fallback", "shrunk", "empirical_bayes"]
+
+
+def _source(temperatures: GroupTemperatures, group: str) -> _Source:
+    known = temperatures.groups.get(group)
+    # GroupTemperature.source is one of these (checked where it is made and where it is read)
+    return cast(_Source, "global_fallback" if known is None else known.source)
+
+
+def _curve(curve: Mapping[str, Any]) -> ReliabilityCurve:
+    """A :class:`ReliabilityCurve` from ``sitecal.metrics.ReliabilityCurve.to_dict()`` (NaN already None)."""
+    return ReliabilityCurve(
+        binning=curve["binning"],
+        n=curve["n"],
+        n_bins=curve["n_bins"],
+        bin_edges=tuple(curve["bin_edges"]),
+        confidence=tuple(curve["confidence"]),
+        accuracy=tuple(curve["accuracy"]),
+        count=tuple(curve["count"]),
+    )
+
+
+def interval_fields(result: Any) -> dict[str, float]:
+    return {"estimate": float(result.estimate), "low": float(result.low), "high": float(result.high)}
