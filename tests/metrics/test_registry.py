@@ -290,16 +290,17 @@ def test_the_consumers_read_the_registry() -> None:
 NOT_METRIC_NAMES: dict[str, tuple[set[str], str]] = {
     "metrics/_calibration_error.py": ({"accuracy"}, "ReliabilityCurve's per-bin accuracy field"),
     "report/figures.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
-    "evaluation/_core.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
+    "evaluation/_group_intervals.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
     "metrics/_clinical.py": ({"slope", "intercept"}, "fields of CalibrationSlopeIntercept.to_dict"),
     "metrics/_recalibration.py": (
         {"slope", "intercept"},
         "RecalibrationStatistic's own two names: the top-label logistic fit's parameters",
     ),
-    "evaluation/_sensitivity.py": (
-        {"slope", "intercept", "oe_ratio"},
-        "fields of the recalibration and heterogeneity documents (one logistic fit gives all three)",
+    "evaluation/_recalibration_groups.py": (
+        {"slope", "intercept"},
+        "fields of the recalibration document (one logistic fit gives slope, intercept and O/E)",
     ),
+    "evaluation/_sensitivity.py": ({"oe_ratio"}, "a field of the heterogeneity document's rows"),
     "report/_sensitivity.py": (
         {"slope", "intercept", "oe_ratio"},
         "the same fields, read back from the document",

@@ -25,20 +25,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from scipy.special import ndtri
 
 from sitecal._validation import check_option
 from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_methods, fit_group_temperatures
 from sitecal.errors import SitecalError
 from sitecal.evaluation._groups import ordered_groups, patient_strata
+from sitecal.evaluation._recalibration_groups import finite, recalibration
 from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
 from sitecal.metrics import (
-    RecalibrationStatistic,
-    TopLabelOEStatistic,
     softmax,
     top_label_recalibration,
 )
@@ -48,24 +46,17 @@ from sitecal.results import (
     Heterogeneity,
     HeterogeneityExcluded,
     HeterogeneitySite,
-    IntervalNote,
     LeaveOneSiteOut,
     LeftOutNote,
     LeftOutSite,
     PooledSites,
-    Recalibration,
-    RecalibrationGroup,
-    RecalibrationIntervals,
-    RecalibrationNote,
-    RecalibrationStage,
-    RecalibrationValue,
     RemainingCohort,
     Sensitivity,
     SiteExclusionReason,
     SiteSource,
     UnpooledSites,
 )
-from sitecal.stats import BootstrapResult, BootstrapSpec, bootstrap_interval, random_effects_meta_analysis
+from sitecal.stats import BootstrapResult, BootstrapSpec, random_effects_meta_analysis
 
 if TYPE_CHECKING:
     from sitecal.evaluation._core import EvaluationData
@@ -75,26 +66,9 @@ __all__ = ["LOSO_METRICS", "sensitivity_analyses"]
 
 log = logging.getLogger(__name__)
 
-OVERALL = "overall"
-STAGES = ("before", "after")
-RECALIBRATION = ("slope", "intercept", "oe_ratio")
 #: The overall metrics leave-one-site-out recomputes: the registry's default metrics.
 LOSO_METRICS = metric_names(default=True)
 _HOW = ("wald", "bootstrap")
-
-
-def _finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def _fit_note(reason: str) -> RecalibrationNote | None:
-    """``top_label_recalibration``'s code ("" or one ``RecalibrationNote`` lists) as a document's note."""
-    return cast(RecalibrationNote, reason) if reason else None
-
-
-def _interval_note(reason: str) -> IntervalNote | None:
-    """``BootstrapResult.reason`` ("" or a code ``IntervalNote`` lists) as a document's note."""
-    return cast(IntervalNote, reason) if reason else None
 
 
 class _Setup:
@@ -156,131 +130,6 @@ class _Setup:
         return out
 
 
-def _recalibration_stage(
-    probs: np.ndarray,
-    labels: np.ndarray,
-    patients: np.ndarray,
-    strata: np.ndarray | None,
-    setup: _Setup,
-    oe: BootstrapResult | None = None,
-) -> RecalibrationStage:
-    """Slope and intercept with cluster-robust Wald (or bootstrap) intervals; O/E with a cluster bootstrap.
-
-    ``oe``: the O/E's bootstrap interval where the evaluation already drew these resamples (the same
-    patients, strata, probabilities and settings: the interval this function would compute).
-    """
-    boot = setup.protocol.evaluation.bootstrap
-    point = top_label_recalibration(probs, labels, clusters=patients)
-    z = float(ndtri((1.0 + boot.level) / 2.0))
-    kw: dict[str, Any] = {
-        "n_resamples": boot.n_resamples,
-        "level": boot.level,
-        "method": boot.method,
-        "seed": boot.seed,
-    }
-    values: dict[str, RecalibrationValue] = {}
-    note: RecalibrationNote | IntervalNote | None
-    for name, estimate, se, reason in (
-        ("slope", point.slope, point.slope_se, point.slope_note),
-        ("intercept", point.intercept, point.intercept_se, point.intercept_note),
-    ):
-        note = _fit_note(reason)
-        entry: dict[str, Any] = {"estimate": estimate, "low": None, "high": None, "standard_error": se}
-        if estimate is not None and setup.slope_intervals == "bootstrap":
-            res = bootstrap_interval(
-                RecalibrationStatistic(cast(Any, name)),
-                (probs, labels),
-                clusters=patients,
-                strata=strata,
-                **kw,
-            )
-            entry |= {
-                "low": _finite(res.low),
-                "high": _finite(res.high),
-                "standard_error": _finite(res.standard_error),
-            }
-            note = _interval_note(res.reason)
-        elif estimate is not None and se is None:
-            note = "no_standard_error"
-        elif estimate is not None and se is not None:
-            entry["low"], entry["high"] = _finite(estimate - z * se), _finite(estimate + z * se)
-        values[name] = RecalibrationValue(**entry, note=note)
-    res = (
-        bootstrap_interval(TopLabelOEStatistic(), (probs, labels), clusters=patients, strata=strata, **kw)
-        if oe is None
-        else oe
-    )
-    return RecalibrationStage(
-        n_correct=point.n_correct,
-        mean_confidence=point.mean_confidence,
-        slope=values["slope"],
-        intercept=values["intercept"],
-        oe_ratio=RecalibrationValue(
-            estimate=point.oe_ratio,
-            low=_finite(res.low),
-            high=_finite(res.high),
-            standard_error=_finite(res.standard_error),
-            note=_interval_note(res.reason),
-        ),
-    )
-
-
-def _recalibration(setup: _Setup) -> Recalibration:
-    plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(setup.labels), bool))]
-    for name in setup.protocol.reported_subgroups:
-        values = setup.data.attributes[name][setup.held]
-        plan += [(name, value, values == value) for value in ordered_groups(values)]
-    min_size = setup.protocol.evaluation.min_group_size
-
-    def recalibrated(item: tuple[str, str, np.ndarray]) -> RecalibrationGroup:
-        """One group's slope, intercept and O/E, before and after."""
-        attribute, group, mask = item
-        patients = setup.patients[mask]
-        strata = setup.strata[mask] if attribute == OVERALL else None
-        given = setup.oe_intervals.get((attribute, group), {})
-        stages = {
-            stage: _recalibration_stage(
-                setup.probs[stage][mask], setup.labels[mask], patients, strata, setup, given.get(stage)
-            )
-            for stage in STAGES
-        }
-        return RecalibrationGroup(
-            attribute=attribute,
-            group=group,
-            n=int(mask.sum()),
-            n_patients=len(set(patients.tolist())),
-            small=bool(mask.sum() < min_size),
-            before=stages["before"],
-            after=stages["after"],
-        )
-
-    # the groups' fits are independent of each other (their bootstraps draw their own seeded streams)
-    entries = side_by_side(recalibrated, plan, BootstrapSpec().n_workers)
-    overall: RecalibrationGroup | None = None
-    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in setup.protocol.reported_subgroups}
-    for (attribute, _, _), entry in zip(plan, entries, strict=True):  # a loop over groups
-        if attribute == OVERALL:
-            overall = entry
-        else:
-            groups[attribute].append(entry)
-    boot = setup.protocol.evaluation.bootstrap
-    # the bootstrap's settings (method, resamples, seed) are the document's 'bootstrap'
-    fits: Literal["cluster_bootstrap", "wald_cluster_robust"] = (
-        "cluster_bootstrap" if setup.slope_intervals == "bootstrap" else "wald_cluster_robust"
-    )
-    assert overall is not None  # the plan starts with it
-    return Recalibration(
-        event="top_label_correct",
-        slope_model="logit_slope",
-        intercept_model="logit_offset_intercept",
-        oe_definition="accuracy_over_mean_confidence",
-        level=boot.level,
-        intervals=RecalibrationIntervals(slope=fits, intercept=fits, oe_ratio="cluster_bootstrap"),
-        overall=overall,
-        subgroups={name: tuple(rows) for name, rows in groups.items()},
-    )
-
-
 def site_attribute(protocol: Protocol) -> tuple[str | None, SiteSource]:
     """The attribute whose groups are the sites, and where it came from (a code)."""
     if "site" in protocol.subgroups:
@@ -332,11 +181,11 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
         level=meta.level,
         pooled_log_oe=d["estimate"],
         pooled_log_oe_se=d["standard_error"],
-        pooled_oe=_finite(math.exp(meta.estimate)),
-        pooled_oe_low=_finite(math.exp(meta.low)),
-        pooled_oe_high=_finite(math.exp(meta.high)),
-        prediction_oe_low=_finite(math.exp(meta.prediction_low)),
-        prediction_oe_high=_finite(math.exp(meta.prediction_high)),
+        pooled_oe=finite(math.exp(meta.estimate)),
+        pooled_oe_low=finite(math.exp(meta.low)),
+        pooled_oe_high=finite(math.exp(meta.high)),
+        prediction_oe_low=finite(math.exp(meta.prediction_low)),
+        prediction_oe_high=finite(math.exp(meta.prediction_high)),
         note="one_site" if meta.k < 2 else None,  # Q, I² and tau² need two or more
     )
 
@@ -403,7 +252,7 @@ def _after_metrics(
             return dict.fromkeys(LOSO_METRICS)
         probs = softmax(data.logits[rows], temperature=applied[rows])
         labels = data.labels[rows]
-        return {name: _finite(metric(name)(probs, labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
+        return {name: finite(metric(name)(probs, labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
 
     external = measured(~keep)
     return measured(held), temps.global_fit.temperature, n_fit, n_eval, None, external
@@ -442,7 +291,7 @@ def _after_method(
         if not rows.any():
             return dict.fromkeys(LOSO_METRICS)
         labels = data.labels[rows]
-        return {name: _finite(metric(name)(probs[rows], labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
+        return {name: finite(metric(name)(probs[rows], labels, n_bins=ev.n_bins)) for name in LOSO_METRICS}
 
     return measured(held), None, n_fit, n_eval, None, measured(~keep)
 
@@ -541,7 +390,7 @@ def sensitivity_analyses(
     setup = _Setup(protocol, data, parts, temperatures, how, methods, applied, oe_intervals)
     attribute, source = site_attribute(protocol)
     return Sensitivity(
-        recalibration=_recalibration(setup),
+        recalibration=recalibration(setup),
         heterogeneity=_heterogeneity(setup, attribute, source),
         leave_one_site_out=_leave_one_site_out(setup, attribute, source),
     )
