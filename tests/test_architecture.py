@@ -29,6 +29,7 @@ LAYER = {
     "_pseudonym": 1,
     "_hash_manifest": 1,  # remembered file hashes (hash once), keyed under the site key
     "_io": 1,
+    "_seal": 1,  # the run folder's seal: file hashes under an HMAC of the site key
     "_kernels": 1,  # compiled per-resample loops (numba), loaded on first use
     "_dicomfile": 1,
     "_scrub": 1,
@@ -52,6 +53,7 @@ LAYER = {
     "demo": 5,
     "preflight": 5,
     "_run_folder": 5,
+    "sealed_run": 5,
     "cli": 6,
 }
 NUMERIC_CORE = ("metrics", "stats", "calibration")
@@ -128,6 +130,7 @@ ALLOWED = {
     "__init__": {"arrays"},
     "run": {
         "_run_folder",
+        "sealed_run",
         "stages",
         "pacs",  # sends report.dcm to the archive of report.send_to
         "protocol",
@@ -142,6 +145,8 @@ ALLOWED = {
     # labels, mappings, the model and the PACS, before the scan
     "preflight": {"protocol", "cohort", "inference", "pacs"},
     "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
+    # a run folder opened as evidence: its key found from the run's protocol (as `sitecal send` finds it)
+    "sealed_run": {"pacs", "protocol"},
     "cli": {
         "run",
         "stages",
@@ -153,15 +158,17 @@ ALLOWED = {
         "planning",
         "apply",
         "export_run",
+        "sealed_run",
     },
     # simulates criteria with the evaluation's own rule and the statistics engine
     "planning": {"protocol", "evaluation", "metrics", "stats"},
     # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
-    "apply": {"calibration", "cohort", "metrics", "results"},
+    "apply": {"calibration", "cohort", "metrics", "results", "sealed_run"},
     # a run's model and temperatures exported for deployment, checked on the run's studies found again by
     # the run's own scan; the run's protocol is found as `sitecal send` finds it
     "export_run": {
         "_run_folder",  # the run's run.log records what was exported from it
+        "sealed_run",  # the run folder verified before its fits are exported
         "stages",
         "pacs",
         "protocol",

@@ -29,6 +29,7 @@ __all__ = [
     "load_network_key",
     "load_or_create_key",
     "network_key_problem",
+    "read_key",
 ]
 
 _PREFIX = {"patient": "P", "study": "S", "instance": "I", "path": "F", "series": "R"}
@@ -77,6 +78,19 @@ def load_or_create_key(path: Path) -> bytes:
     except FileNotFoundError:
         pass
     _create_key(path)
+    return _read_key(path)
+
+
+def read_key(path: Path) -> bytes:
+    """The key in ``path`` (a site's or a network's), read only: never created, to check a seal with.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file there.
+    OutputError
+        Not a key sitecal wrote, or readable by others (:func:`load_or_create_key`'s rules).
+    """
     return _read_key(path)
 
 

@@ -13,8 +13,16 @@ subgroup the temperatures were fitted per (``calibration.json`` → ``per``, e.g
 same values the report shows (whitespace is collapsed). Probabilities are calibrated as their logarithms,
 as a run does. The output has one row per usable input row, in input order: the input's line (or row)
 number, the group when the fit saw it, the temperature (or the method's name), where it came from, and
-``prob:<class>``. No other
-column of the input is copied, so that no key or identifier reaches it: join back by the line number.
+``prob:<class>``, and ``calibration_check``: ``sealed`` when the calibration's run folder was verified
+against its seal (:mod:`sitecal.sealed_run`), ``unverified`` when it was used with ``--unverified``. No
+other column of the input is copied, so that no key or identifier reaches it: join back by the line
+number.
+
+The calibration is evidence: ``calibration.json`` must lie in its sealed run folder and the folder must
+verify under the site key. Only where the check cannot be made (no key at hand, or the file outside any
+run folder, e.g. copied to a vendor's machine) does ``unverified=True`` take it, and every row says so;
+an incomplete or edited folder is refused even then. An existing output is replaced only with
+``force=True``.
 """
 
 from __future__ import annotations
@@ -29,12 +37,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal._io import write_csv_atomic
+from sitecal._seal import INCOMPLETE, SEAL, verify_seal
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.cohort.attributes import normalise_text
 from sitecal.cohort.predictions_file import read_scores
-from sitecal.errors import DataError
+from sitecal.errors import DataError, SealError
 from sitecal.metrics import log_probabilities, softmax
 from sitecal.results import read_calibration
+from sitecal.sealed_run import run_key
 
 __all__ = ["AppliedFile", "apply_calibration", "apply_calibration_file"]
 
@@ -115,30 +125,48 @@ class AppliedFile:
     n_calibrated: int
     n_global: int  # rows whose group the fit did not see (or that had none): the global temperature
     bad_rows: tuple[tuple[int, str], ...]
+    verified: bool  # the calibration's run folder verified against its seal (else --unverified)
 
 
 def apply_calibration_file(
-    calibration: Path, scores: Path, output: Path, *, group_column: str | None = None
+    calibration: Path,
+    scores: Path,
+    output: Path,
+    *,
+    group_column: str | None = None,
+    force: bool = False,
+    key_file: Path | None = None,
+    unverified: bool = False,
 ) -> AppliedFile:
     """Calibrate the scores of a CSV or Parquet file with a run's ``calibration.json``; write ``output``.
 
     ``group_column``: the column of the group values; default the calibration's ``per`` (none for a
     global calibration). Rows whose scores cannot be used are listed (line and reason) and left out.
+    ``force``: replace an existing ``output``. ``key_file``: the site key the run was sealed under, when
+    it is not where the run's protocol says. ``unverified``: take a calibration whose seal cannot be
+    checked here (see the module docstring).
 
     Raises
     ------
+    SealError
+        The calibration's run folder is incomplete or edited, or cannot be verified without
+        ``unverified``.
     DataError
         A calibration.json that is not one a run wrote, a scores file without the group column or the
-        score columns of the calibration's classes, no usable row, or ``output`` equal to ``scores``.
+        score columns of the calibration's classes, no usable row, ``output`` equal to ``scores``, or an
+        existing ``output`` without ``force``.
     """
+    if Path(output).resolve() == Path(scores).resolve():
+        raise DataError(f"{output}: the output would replace the scores file. Name another --output.")
+    if not force and (Path(output).exists() or Path(output).is_symlink()):
+        raise DataError(f"{output}: exists. Name another --output, or pass --force to replace it.")
+    verified = _verify(Path(calibration), key_file=key_file, unverified=unverified)
     document = read_calibration(calibration)
     try:
         fitted = _fitted(document.to_dict())
     except DataError as exc:  # the fits inside a well-formed document
         raise DataError(f"{calibration}: {exc} Restore the calibration.json the run wrote.") from None
     column = group_column if group_column is not None else document.per
-    if Path(output).resolve() == Path(scores).resolve():
-        raise DataError(f"{output}: the output would replace the scores file. Name another --output.")
     rows = read_scores(scores, class_names=document.class_names, group_column=column)
     names = [normalise_text(g) for g in rows.groups]
     probs = apply_calibration(fitted, rows.logits, names)
@@ -149,9 +177,17 @@ def apply_calibration_file(
     else:  # the method, and whether the row's group had its own fit
         how, origin = "method", "fit_from"
         used = [fitted.name] * len(names)
+    check = "sealed" if verified else "unverified"
     write_csv_atomic(
         output,
-        [rows.numbered_by, "group", how, origin, *[f"prob:{c}" for c in document.class_names]],
+        [
+            rows.numbered_by,
+            "group",
+            how,
+            origin,
+            *[f"prob:{c}" for c in document.class_names],
+            "calibration_check",
+        ],
         (
             [
                 str(position),
@@ -159,6 +195,7 @@ def apply_calibration_file(
                 value,
                 "group" if seen else ("global: no group value" if column and not raw else "global"),
                 *[repr(float(v)) for v in row],
+                check,
             ]
             for position, name, raw, seen, value, row in zip(
                 rows.positions, names, rows.groups, known, used, probs, strict=True
@@ -181,4 +218,35 @@ def apply_calibration_file(
         n_calibrated=len(rows.positions),
         n_global=sum(not k for k in known),
         bad_rows=rows.bad_rows,
+        verified=verified,
     )
+
+
+def _verify(calibration: Path, *, key_file: Path | None, unverified: bool) -> bool:
+    """Whether ``calibration`` was verified in its sealed run folder; refuse what cannot be taken.
+
+    Taken unverified (with ``unverified``) only where no check can be made: no seal beside the file and no
+    sign of an unfinished run, or a seal whose key is not at hand. A folder that can be checked and fails
+    is refused whatever the flags.
+    """
+    folder = calibration.resolve().parent
+    if not (folder / SEAL).is_file() and not (folder / INCOMPLETE).exists():
+        if unverified:
+            logger.warning("%s: used unverified: no sealed run folder around it (--unverified)", calibration)
+            return False
+        raise SealError(
+            f"{calibration}: not in a sealed run folder (no {SEAL} beside it), so what it holds cannot be "
+            "verified. Give the calibration.json inside the run folder the run wrote, or pass --unverified "
+            "to use it as it is (the output then says it was not verified)."
+        )
+    try:
+        key = run_key(folder, key_file=key_file)
+    except SealError:
+        if not unverified or (folder / INCOMPLETE).exists():
+            raise
+        logger.warning("%s: used unverified: its run folder's key is not at hand (--unverified)", calibration)
+        return False
+    seal = verify_seal(folder, key)
+    if calibration.name != "calibration.json" or "calibration.json" not in seal.files:
+        raise SealError(f"{calibration}: not the calibration.json of the sealed run folder {folder}.")
+    return True

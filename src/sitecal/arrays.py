@@ -106,7 +106,7 @@ class ArrayEvaluation:
         from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
         from sitecal.results import write_document
-        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_run, report_context
+        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_stored, report_context
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ class ArrayEvaluation:
         if title is not None:
             context["title"] = title
         write_json_atomic(folder / REPORT_CONTEXT, context)
-        return render_run(folder)
+        return render_stored(folder)
 
 
 def evaluate_arrays(

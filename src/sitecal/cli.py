@@ -4,7 +4,8 @@ Exit codes, one meaning each: 0 every acceptance criterion passes; 1 a criterion
 lies wholly beyond its margin); 2 bad input or usage (a message naming the file, field or tag; no
 traceback); 3 inconclusive (no criterion fails, but an interval straddles its margin or a group is too
 small to judge: more studies are needed to decide); 4 internal error (one line on the console, the
-traceback in run.log); 130 interrupted. A crash is never reported as a FAIL.
+traceback in run.log); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM): the run folder is then
+marked incomplete and its run.log says so. A crash is never reported as a FAIL.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sitecal import __version__
 from sitecal._scrub import ScrubFilter, scrub
-from sitecal.errors import SitecalError
+from sitecal.errors import SitecalError, Terminated
 
 if TYPE_CHECKING:
     from sitecal.inference._sharded import Placement
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM stopped
 # A verdict's exit code: 'insufficient data' is no evidence either way, like an interval on the margin.
 _VERDICT_EXIT = {
     "pass": EXIT_PASS,
@@ -91,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         help="render a finished run folder's report again from its stored results (no recomputation)",
     )
     report.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
+    _key_option(report)
 
     send = sub.add_parser(
         "send",
@@ -103,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="take report.send_to from this protocol instead of the run's own protocol.yaml",
     )
+    _key_option(send)
 
     apply = sub.add_parser(
         "apply",
@@ -117,6 +121,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     apply.add_argument(
         "--output", type=Path, default=None, help="where to write (default: <scores>-calibrated.csv)"
+    )
+    apply.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    _key_option(apply)
+    apply.add_argument(
+        "--unverified",
+        action="store_true",
+        help=(
+            "use a calibration.json whose run folder cannot be verified here (no site key at hand, or the "
+            "file outside its sealed run folder); the output records that it was not verified"
+        ),
     )
 
     export = sub.add_parser(
@@ -148,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="take the model and data from this protocol instead of the run's own protocol.yaml",
     )
+    _key_option(export)
     export.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     plan = sub.add_parser(
@@ -175,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="plan from a finished run folder",
     )
+    _key_option(plan)
     plan.add_argument(
         "--simulations", type=int, default=200, help="simulated groups per size (default: %(default)s)"
     )
@@ -221,6 +237,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--generate-only", action="store_true", help="generate the cohort, do not run")
     _run_options(demo)
     return parser
+
+
+def _key_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=(
+            "the site key the run was sealed under (default: the run protocol's privacy.key_file, else "
+            ".sitecal-pseudonym-key beside the run folder)"
+        ),
+    )
 
 
 def _predictions_option(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -272,6 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sitecal`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     _configure_console_logging()
+    previous = _terminate_as_interrupt()
+    try:
+        return _dispatch(args, argv)
+    finally:
+        _restore_sigterm(previous)
+
+
+def _dispatch(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     try:
         if args.command == "check":
             return _check(args.protocol, args)
@@ -280,11 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "predict":
             return _predict(args.protocol, args)
         if args.command == "report":
-            return _report(args.run_dir)
+            return _report(args.run_dir, args.key)
         if args.command == "plan":
             return _plan(args)
         if args.command == "send":
-            return _send(args.run_dir, args.protocol)
+            return _send(args.run_dir, args.protocol, args.key)
         if args.command == "apply":
             return _apply(args)
         if args.command == "export":
@@ -295,9 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SitecalError as exc:
         print(scrub(f"sitecal: error: {exc}{_notes(exc)}"), file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        print("sitecal: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"sitecal: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except Exception as exc:  # a bug, not bad input: never exit 1, which reads as a FAIL verdict
         where = _notes(exc) or _crash_log(exc)
         print(
@@ -308,6 +346,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _terminate_as_interrupt() -> object:
+    """Handle SIGTERM (a scheduler's or a service manager's stop) as Ctrl-C; the handler it replaces.
+
+    The run folder is then marked incomplete and run.log says so, instead of the process vanishing
+    mid-write.
+    """
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated
+
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (main() called from a thread): leave the default
+        return None
+
+
+def _restore_sigterm(previous: object) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -470,6 +532,10 @@ def _plan(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol).protocol
     if args.simulations < 20:
         raise _InputError(f"--simulations {args.simulations}: give at least 20 (200 for a plan to rely on).")
+    if args.from_run is not None:  # a run folder is evidence: verified before any of it is read
+        from sitecal.sealed_run import open_run
+
+        open_run(args.from_run, key_file=args.key)
     models = plan_models(protocol, from_run=args.from_run, prevalence=args.prevalence, accuracy=args.accuracy)
     sizes = parse_sizes(args.sizes)
     with tqdm(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
@@ -485,10 +551,11 @@ def _plan(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def _report(folder: Path) -> int:
+def _report(folder: Path, key_file: Path | None) -> int:
+    from sitecal.sealed_run import run_key
     from sitecal.stages import render_run
 
-    pdf = render_run(folder)
+    pdf = render_run(folder, run_key(folder, key_file=key_file))  # verified before anything is rendered
     print(f"Report:  {pdf}")
     return EXIT_PASS
 
@@ -497,7 +564,21 @@ def _apply(args: argparse.Namespace) -> int:
     from sitecal.apply import apply_calibration_file
 
     output = args.output or args.scores.with_name(f"{args.scores.stem}-calibrated.csv")
-    done = apply_calibration_file(args.calibration, args.scores, output, group_column=args.group_column)
+    done = apply_calibration_file(
+        args.calibration,
+        args.scores,
+        output,
+        group_column=args.group_column,
+        force=args.force,
+        key_file=args.key,
+        unverified=args.unverified,
+    )
+    if not done.verified:
+        print(
+            "sitecal: warning: the calibration was used unverified (--unverified): its run folder's seal was "
+            "not checked; the output's calibration_check column says so.",
+            file=sys.stderr,
+        )
     left = f"; {len(done.bad_rows)} rows left out (scores that cannot be used)" if done.bad_rows else ""
     print(
         f"Calibrated: {done.n_calibrated} of {done.n_rows} rows ({done.n_global} with the global fit){left}"
@@ -510,7 +591,12 @@ def _export(args: argparse.Namespace) -> int:
     from sitecal.export_run import export_run
 
     done = export_run(
-        args.run_dir, args.format, output=args.output, protocol=args.protocol, progress=not args.no_progress
+        args.run_dir,
+        args.format,
+        output=args.output,
+        protocol=args.protocol,
+        key_file=args.key,
+        progress=not args.no_progress,
     )
     left = f"; {done.n_left_out} chosen could not be read again" if done.n_left_out else ""
     print(f"Exported: {done.path} ({done.format})")
@@ -526,10 +612,10 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def _send(folder: Path, protocol: Path | None) -> int:
+def _send(folder: Path, protocol: Path | None, key_file: Path | None) -> int:
     from sitecal.run import send_run
 
-    record = send_run(folder, protocol)
+    record = send_run(folder, protocol, key_file=key_file)
     print(f"Sent:    report.dcm to {record['to']} by {record['how']}: {record['answer']}")
     print(f"Record:  {folder / 'sent.json'}")
     return EXIT_PASS

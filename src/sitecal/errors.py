@@ -9,7 +9,12 @@ Every error says what was wrong, where (file, line, field, DICOM tag or path) an
     ├── DicomError (SitecalError, ValueError)       a DICOM file cannot be used (also an Exclusion reason)
     ├── ModelError (SitecalError, RuntimeError)     the model cannot be loaded or run
     ├── DataError (SitecalError, ValueError)        arrays, labels or tables are unusable
+    │   └── SealError                               a run folder's seal does not hold (edited, added,
+    │                                               missing file, incomplete run, no key to check it)
     └── OutputError (SitecalError, OSError)         the run folder cannot be written
+
+    Terminated (KeyboardInterrupt)                  SIGTERM, handled as an interruption (SIGINT) is
+
 
     SitecalWarning (UserWarning)
     ├── SmallGroupWarning                           a group is below the protocol's minimum size
@@ -26,8 +31,10 @@ __all__ = [
     "OutputError",
     "ProtocolError",
     "SitecalError",
+    "SealError",
     "SitecalWarning",
     "SmallGroupWarning",
+    "Terminated",
 ]
 
 
@@ -51,8 +58,18 @@ class DataError(SitecalError, ValueError):
     """Input arrays, labels or tables are malformed (shape, NaN, range, missing column)."""
 
 
+class SealError(DataError):
+    """A run folder cannot be trusted: a sealed file was edited or is missing, a file was added, the seal
+    itself was edited, the run did not finish, or no key is at hand to check it (:mod:`sitecal._seal`)."""
+
+
 class OutputError(SitecalError, OSError):
     """The run folder or one of its files cannot be written."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM): handled as an interruption, so that the run folder is
+    marked incomplete and the run log says so, as for Ctrl-C."""
 
 
 class SitecalWarning(UserWarning):

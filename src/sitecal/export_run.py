@@ -54,6 +54,7 @@ from sitecal.pacs.send import load_run_protocol
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, read_calibration
+from sitecal.sealed_run import open_run
 from sitecal.stages import scan
 
 __all__ = ["N_CHECK", "ExportResult", "export_run"]
@@ -112,6 +113,7 @@ def export_run(
     *,
     output: Path | None = None,
     protocol: Path | None = None,
+    key_file: Path | None = None,
     n_check: int = N_CHECK,
     progress: bool = True,
     workers: int | None = None,
@@ -130,6 +132,10 @@ def export_run(
     protocol : pathlib.Path, optional
         The protocol file (default: the run's ``protocol.yaml``, its paths taken from the folder it was
         in); needed when ``report.output_dir`` leads out of the protocol's folder.
+    key_file : pathlib.Path, optional
+        The site key the run was sealed under, when it is not where the run's protocol says
+        (:mod:`sitecal.sealed_run`). The folder is verified against its seal before anything is read, so
+        the temperatures exported, and those the file is checked against, are the ones the run validated.
     n_check : int
         Most evaluation studies to check on (default :data:`N_CHECK`).
     progress : bool
@@ -149,6 +155,8 @@ def export_run(
         hint = f" Did you mean {guess[0]!r}?" if guess else ""
         raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.{hint}")
     folder = Path(folder)
+    open_run(folder, key_file=key_file, protocol=protocol)
+    _refuse_inside_run(folder, output)
     document = _calibration(folder)
     try:
         handler = attach_log(folder / "run.log")  # the run's record says what was exported from it
@@ -303,6 +311,18 @@ def _calibrated(
 
 def _gap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, dtype=np.float64) - b).max()) if a.size else 0.0
+
+
+def _refuse_inside_run(folder: Path, output: Path | None) -> None:
+    """An ``--output`` inside the sealed run folder goes under its ``export/`` (left out of the seal)."""
+    if output is None:
+        return
+    target, run = Path(output).resolve(), folder.resolve()
+    if target.is_relative_to(run) and not target.is_relative_to(run / "export"):
+        raise DataError(
+            f"--output {output}: inside the run folder, whose files are sealed. Write it under "
+            f"{folder / 'export'} or outside the folder."
+        )
 
 
 def _calibration(folder: Path) -> CalibrationDocument | MethodCalibrationDocument:

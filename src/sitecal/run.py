@@ -19,12 +19,15 @@ from sitecal._hash_manifest import FileHashes, HashManifest
 from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
+from sitecal._seal import EVALUATED, mark_incomplete, write_seal
 from sitecal.cohort import Cohort, Exclusion, write_predictions
 from sitecal.cohort._parts import part_facts, parts_record, write_part
+from sitecal.errors import Terminated
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, Predictions, write_document
+from sitecal.sealed_run import open_run
 from sitecal.stages import (
     REPORT_CONTEXT,
     Analysed,
@@ -100,7 +103,9 @@ def run_protocol(
     protocol = loaded.protocol
     started = (now or datetime.now(UTC)).astimezone(UTC)
     folder = new_run_folder(loaded.output_root, protocol.name, started)
+    mark_incomplete(folder, "the run is under way, or stopped before it finished (run.log says how far)")
     handler = attach_log(folder / "run.log")
+    sealed = False
     try:
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
         pseudonymize = Pseudonymizer(loaded.pseudonym_key())
@@ -152,18 +157,30 @@ def run_protocol(
         write_text_atomic(folder / "protocol.yaml", loaded.text)
         write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
         write_json_atomic(folder / REPORT_CONTEXT, report_context(loaded))
-        render_run(folder)
-        logger.info("verdict: %s; report: %s", outcome.verdict, folder / "report.pdf")
+        write_seal(folder, pseudonymize.key, state=EVALUATED)  # the results, before the report
+        logger.info("results sealed (seal.json, key fingerprint %s)", pseudonymize.fingerprint)
+        render_run(folder, pseudonymize.key)
+        sealed = True
+        logger.info("verdict: %s; report: %s; folder sealed", outcome.verdict, folder / "report.pdf")
         return RunResult(
             folder=folder,
             verdict=outcome.verdict,
             evaluation=outcome.document,
             sent=_send_after_run(loaded, folder),
         )
-    except KeyboardInterrupt:
-        logger.error("run interrupted; nothing was judged (start it again: finished logits are cached)")
+    except KeyboardInterrupt as exc:
+        signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        logger.error(
+            "run interrupted (%s); the folder is marked incomplete and nothing was judged (start it again: "
+            "finished logits are cached)",
+            signal_name,
+        )
+        if not sealed:
+            mark_incomplete(folder, f"the run was interrupted ({signal_name})")
         raise
     except Exception as exc:
+        if not sealed:
+            mark_incomplete(folder, f"the run failed ({type(exc).__name__}); run.log says why")
         # every failure leaves its reason in run.log; the console gets one line and this pointer
         logger.error(
             "run failed, nothing was judged: %s: %s",
@@ -178,28 +195,58 @@ def run_protocol(
         detach_log(handler)
 
 
-def send_run(folder: Path, protocol: Path | None = None) -> dict[str, Any]:
+def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | None = None) -> dict[str, Any]:
     """Send a finished run folder's ``report.dcm`` to ``report.send_to`` (``sitecal send RUN_DIR``).
 
-    The destination is that of ``protocol``, or of the run's own ``protocol.yaml``; the attempt is
-    logged in the folder's ``run.log`` and recorded in its ``sent.json``. Returns the record.
+    The folder is verified against its seal first (:mod:`sitecal.sealed_run`; ``key_file``: the site key,
+    when it is not where the run's protocol says), and its ``report.dcm`` must be the Encapsulated PDF
+    of its ``report.pdf``: nothing else is sent. The destination is that of ``protocol``, or of the run's
+    own ``protocol.yaml``; the attempt is logged in the folder's ``run.log`` and recorded in its
+    ``sent.json``. Returns the record.
 
     Raises
     ------
+    SealError
+        An incomplete, unsealed or edited folder (the file named).
     DataError
-        No report in the folder, no ``report.send_to``, or the archive did not store it.
+        ``report.dcm`` not the run's report, no ``report.send_to``, or the archive did not store it.
     """
-    from sitecal.errors import DataError
     from sitecal.pacs.send import run_destination, send_report
 
-    if not (folder / "report.dcm").is_file():
-        raise DataError(f"{folder}: not a run folder with a report.dcm (the folder `sitecal run` wrote).")
+    folder = Path(folder)
+    seal = open_run(folder, key_file=key_file, protocol=protocol)
+    _check_report_dcm(folder, seal.read_bytes("report.dcm"), seal.read_bytes("report.pdf"))
     destination, resolve = run_destination(folder, protocol)
     handler = attach_log(folder / "run.log")
     try:
         return send_report(folder, destination, resolve)
     finally:
         detach_log(handler)
+
+
+def _check_report_dcm(folder: Path, dcm: bytes, pdf: bytes) -> None:
+    """Refuse a ``report.dcm`` that is not an Encapsulated PDF holding the run's ``report.pdf``."""
+    import io
+
+    import pydicom
+
+    from sitecal.errors import DataError
+    from sitecal.pacs.send import ENCAPSULATED_PDF
+
+    try:
+        dataset = pydicom.dcmread(io.BytesIO(dcm))
+        sop_class = str(dataset.get("SOPClassUID", ""))
+        document = bytes(dataset.get("EncapsulatedDocument", b"") or b"")
+    except Exception as exc:  # any parse failure of our own file is the same refusal
+        raise DataError(
+            f"{folder / 'report.dcm'}: not a readable DICOM file ({type(exc).__name__})."
+        ) from None
+    # the PDF is padded to an even length with one NUL (PS3.3 C.24.2.1)
+    if sop_class != ENCAPSULATED_PDF or document not in (pdf, pdf + b"\0"):
+        raise DataError(
+            f"{folder / 'report.dcm'}: not the Encapsulated PDF of this run's report.pdf; only that is sent. "
+            f"Render it again with 'sitecal report {folder}'."
+        )
 
 
 def _send_after_run(loaded: LoadedProtocol, folder: Path) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from sitecal._hash_manifest import FileHashes, HashManifest, hash_files
 from sitecal._pseudonym import Pseudonymizer
+from sitecal._seal import COMPLETE, EVALUATED, mark_incomplete, verify_seal, write_seal
 from sitecal.cohort import (
     UNKNOWN,
     UNMAPPED,
@@ -51,7 +52,7 @@ from sitecal.cohort.attributes import suppress_rare_values
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.errors import DataError
-from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
+from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate, verdict_problems
 from sitecal.protocol import LoadedProtocol, Protocol, SeriesRules, protocol_summary
 from sitecal.results import (
     CalibrationDocument,
@@ -76,6 +77,7 @@ __all__ = [
     "predict",
     "predictions_from_file",
     "render_run",
+    "render_stored",
     "report_context",
     "scan",
     "series_rules",
@@ -466,17 +468,38 @@ def report_context(loaded: LoadedProtocol) -> dict[str, Any]:
     }
 
 
-def render_run(folder: Path) -> Path:
-    """Render ``report.pdf`` and ``report.dcm`` of a run folder from its stored results alone.
+def render_run(folder: Path, key: bytes) -> Path:
+    """Render ``report.pdf`` and ``report.dcm`` of a sealed run folder from its stored results alone.
 
-    Reads ``evaluation.json``, ``calibration.json``, ``provenance.json``, ``report-context.json`` and
-    ``protocol.yaml``; recomputes no number. The PDF's own time stamps are the run's time
-    (``provenance.created_utc``), so rendering a run again gives the same files, byte for byte.
+    The folder is verified against its seal under ``key`` first (its results at least: a run interrupted
+    while rendering is finished here), the verdict is judged again from the stored criteria, and the
+    rendered folder is sealed as complete (:mod:`sitecal._seal`).
 
     Raises
     ------
+    SealError
+        An unsealed or edited folder, named file by file.
     DataError
-        When the folder is not a finished run folder, or a stored document is missing or malformed.
+        A stored document that is malformed, or whose verdict its own criteria do not give.
+    """
+    folder = Path(folder)
+    if verify_seal(folder, key, need=EVALUATED).state == COMPLETE:
+        # back to 'evaluated' while the report files are rewritten: a crash midway leaves a folder that
+        # says it is incomplete, never a complete seal over half-written files
+        mark_incomplete(folder, "its report was being rendered again ('sitecal report') and did not finish")
+        write_seal(folder, key, state=EVALUATED)
+    pdf = render_stored(folder)
+    write_seal(folder, key, state=COMPLETE)
+    return pdf
+
+
+def render_stored(folder: Path) -> Path:
+    """Render a folder's stored results, unsealed (``sitecal.evaluate_arrays(...).render``, no key).
+
+    Reads ``evaluation.json``, ``calibration.json``, ``provenance.json``, ``report-context.json`` and
+    ``protocol.yaml``; recomputes no number but the verdict, judged again from the stored criteria. The
+    PDF's own time stamps are the run's time (``provenance.created_utc``), so rendering a run again gives
+    the same PDF, byte for byte.
     """
     from sitecal.report import ReportInputs, render_report
     from sitecal.report.dicom_pdf import write_report_dicom
@@ -485,7 +508,14 @@ def render_run(folder: Path) -> Path:
     documents: dict[str, Mapping[str, Any]] = {}
     for name in ("evaluation.json", "calibration.json"):
         _stored(folder, name)  # a missing file is named as such, before its checks
-    documents["evaluation.json"] = read_document(folder / "evaluation.json", Evaluation).to_dict()
+    evaluation = read_document(folder / "evaluation.json", Evaluation)
+    if problems := verdict_problems(evaluation):
+        raise DataError(
+            f"{folder / 'evaluation.json'}: its verdicts are not those its own numbers give "
+            f"({'; '.join(problems[:3])}). Nothing was rendered: the document was edited, or made by a "
+            "faulty sitecal. Run the protocol again."
+        )
+    documents["evaluation.json"] = evaluation.to_dict()
     documents["calibration.json"] = read_calibration(folder / "calibration.json").to_dict()
     documents |= {name: _stored(folder, name) for name in ("provenance.json", REPORT_CONTEXT)}
     context = dict(documents[REPORT_CONTEXT])

@@ -19,6 +19,7 @@ from sitecal.calibration._temperature import (
     TemperatureFit,
     _bounds,
     fit_validated,
+    stored_temperature,
 )
 from sitecal.errors import DataError
 
@@ -101,7 +102,7 @@ class GroupTemperature:
         eb = source == "empirical_bayes"
         return cls(
             group=str(data["group"]),
-            temperature=float(data["temperature"]),
+            temperature=stored_temperature(data["temperature"]),
             n=int(data["n"]),
             source=source,
             fit=None if fit is None else TemperatureFit.from_dict(fit),

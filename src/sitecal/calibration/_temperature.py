@@ -15,7 +15,7 @@ from sitecal._kernels import nll_row_terms
 from sitecal._validation import check_float, check_int, check_labels, check_logits
 from sitecal.errors import ConvergenceWarning, DataError
 
-__all__ = ["DEFAULT_BOUNDS", "TemperatureFit", "fit_temperature"]
+__all__ = ["DEFAULT_BOUNDS", "TemperatureFit", "fit_temperature", "stored_temperature"]
 
 #: Default search interval for T. Outside it the data, not the model, decide the answer: the NLL
 #: keeps falling as T -> 0 on separable data and as T -> inf on uninformative logits.
@@ -72,7 +72,7 @@ class TemperatureFit:
         """Inverse of :meth:`to_dict`."""
         try:
             return cls(
-                temperature=float(data["temperature"]),
+                temperature=stored_temperature(data["temperature"]),
                 log_temperature=float(data["log_temperature"]),
                 n=int(data["n"]),
                 nll_before=float(data["nll_before"]),
@@ -86,6 +86,22 @@ class TemperatureFit:
             raise DataError(
                 f"TemperatureFit.from_dict got a malformed dict ({exc!r}); pass what to_dict() wrote."
             ) from exc
+
+
+def stored_temperature(value: Any) -> float:
+    """A temperature read back from a document: finite and within :data:`DEFAULT_BOUNDS`, else ValueError.
+
+    Every fit is bounded there, so a stored value outside was not written by a fit (``T = 1e-300`` turns
+    every prediction one-hot): refused rather than deployed.
+
+    >>> stored_temperature(1.25)
+    1.25
+    """
+    t = float(value)
+    low, high = DEFAULT_BOUNDS
+    if not (math.isfinite(t) and low * (1 - 1e-9) <= t <= high * (1 + 1e-9)):
+        raise ValueError(f"temperature {t!r} outside the range every fit keeps to, [{low:g}, {high:g}]")
+    return t
 
 
 class _NLL:

@@ -5,7 +5,7 @@
 writes (``EvaluationOutcome.document``, ``result.to_dict()``).
 """
 
-from sitecal.evaluation._acceptance import FAIL, INCONCLUSIVE, INSUFFICIENT, PASS
+from sitecal.evaluation._acceptance import FAIL, INCONCLUSIVE, INSUFFICIENT, PASS, verdict_problems
 from sitecal.evaluation._core import (
     SCHEMA_VERSION,
     EvaluationData,
@@ -26,4 +26,5 @@ __all__ = [
     "EvaluationOutcome",
     "evaluate",
     "split_patients",
+    "verdict_problems",
 ]

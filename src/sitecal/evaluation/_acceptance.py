@@ -21,9 +21,19 @@ from typing import Any, Final
 from sitecal.evaluation._groups import OVERALL
 from sitecal.metrics.registry import metric as registry_metric
 from sitecal.protocol import AcceptanceCriterion
-from sitecal.results import Criterion, CriterionResult, GroupResult, Recalibration, Verdict
+from sitecal.results import Criterion, CriterionResult, Evaluation, GroupResult, Recalibration, Verdict
 
-__all__ = ["FAIL", "INCONCLUSIVE", "INSUFFICIENT", "PASS", "combine", "group_verdict", "judge"]
+__all__ = [
+    "FAIL",
+    "INCONCLUSIVE",
+    "INSUFFICIENT",
+    "PASS",
+    "combine",
+    "group_verdict",
+    "judge",
+    "margin_verdict",
+    "verdict_problems",
+]
 
 PASS: Final = "pass"
 FAIL: Final = "fail"
@@ -41,9 +51,19 @@ def group_verdict(criterion: AcceptanceCriterion, estimate: float, low: float, h
     >>> group_verdict(below, 0.03, float("nan"), 0.04)
     'insufficient data'
     """
+    return margin_verdict(*criterion.margin, estimate, low, high)
+
+
+def margin_verdict(
+    lower: float | None, upper: float | None, estimate: float, low: float, high: float
+) -> Verdict:
+    """The verdict of an estimate and its interval ``[low, high]`` against the margin ``(lower, upper)``.
+
+    >>> margin_verdict(None, 0.05, 0.03, 0.01, 0.04), margin_verdict(0.8, 1.25, 1.0, 0.7, 1.1)
+    ('pass', 'inconclusive')
+    """
     if not all(math.isfinite(v) for v in (estimate, low, high)):
         return INSUFFICIENT
-    lower, upper = criterion.margin
     # pass: the whole interval lies strictly inside the open side(s) of the margin
     clears = (lower is None or low > lower) and (upper is None or high < upper)
     if clears:
@@ -132,3 +152,37 @@ def judge(
         results=tuple(rows),
         verdict=combine(r.verdict for r in rows) if rows else INSUFFICIENT,
     )
+
+
+def verdict_problems(evaluation: Evaluation) -> list[str]:
+    """Where a stored evaluation's verdicts are not those its own numbers give; empty when all agree.
+
+    Each group's verdict is judged again from its stored estimate, interval and n against the criterion's
+    stored margins (a group under ``min_group_size`` is insufficient data), each criterion's from its
+    groups' and the document's from its criteria's, as :func:`judge` and :func:`combine` do. ``sitecal
+    report`` refuses a document with any problem: a verdict on the cover must be the one its tables give.
+    """
+    problems = []
+    for criterion in evaluation.acceptance:
+        for row in criterion.results:
+            values = [math.nan if v is None else float(v) for v in (row.estimate, row.low, row.high)]
+            expected = (
+                INSUFFICIENT
+                if row.n < evaluation.min_group_size
+                else margin_verdict(criterion.lower_margin, criterion.upper_margin, *values)
+            )
+            if row.verdict != expected:
+                problems.append(
+                    f"$.acceptance[{criterion.id}] group {row.group!r}: verdict {row.verdict!r}, but its "
+                    f"estimate and interval give {expected!r}"
+                )
+        expected = combine(r.verdict for r in criterion.results) if criterion.results else INSUFFICIENT
+        if criterion.verdict != expected:
+            problems.append(
+                f"$.acceptance[{criterion.id}]: verdict {criterion.verdict!r}, but its groups give "
+                f"{expected!r}"
+            )
+    overall = combine(c.verdict for c in evaluation.acceptance) if evaluation.acceptance else PASS
+    if evaluation.verdict != overall:
+        problems.append(f"$.verdict: {evaluation.verdict!r}, but its criteria give {overall!r}")
+    return problems
