@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 import torch
 from scipy.special import softmax as scipy_softmax
+from tests.conftest import TEST_PSEUDONYM_KEY
 
+from sitecal._seal import COMPLETE, write_seal
 from sitecal.apply import apply_calibration, apply_calibration_file
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.cli import main
 from sitecal.errors import DataError
 from sitecal.inference import GroupTemperatureScaler
 from sitecal.results import CalibrationDocument, write_document
+from sitecal.sealed_run import DEFAULT_KEY_NAME
 
 CLASSES = ["normal", "nodule", "effusion"]
 
@@ -42,8 +45,13 @@ def fitted(tmp_path: Path) -> tuple[GroupTemperatures, Path]:
         },
         source="calibration.json",
     )
-    path = tmp_path / "calibration.json"
+    path = tmp_path / "run" / "calibration.json"
     write_document(path, document)
+    # sealed as a run seals its folder, under a site key kept where a run keeps it (beside the folder)
+    key_file = tmp_path / DEFAULT_KEY_NAME
+    key_file.write_text(TEST_PSEUDONYM_KEY + "\n")
+    key_file.chmod(0o600)
+    write_seal(path.parent, TEST_PSEUDONYM_KEY.encode(), state=COMPLETE)
     return temps, path
 
 
@@ -100,6 +108,7 @@ def test_a_scores_file_is_calibrated_row_by_row_without_copying_its_columns(
     assert [r["line"] for r in rows] == ["2", "3", "5", "6"]
     assert [r["group"] for r in rows] == ["Ysio Demo", "DRX Demo", "", ""]
     assert [r["temperature_from"] for r in rows] == ["group", "group", "global: no group value", "global"]
+    assert {r["calibration_check"] for r in rows} == {"sealed"} and done.verified
     logits = np.array([[2.0, 0.5, -1.0], [0.1, 3.0, 0.0], [1.0, 1.0, 4.0], [0.0, 1.0, 2.0]])
     expected = _expected(temps, logits, ["Ysio Demo", "DRX Demo", "unknown", "Unknown Vendor X"])
     got = np.array([[float(r[f"prob:{c}"]) for c in CLASSES] for r in rows])
@@ -120,12 +129,15 @@ def test_the_cli_names_a_missing_group_column_and_a_class_the_calibration_lacks(
     assert main(["apply", str(calibration), str(scores), "--group-column", "site"]) == 0
     assert "Calibrated: 1 of 1 rows (1 with the global fit)" in capsys.readouterr().out
     assert (tmp_path / "scores-calibrated.csv").is_file()
+    # an existing output is replaced only when told
+    assert main(["apply", str(calibration), str(scores), "--group-column", "site"]) == 2
+    assert "scores-calibrated.csv: exists. Name another --output, or pass --force" in capsys.readouterr().err
     scores.write_text("scanner,logit:normal,logit:cancer\nA,0.5,0.2\n", encoding="utf-8")
-    assert main(["apply", str(calibration), str(scores)]) == 2
+    assert main(["apply", str(calibration), str(scores), "--force"]) == 2
     assert "column 'logit:cancer' names a class the model does not have" in capsys.readouterr().err
     broken = tmp_path / "calibration-edited.json"
     broken.write_text(json.dumps({**json.loads(calibration.read_text()), "per": 7}), encoding="utf-8")
-    assert main(["apply", str(broken), str(scores)]) == 2
+    assert main(["apply", str(broken), str(scores), "--force", "--unverified"]) == 2
     assert "calibration-edited.json" in capsys.readouterr().err
 
 

@@ -217,5 +217,10 @@ def test_edited_fits_in_calibration_json_are_named_not_a_traceback(
     edited.write_text(json.dumps(calibration))
     scores = tmp_path / "scores.csv"
     scores.write_text("scanner,logit:normal,logit:nodule,logit:effusion\nA,1,2,3\n")
+    # outside its sealed run folder the file is refused, and taken as it is only when told ...
     assert main(["apply", str(edited), str(scores), "--output", str(tmp_path / "out.csv")]) == 2
-    assert f"{edited}: " in capsys.readouterr().err
+    assert f"{edited}: not in a sealed run folder" in capsys.readouterr().err
+    # ... and then its malformed fits are still named, not a traceback
+    args = ["apply", str(edited), str(scores), "--output", str(tmp_path / "out.csv"), "--unverified"]
+    assert main(args) == 2
+    assert f"{edited}: " in capsys.readouterr().err and not (tmp_path / "out.csv").exists()

@@ -10,8 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.conftest import PATIENT_SPLIT, write_demo_protocol
+from tests.conftest import PATIENT_SPLIT, TEST_PSEUDONYM_KEY, write_demo_protocol
 
+from sitecal._seal import COMPLETE, write_seal
 from sitecal.cli import main
 from sitecal.demo import generate_demo
 from sitecal.export_run import N_CHECK, export_run
@@ -40,6 +41,11 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _copy(folder: Path, tmp_path: Path) -> Path:
     """A copy of the run folder to spoil (its protocol's paths are absolute, so the copy finds them too)."""
     return Path(shutil.copytree(folder, tmp_path / folder.name))
+
+
+def _reseal(folder: Path) -> None:
+    """Seal the folder again under the test key, as a run that wrote what it now holds would have."""
+    write_seal(folder, TEST_PSEUDONYM_KEY.encode(), state=COMPLETE)
 
 
 def _evaluation_keys(folder: Path) -> list[str]:
@@ -109,6 +115,9 @@ def test_logits_that_the_model_no_longer_gives_stop_the_export(run_folder: Path,
             row[3] = repr(float(row[3]) + 0.5)
     with open(path, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
+    with pytest.raises(Exception, match="predictions.csv: edited after the run sealed it"):
+        export_run(folder, "torchscript", progress=False)
+    _reseal(folder)  # as if the run itself had stored those logits: the check against the model stops it
     with pytest.raises(Exception, match="no longer gives the run's logits") as caught:
         export_run(folder, "torchscript", progress=False)
     assert type(caught.value).__name__ == "DataError"
@@ -137,11 +146,16 @@ def test_bad_input_exits_2_naming_the_file_and_the_next_step(
     # the predictions-file route: no model was run, so there is none to export
     (folder / "calibration.json").write_text(json.dumps({**calibration, "model_sha256": None}))
     assert main(["export", str(folder), "--format", "torchscript", "--no-progress"]) == 2
+    # an edited file is refused before anything is read from it ...
+    assert f"{folder / 'calibration.json'}: edited after the run sealed it" in _error(capsys)
+    _reseal(folder)  # ... so the checks below stand for a run that wrote such a document itself
+    assert main(["export", str(folder), "--format", "torchscript", "--no-progress"]) == 2
     assert "model_sha256 is null: the run read the model's outputs from a file" in (err := _error(capsys))
     assert f"`sitecal apply {folder / 'calibration.json'} SCORES.csv`" in err
 
     # a model other than the one the run calibrated
     (folder / "calibration.json").write_text(json.dumps({**calibration, "model_sha256": "0" * 64}))
+    _reseal(folder)
     assert main(["export", str(folder), "--format", "torchscript", "--no-progress"]) == 2
     assert "is not the model the run calibrated (000000000000..., calibration.json model_sha256)" in _error(
         capsys
@@ -149,9 +163,7 @@ def test_bad_input_exits_2_naming_the_file_and_the_next_step(
 
     (folder / "calibration.json").unlink()
     assert main(["export", str(folder), "--format", "torchscript"]) == 2
-    assert f"{folder / 'calibration.json'}: not found, so there are no temperatures to export" in _error(
-        capsys
-    )
+    assert f"{folder / 'calibration.json'}: missing (it is in the run's seal)" in _error(capsys)
     assert not (folder / "export").exists()
 
 

@@ -140,17 +140,23 @@ def test_report_renders_a_stored_run_again_byte_for_byte(
     before = {name: (run / name).read_bytes() for name in ("report.pdf", "report.dcm")}
     evaluation = (run / "evaluation.json").read_bytes()
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)  # the PDF is dated by the run's own time
-    (run / "report.pdf").unlink()
     assert main(["report", str(run)]) == 0
     assert {name: (run / name).read_bytes() for name in before} == before
     assert (run / "evaluation.json").read_bytes() == evaluation
+    # a sealed report file that went missing is refused, never quietly rendered again
+    (run / "report.pdf").unlink()
+    assert main(["report", str(run)]) == 2
+    (run / "report.pdf").write_bytes(before["report.pdf"])
+    assert main(["report", str(run)]) == 0
 
 
 def test_report_of_a_folder_that_is_not_a_run_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["report", str(tmp_path)]) == 2
-    assert "evaluation.json: not found" in capsys.readouterr().err
+    assert f"{tmp_path / 'seal.json'}: not found. {tmp_path} is not a sealed sitecal run folder" in (
+        capsys.readouterr().err
+    )
 
 
 def test_vendor_probabilities_by_accession_number_with_dicom_subgroups(cohort: dict) -> None:

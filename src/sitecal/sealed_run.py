@@ -20,6 +20,8 @@ No key at hand is an error that says to pass ``--key``: a folder is never taken 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from pathlib import Path
 
@@ -82,6 +84,8 @@ def _candidates(folder: Path, protocol: Path | None) -> list[Path]:
     from sitecal.pacs.send import load_run_protocol
 
     found: list[Path] = []
+    if protocol is None:
+        _check_run_protocol(folder)
     try:
         found.append(load_run_protocol(folder, protocol).key_file)
     except SitecalError as exc:  # the folder's protocol cannot be found back: the default place remains
@@ -90,3 +94,23 @@ def _candidates(folder: Path, protocol: Path | None) -> list[Path]:
     if default not in found:
         found.append(default)
     return found
+
+
+def _check_run_protocol(folder: Path) -> None:
+    """Refuse a run ``protocol.yaml`` that is not the one its seal lists, before it points at any key.
+
+    The seal is not verified yet (its key is what is being looked for), but a protocol that differs
+    from it means an edited folder either way, and its key file must not be taken from it.
+    """
+    listed = read_seal(folder)["files"].get("protocol.yaml")
+    path = folder / "protocol.yaml"
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    except OSError:
+        digest = None
+    if listed is None or digest is None or not hmac.compare_digest(digest, listed):
+        raise SealError(
+            f"{path}: missing, or edited after the run sealed it (not the protocol its seal lists), so the "
+            "key it names cannot be trusted either. Restore the folder from its archive, or run the "
+            "protocol again."
+        )
