@@ -52,7 +52,7 @@ def test_a_retrieval_stopped_half_way_fetches_only_what_is_missing(
     fetch = DicomwebPeer.fetch
     calls = {"n": 0}
 
-    def killed_after_40(self: DicomwebPeer, *args: Any) -> bytes:
+    def killed_after_40(self: DicomwebPeer, *args: Any) -> str:
         calls["n"] += 1
         if calls["n"] > 40:
             raise KeyboardInterrupt  # the operator's Ctrl-C, half-way
@@ -82,7 +82,7 @@ def test_ctrl_c_stops_the_retrieval_without_fetching_the_queued_studies(
     fetch = DicomwebPeer.fetch
     calls = {"n": 0}
 
-    def counted(self: DicomwebPeer, *args: Any) -> bytes:
+    def counted(self: DicomwebPeer, *args: Any) -> str:
         calls["n"] += 1
         return fetch(self, *args)
 
@@ -105,13 +105,13 @@ def test_a_study_that_cannot_be_fetched_is_an_exclusion_and_the_retrieval_goes_o
     fetch = DicomwebPeer.fetch
     refused: list[str] = []
 
-    def one_fails(self: DicomwebPeer, study: Any, series: str, sop: str) -> bytes:
+    def one_fails(self: DicomwebPeer, study: Any, series: str, sop: str, store: Any) -> str:
         if not refused or refused[0] == study.study_uid:
             refused[:1] = [study.study_uid]
             raise PacsError(
                 "WADO-RS instance retrieval: HTTP 503 Service Unavailable; the server failed the request."
             )
-        return fetch(self, study, series, sop)
+        return fetch(self, study, series, sop, store)
 
     monkeypatch.setattr(DicomwebPeer, "fetch", one_fails)
     result = retrieve_studies(source, store=tmp_path / "store", resolve=Path, progress=False)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sitecal.pacs._credentials import Credentials
+from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers
 from sitecal.pacs._peer import PacsError
 from sitecal.protocol._pacs import DimseService, TlsSettings
 
@@ -152,6 +153,8 @@ def associate(
     ``contexts``: SOP classes we use as SCU (query, retrieve), in the default transfer syntaxes;
     ``send``: (SOP class, transfer syntax) of instances we send (C-STORE); ``receive``: storage SOP classes
     we accept instances of on this association (C-GET, SCP role), each handled by ``on_store``.
+    Every message the peer sends on it is bounded (:mod:`sitecal.pacs._guard`): an instance received
+    by ``service.limits.instance_mib``, any other answer by ``answer_mib``, each by ``timeout_s``.
     Raises :class:`PacsError` naming what failed and what to check.
     """
     from pynetdicom import AE, build_role, evt
@@ -160,7 +163,7 @@ def associate(
     ae = AE(ae_title=service.calling_ae)
     for name in ("acse_timeout", "dimse_timeout", "network_timeout", "connection_timeout"):
         setattr(ae, name, service.timeout_s)
-    ae.maximum_pdu_size = 0  # no limit on what we receive
+    ae.maximum_pdu_size = MAX_PDU_BYTES  # announced: the guard refuses a longer PDU
     requested = [build_context(uid) for uid in contexts]
     requested += [build_context(uid, [syntax]) for uid, syntax in send]
     requested += [build_context(uid, list(STORAGE_SYNTAXES)) for uid in receive]
@@ -174,7 +177,9 @@ def associate(
         seen["connected"] = True
         no_delay(event)
 
-    handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened)]
+    limits = service.limits
+    message_bytes = limits.instance_bytes if receive else limits.answer_bytes
+    handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened), *guard_handlers(message_bytes, service.timeout_s)]
     if on_store is not None:
         handlers.append((evt.EVT_C_STORE, on_store))
     peer = service.dimse

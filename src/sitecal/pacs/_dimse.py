@@ -13,9 +13,11 @@ half-way, one image-level request per missing instance.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from sitecal.pacs._association import (
     tls_context,
 )
 from sitecal.pacs._credentials import Credentials
+from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, guard_of
 from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
 from sitecal.pacs._store import InstanceStore
 from sitecal.protocol._pacs import DimseSource
@@ -41,6 +44,12 @@ _MOVE = "1.2.840.10008.5.1.4.1.2.2.2"  # Study Root Query/Retrieve Information M
 _PENDING = (0xFF00, 0xFF01)
 #: Storage SOP classes one C-GET association can receive (128 presentation contexts, less FIND and GET).
 _MAX_RECEIVED = 126
+#: Instances a retrieval did not ask for that the PACS may send (each refused, not stored) before the
+#: association is ended: a PACS sending on and on is stopped.
+_MAX_UNASKED = 16
+_MATCHES = "data.source.limits.matches"
+#: A UID as an answer may give it (digits and dots, at most 64 characters).
+_UID = re.compile(r"[0-9]+(?:\.[0-9]+)*")
 
 
 @functools.cache
@@ -77,6 +86,8 @@ class DimsePeer:
         self._open: list[Any] = []
         self._server: Any = None
         self._store = store
+        self._asked: dict[str, int] = {}  # SOPInstanceUID -> requests in flight asking for it
+        self._unasked = 0  # instances received that no request asked for
         self.requests = 0  # C-FIND, C-GET and C-MOVE requests
         self.connections = 0  # associations opened
 
@@ -108,7 +119,7 @@ class DimsePeer:
         identifier = Dataset()
         identifier.QueryRetrieveLevel = "STUDY"
         identifier.StudyInstanceUID = "2.25.0"
-        self._find(identifier, "C-FIND (study level)")
+        self._find(identifier, "C-FIND (study level)", self.source.limits.matches, _MATCHES)
         if self.source.retrieve == "move":
             import socket
 
@@ -134,7 +145,7 @@ class DimsePeer:
         ae = AE(ae_title=self.source.calling_ae)
         for name in ("acse_timeout", "dimse_timeout", "network_timeout"):
             setattr(ae, name, self.source.timeout_s)
-        ae.maximum_pdu_size = 0
+        ae.maximum_pdu_size = MAX_PDU_BYTES  # announced: the guard refuses a longer PDU
         for context in AllStoragePresentationContexts:
             assert context.abstract_syntax is not None
             ae.add_supported_context(context.abstract_syntax, list(STORAGE_SYNTAXES))
@@ -147,7 +158,11 @@ class DimsePeer:
             return ae.start_server(
                 ("", port),
                 block=False,
-                evt_handlers=[(evt.EVT_C_STORE, self._on_store), (evt.EVT_CONN_OPEN, no_delay)],
+                evt_handlers=[
+                    (evt.EVT_C_STORE, self._on_store),
+                    (evt.EVT_CONN_OPEN, no_delay),
+                    *guard_handlers(self.source.limits.instance_bytes, self.source.timeout_s),
+                ],
                 ssl_context=ssl_context,
             )
         except OSError as exc:
@@ -158,10 +173,24 @@ class DimsePeer:
             ) from None
 
     def _on_store(self, event: Any) -> int:
-        """Keep one instance received (C-GET or C-MOVE sub-operation); its C-STORE status."""
+        """Keep one instance received (C-GET or C-MOVE sub-operation); its C-STORE status.
+
+        Only an instance a request in flight asked for is kept; past :data:`_MAX_UNASKED` others the
+        association is ended (its guard says why).
+        """
         try:
             assert self._store is not None
-            self._store.put(str(event.request.AffectedSOPInstanceUID), event.encoded_dataset())
+            sop_uid = str(event.request.AffectedSOPInstanceUID)
+            with self._lock:
+                asked = self._asked.get(sop_uid, 0) > 0
+                self._unasked += not asked
+                flood = self._unasked > _MAX_UNASKED
+            if not asked:
+                guard = guard_of(event.assoc)
+                if flood and guard is not None:
+                    guard.stop(f"more than {_MAX_UNASKED} instances that no request asked for")
+                return 0xA700
+            self._store.put(sop_uid, event.encoded_dataset())
         except Exception:  # any failure here is the PACS's failed sub-operation
             return 0xA700
         return 0x0000
@@ -200,8 +229,11 @@ class DimsePeer:
             self.requests += 1
 
     # -- C-FIND -----------------------------------------------------------------------------------
-    def _find(self, identifier: Any, what: str) -> list[Any]:
-        """Every identifier a C-FIND returns; raises PacsError on a failure status or no answer."""
+    def _find(self, identifier: Any, what: str, most: int, cap: str) -> list[Any]:
+        """Every identifier a C-FIND returns; raises PacsError on a failure status or no answer.
+
+        More than ``most`` answers (``cap``: the setting that says so) end the association.
+        """
         assoc = self._association()
         self._count()
         answers = []
@@ -209,22 +241,36 @@ class DimsePeer:
         for status, found in assoc.send_c_find(identifier, _FIND):
             code = getattr(status, "Status", None)
             if code is None:
-                raise self._lost(what, started)
+                raise self._lost(what, started, assoc)
             if code in _PENDING:
                 if found is not None:
                     answers.append(found)
+                if len(answers) > most:
+                    assoc.abort()
+                    self._local.assoc = None
+                    raise PacsError(
+                        f"{what}: {self.source.dimse.ae_title} sent more than {cap} ({most}) answers; the "
+                        "association was aborted. Narrow data.source.query, or raise the limit."
+                    )
             elif code != 0x0000:
                 raise PacsError(f"{what}: the PACS answered {status_problem(code)}.")
         return answers
 
-    def _lost(self, what: str, started: float) -> PacsError:
-        """Why a request got no final status: our timeout, or the PACS ended the association.
+    def _lost(self, what: str, started: float, assoc: Any) -> PacsError:
+        """Why a request got no final status: a bound of ours, our timeout, or the PACS ended it.
 
         An abort is asked again (``transient``): a PACS under load may drop an association it would
         serve a moment later; one that refuses the request aborts the next one too.
         """
         self._local.assoc = None
         peer = self.source.dimse.ae_title
+        guard = guard_of(assoc)
+        if guard is not None and guard.problem is not None:
+            limits = "data.source.limits (answer_mib, instance_mib) and data.source.timeout_s"
+            return PacsError(
+                f"{what}: {peer} at {self.source.dimse.host} sent {guard.problem}; the association was "
+                f"aborted. Check that the PACS is well, or raise {limits}."
+            )
         if time.monotonic() - started >= 0.95 * self.source.timeout_s:
             return PacsError(
                 f"{what}: no answer from {peer} within data.source.timeout_s ({self.source.timeout_s:g} s); "
@@ -250,8 +296,8 @@ class DimsePeer:
             for keyword, value in search.items():
                 setattr(identifier, keyword, value)
             what = f"C-FIND ({identifier.QueryRetrieveLevel.lower()} level)"
-            for answer in self._find(identifier, what):
-                uid = str(answer.get("StudyInstanceUID", "") or "").strip()
+            for answer in self._find(identifier, what, self.source.limits.matches, _MATCHES):
+                uid = _uid(answer, "StudyInstanceUID")
                 if uid:
                     found.add(uid)
                 if len(found) > self.source.query.max_studies:
@@ -268,11 +314,13 @@ class DimsePeer:
         identifier.SOPInstanceUID = ""
         identifier.SOPClassUID = ""
         out = set()
-        for answer in self._find(identifier, "C-FIND (image level)"):
-            parts = [str(answer.get(k, "") or "").strip() for k in ("SeriesInstanceUID", "SOPInstanceUID")]
-            sop_class = str(answer.get("SOPClassUID", "") or "").strip()
-            if all(parts) and sop_class:
-                out.add(_Instance(parts[0], parts[1], sop_class))
+        most = self.source.limits.instances_per_study
+        for answer in self._find(
+            identifier, "C-FIND (image level)", most, "data.source.limits.instances_per_study"
+        ):
+            parts = [_uid(answer, k) for k in ("SeriesInstanceUID", "SOPInstanceUID", "SOPClassUID")]
+            if parts[0] and parts[1] and parts[2]:
+                out.add(_Instance(parts[0], parts[1], parts[2]))
         return sorted(out, key=lambda i: (i.series_uid, i.sop_uid))
 
     # -- C-GET / C-MOVE ---------------------------------------------------------------------------
@@ -289,10 +337,11 @@ class DimsePeer:
         verb = f"C-{self.source.retrieve.upper()}"
         if missing:
             classes = frozenset(i.sop_class for i in missing)
-            if len(missing) == len(listed):
-                reports = [self._retrieve(self._identifier(study, None), classes)]
-            else:
-                reports = [self._retrieve(self._identifier(study, i), classes) for i in missing]
+            with self._asking([i.sop_uid for i in missing]):
+                if len(missing) == len(listed):
+                    reports = [self._retrieve(self._identifier(study, None), classes)]
+                else:
+                    reports = [self._retrieve(self._identifier(study, i), classes) for i in missing]
             absent = [i for i in missing if not store.has_instance(i.sop_uid)]
             if absent:
                 said = "; ".join(dict.fromkeys(r for r in reports if r))
@@ -303,6 +352,21 @@ class DimsePeer:
                 )
         store.complete_study(study.study_uid, [i.sop_uid for i in listed])
         return len(missing)
+
+    @contextmanager
+    def _asking(self, sop_uids: list[str]) -> Iterator[None]:
+        """Within the block, instances of ``sop_uids`` received are kept (C-GET or C-MOVE)."""
+        with self._lock:
+            for uid in sop_uids:
+                self._asked[uid] = self._asked.get(uid, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for uid in sop_uids:
+                    self._asked[uid] -= 1
+                    if not self._asked[uid]:
+                        del self._asked[uid]
 
     @staticmethod
     def _identifier(study: StudyRef, instance: _Instance | None) -> Any:
@@ -332,7 +396,7 @@ class DimsePeer:
         final = None
         for status, _ in answers:
             if getattr(status, "Status", None) is None:
-                raise self._lost(verb, started)
+                raise self._lost(verb, started, assoc)
             final = status
         code = int(final.Status) if final is not None else -1
         failed = int(final.get("NumberOfFailedSuboperations", 0) or 0) if final is not None else 0
@@ -358,3 +422,12 @@ class DimsePeer:
                 "from the PACS."
             )
         return ". Check the PACS's log for this study (a transfer syntax it cannot send, or a refusal)."
+
+
+def _uid(answer: Any, keyword: str) -> str | None:
+    """A UID of a C-FIND answer, stripped, when it is one (digits and dots, 64 characters at most)."""
+    try:
+        value = str(answer.get(keyword, "") or "").strip(" \x00")
+    except Exception:  # an element pydicom cannot decode: the answer is not usable
+        return None
+    return value if len(value) <= 64 and _UID.fullmatch(value) else None

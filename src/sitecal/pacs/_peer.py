@@ -23,12 +23,13 @@ class PacsError(Exception):
 
     ``transient``: the failure may not recur when the request is asked again (a dropped connection, a
     server busy, an answer that contradicts the study search): the retrieval asks again after a pause
-    before it excludes the study.
+    before it excludes the study. ``fatal``: the failure would recur for every study (a redirect: the
+    service is not where the protocol says): the retrieval stops instead of excluding the study.
     """
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(self, message: str, *, transient: bool = False, fatal: bool = False) -> None:
         super().__init__(message)
-        self.transient = transient
+        self.transient, self.fatal = transient, fatal
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 Layout under the store's root (``<output_dir>/.sitecal-pacs/<source id>/``)::
 
     files/ab/ab12...ef.dcm     one instance, named by the sha256 of its bytes (written atomically)
+    incoming/                  instances being received, written as they arrive (outside ``files/``)
     index.json                 sha256(SOPInstanceUID) -> object hash; sha256(StudyInstanceUID) of the
                                studies retrieved whole -> their instances' keys
 
@@ -15,18 +16,68 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import threading
 from pathlib import Path
+from types import TracebackType
 
 from sitecal._io import write_bytes_atomic, write_json_atomic
-from sitecal.errors import DataError
+from sitecal.errors import DataError, OutputError
 
-__all__ = ["InstanceStore", "uid_key"]
+__all__ = ["Incoming", "InstanceStore", "uid_key"]
 
 
 def uid_key(uid: str) -> str:
     """The store's name for a UID: its sha256, hex (the UID itself is never written)."""
     return hashlib.sha256(uid.strip().encode("ascii", "replace")).hexdigest()
+
+
+class Incoming:
+    """An instance being received: its bytes go to a file under ``incoming/`` and are hashed as they come.
+
+    A context manager: the file is removed on exit unless :meth:`InstanceStore.put_incoming` took it.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"{secrets.token_hex(8)}.part"
+        self._file = open(self.path, "xb")  # closed by finish or __exit__
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._file.write(data)
+        except OSError as exc:
+            raise OutputError(
+                f"{self.path.parent}: cannot write a retrieved instance ({exc.strerror or exc}). Check free "
+                "space and permissions."
+            ) from None
+        self._hash.update(data)
+        self.size += len(data)
+
+    def head(self, n: int) -> bytes:
+        """The first ``n`` bytes written (the file is flushed first)."""
+        self._file.flush()
+        with open(self.path, "rb") as f:
+            return f.read(n)
+
+    def finish(self) -> str:
+        """Close the file (synced to disk); the sha256 of its bytes."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        return self._hash.hexdigest()
+
+    def __enter__(self) -> Incoming:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
 
 
 class InstanceStore:
@@ -68,6 +119,23 @@ class InstanceStore:
         path = self.object_path(digest)
         if not path.is_file():
             write_bytes_atomic(path, data)
+        with self._lock:
+            self.instances[uid_key(sop_uid)] = digest
+        return digest
+
+    def incoming(self) -> Incoming:
+        """A file to receive one instance into, as it arrives (see :meth:`put_incoming`)."""
+        return Incoming(self.root / "incoming")
+
+    def put_incoming(self, sop_uid: str, incoming: Incoming) -> str:
+        """Store an instance received into ``incoming`` (moved into place, not copied); its object hash."""
+        digest = incoming.finish()
+        path = self.object_path(digest)
+        if path.is_file():
+            incoming.path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(incoming.path, path)
         with self._lock:
             self.instances[uid_key(sop_uid)] = digest
         return digest

@@ -232,6 +232,8 @@ def _fetch_pass(
         try:
             fetched += future.result()
         except PacsError as exc:
+            if exc.fatal:  # it would fail every study alike: stop here (the queued studies are dropped)
+                raise
             errors[futures[future]] = exc
         if bar is not None:
             bar.update()

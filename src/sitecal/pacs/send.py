@@ -155,7 +155,7 @@ def _stow(
 ) -> str:
     from sitecal.pacs._dicomweb import DicomwebPeer
 
-    with DicomwebPeer(destination, credentials, resolve) as peer:
+    with DicomwebPeer(destination, credentials, resolve, _FIELD) as peer:
         reply = peer.store(dataset)
     failed = list(getattr(reply, "FailedSOPSequence", None) or [])
     if failed:
@@ -234,7 +234,7 @@ def destination_problems(
         if isinstance(destination, DicomwebDestination):
             from sitecal.pacs._dicomweb import DicomwebPeer
 
-            with DicomwebPeer(destination, credentials, resolve) as peer:
+            with DicomwebPeer(destination, credentials, resolve, _FIELD) as peer:
                 peer.probe()
         else:
             from sitecal.pacs._association import associate, check_reachable

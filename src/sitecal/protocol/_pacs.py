@@ -25,6 +25,7 @@ __all__ = [
     "DimseDestination",
     "DimseService",
     "DimseSource",
+    "PacsLimits",
     "PacsQuery",
     "PeerSettings",
     "TlsSettings",
@@ -122,13 +123,67 @@ class PeerSettings(_Strict):
     _title = field_validator("ae_title")(_ae_title)
 
 
+class PacsLimits(_Strict):
+    """How much one answer of the peer may hold: a peer is not trusted to end what it sends.
+
+    The defaults are far above what a real PACS sends and far below what would exhaust a workstation;
+    an answer past a limit ends the request with an error naming the limit (exit 2 during the study
+    search and in ``sitecal check``; an exclusion of that study during its retrieval).
+
+    Attributes
+    ----------
+    answer_mib : float
+        Largest answer other than an instance, in MiB (default 64): a QIDO-RS page (JSON), a STOW-RS
+        reply, a DIMSE message that is not a C-STORE. sitecal asks QIDO-RS for pages of
+        1,000 matches, about 1.5 MiB for a study search; a server that ignores the page size and sends
+        100,000 studies at once sends about 150 MiB (raise the limit for it).
+    instance_mib : float
+        Largest instance received, in MiB (default 1024): WADO-RS's answer, written to disk as it
+        arrives, or a C-STORE message of C-GET or C-MOVE. The scan refuses an image of more than 2**28
+        values (1 GiB as float32, ``inputs.max_pixels_per_image``): its pixel data, stored at up to 32
+        bits a value, needs 1 GiB at most.
+    pages : int
+        Most QIDO-RS pages one search may take (default 10,000: 10 million matches at 1,000 a page, or
+        a million at a server's own 100).
+    matches : int
+        Most answers one search may return (default 1,000,000): QIDO-RS matches over all its pages, or
+        C-FIND responses. A study search also stops at ``query.max_studies`` studies.
+    instances_per_study : int
+        Most instances one study may list (default 100,000; the largest studies, a CT perfusion or a
+        cardiac 4-D CT, hold tens of thousands).
+    """
+
+    answer_mib: float = Field(default=64.0, gt=0, le=4096)
+    instance_mib: float = Field(default=1024.0, gt=0, le=65536)
+    pages: int = Field(default=10_000, ge=1, le=10_000_000)
+    matches: int = Field(default=1_000_000, ge=1, le=100_000_000)
+    instances_per_study: int = Field(default=100_000, ge=1, le=10_000_000)
+
+    @property
+    def answer_bytes(self) -> int:
+        """``answer_mib`` in bytes."""
+        return int(self.answer_mib * 2**20)
+
+    @property
+    def instance_bytes(self) -> int:
+        """``instance_mib`` in bytes."""
+        return int(self.instance_mib * 2**20)
+
+
 class _Connection(_Strict):
     credentials_file: str | None = Field(
         default=None,
         description="a file holding username and password (or token), readable by its owner only",
     )
     tls: TlsSettings | None = None
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="the longest one request may take in all, its whole answer included (a wall-clock "
+        "deadline, not only a socket timeout)",
+    )
+    limits: PacsLimits = Field(default_factory=PacsLimits)
 
 
 class _Retrieval(_Strict):
@@ -244,6 +299,8 @@ def one_peer_kind(value: Any, kinds: tuple[type[BaseModel], type[BaseModel]]) ->
 
 
 def source_id(source: DicomwebSource | DimseSource) -> str:
-    """A short name of the source and its query (not its credentials, connections or timeout)."""
-    settings = source.model_dump(mode="json", exclude={"credentials_file", "max_connections", "timeout_s"})
+    """A short name of the source and its query (not its credentials, connections, timeout or limits)."""
+    settings = source.model_dump(
+        mode="json", exclude={"credentials_file", "max_connections", "timeout_s", "limits"}
+    )
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
