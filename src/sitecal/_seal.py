@@ -61,7 +61,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sitecal._io import write_text_atomic
 from sitecal.errors import SealError
@@ -89,9 +89,9 @@ RUN_LOG = "run.log"
 UNSEALED_FILES = frozenset({"sent.json"})
 UNSEALED_FOLDERS = frozenset({"export"})
 
-EVALUATED = "evaluated"
-COMPLETE = "complete"
 State = Literal["evaluated", "complete"]
+EVALUATED: Final[State] = "evaluated"
+COMPLETE: Final[State] = "complete"
 
 _FORMAT = "sitecal run-folder seal"
 _VERSION = 1
