@@ -84,8 +84,8 @@ def _candidates(folder: Path, protocol: Path | None) -> list[Path]:
     from sitecal.pacs.send import load_run_protocol
 
     found: list[Path] = []
-    if protocol is None:
-        _check_run_protocol(folder)
+    if protocol is None and not _check_run_protocol(folder):
+        return [folder.resolve().parent / DEFAULT_KEY_NAME]
     try:
         found.append(load_run_protocol(folder, protocol).key_file)
     except SitecalError as exc:  # the folder's protocol cannot be found back: the default place remains
@@ -96,14 +96,16 @@ def _candidates(folder: Path, protocol: Path | None) -> list[Path]:
     return found
 
 
-def _check_run_protocol(folder: Path) -> None:
-    """Refuse a run ``protocol.yaml`` that is not the one its seal lists, before it points at any key.
+def _check_run_protocol(folder: Path) -> bool:
+    """Whether the folder has a ``protocol.yaml`` to find the key from; refuse one its seal does not list.
 
     The seal is not verified yet (its key is what is being looked for), but a protocol that differs
     from it means an edited folder either way, and its key file must not be taken from it.
     """
     listed = read_seal(folder)["files"].get("protocol.yaml")
     path = folder / "protocol.yaml"
+    if listed is None and not path.exists() and not path.is_symlink():
+        return False  # no protocol in this folder (nor in its seal): the key is looked for beside it
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
     except OSError:
@@ -114,3 +116,4 @@ def _check_run_protocol(folder: Path) -> None:
             "key it names cannot be trusted either. Restore the folder from its archive, or run the "
             "protocol again."
         )
+    return True
