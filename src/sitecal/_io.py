@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from sitecal.errors import OutputError
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "csv_cell",
     "unwritable_folder",
     "write_bytes_atomic",
@@ -74,8 +76,8 @@ def write_json_atomic(path: Path, document: Any) -> None:
 def write_csv_atomic(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     r"""Write a CSV with a header row atomically, every cell escaped by :func:`csv_cell`.
 
-    Rows end in ``\n``. A cell holding a line break (``\n`` or ``\r``) is quoted, so that it cannot
-    start a row of its own.
+    Rows end in ``\n``. No cell holds a control character (:func:`csv_cell` replaces them), so none holds
+    a line break; the quoting of ``\r`` below stays as a second guard.
     """
     lines = []
     record = io.StringIO()
@@ -90,15 +92,24 @@ def write_csv_atomic(path: Path, header: Sequence[str], rows: Iterable[Sequence[
     write_text_atomic(path, "".join(lines))
 
 
-# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV Injection"); tab and
-# carriage return start one after the program strips them.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: Characters no text cell of an output holds: C0 controls (NUL, tab and line breaks included), DEL, C1
+#: controls, and the bidirectional embeddings, overrides, isolates and marks, which make a cell display
+#: other text than it holds (Trojan Source, CVE-2021-42574). Values are cleaned where they enter the
+#: cohort; :func:`csv_cell` replaces any that is left, as the last guard.
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# What replaces a control character in a CSV cell: U+FFFD, the character that stands for one that
+# cannot be shown
+_REPLACEMENT = "\ufffd"
+
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV Injection").
+_FORMULA_START = ("=", "+", "-", "@")
 
 
 def csv_cell(value: Any) -> Any:
-    """``value`` as a CSV cell that no spreadsheet runs as a formula.
+    r"""``value`` as a CSV cell that no spreadsheet runs as a formula and that holds no control character.
 
-    Text starting with ``=``, ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'``, as OWASP
+    Each of :data:`CONTROL_CHARACTERS` (NUL, tab, line breaks, DEL, C1, bidirectional controls) becomes
+    U+FFFD. Text then starting with ``=``, ``+``, ``-`` or ``@`` gets a leading ``'``, as OWASP
     recommends, unless the whole text is a number (a logit ``-1.25`` or ``-inf`` stays a number). Values
     that are not text (numbers, ``None``) are returned as they are.
 
@@ -106,13 +117,18 @@ def csv_cell(value: Any) -> Any:
     --------
     >>> csv_cell("=SUM(A1:A9)"), csv_cell("-1.25"), csv_cell("-1+2"), csv_cell(-3)
     ("'=SUM(A1:A9)", '-1.25', "'-1+2", -3)
+    >>> csv_cell("DOE\x00JANE\r\n=1") == "DOE\ufffdJANE\ufffd\ufffd=1"
+    True
     """
-    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+    if not isinstance(value, str):
+        return value
+    value = CONTROL_CHARACTERS.sub(_REPLACEMENT, value)
+    if not value.startswith(_FORMULA_START):
         return value
     try:
         float(value)
     except ValueError:
         return "'" + value
-    # float() also takes surrounding whitespace ("\t1") and digit separators ("-1_0"), which are no
+    # float() also takes surrounding whitespace ("-1 ") and digit separators ("-1_0"), which are no
     # number a spreadsheet reads: such cells are escaped like any other text
     return value if value == value.strip() and "_" not in value else "'" + value

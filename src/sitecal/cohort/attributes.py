@@ -1,6 +1,8 @@
 """Subgroup attributes from DICOM header values: normalisation, vendors, ages, age bands, intersections.
 
-Every value is text; an absent or empty tag is the explicit group :data:`UNKNOWN`.
+Every value is text; an absent or empty tag is the explicit group :data:`UNKNOWN`. A value loses its
+control characters here, where it enters the cohort (a NUL typed into a header never reaches an output),
+and a number (an age, a value to band) is read from ASCII digits only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from itertools import pairwise
 from types import MappingProxyType
+
+from sitecal.cohort._cells import ascii_float, without_controls
 
 __all__ = [
     "INTERSECTION_SEPARATOR",
@@ -57,18 +61,25 @@ _VENDOR_OF_ALIAS = MappingProxyType(
 _NOT_WORD = re.compile(r"[\W_]+")
 
 # DICOM AS is nnnD|W|M|Y; the unpadded "75Y" and the bare number "65" (years) are accepted too, but not
-# "75 Y" or "75y": a value that does not follow the form falls back to the dates.
-_AGE = re.compile(r"^(\d{1,3})([DWMY])?$")
+# "75 Y", "75y" or other digits than ASCII ("٧٥Y"): a value that does not follow the form falls back to the
+# dates.
+_AGE = re.compile(r"^([0-9]{1,3})([DWMY])?$")
 _UNIT_YEARS = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
 _MAX_YEARS = 130
 _SEX = {"M": "M", "MALE": "M", "F": "F", "FEMALE": "F", "O": "O", "OTHER": "O"}
 
 
 def normalise_text(value: str | None) -> str:
-    """Trim and collapse whitespace; empty becomes :data:`UNKNOWN`."""
+    r"""Replace control characters by spaces, trim and collapse whitespace; empty becomes :data:`UNKNOWN`.
+
+    Examples
+    --------
+    >>> normalise_text("  CT\x00 01\t"), normalise_text("\x1b")
+    ('CT 01', 'unknown')
+    """
     if value is None:
         return UNKNOWN
-    text = " ".join(str(value).split())
+    text = " ".join(without_controls(str(value)).split())
     return text or UNKNOWN
 
 
@@ -136,7 +147,7 @@ def parse_age_years(
 
 def _dicom_date(value: str) -> date:
     value = value.strip()
-    if not re.fullmatch(r"\d{8}", value):
+    if not re.fullmatch(r"[0-9]{8}", value):
         raise ValueError(value)
     return date(int(value[0:4]), int(value[4:6]), int(value[6:8]))
 
@@ -171,7 +182,8 @@ def attribute_value(keyword: str, values: Mapping[str, str], bands: Sequence[flo
     Text is trimmed with runs of whitespace collapsed; PatientSex becomes ``M``, ``F`` or ``O``;
     Manufacturer becomes its canonical vendor (:func:`normalise_manufacturer`); PatientAge becomes whole
     years, or its band among ``bands`` (falling back to StudyDate − PatientBirthDate); any other tag with
-    ``bands`` is read as a number and banded. Missing, empty or unusable values are :data:`UNKNOWN`.
+    ``bands`` is read as a number (ASCII digits only, :func:`~sitecal.cohort._cells.ascii_float`) and
+    banded. Missing, empty or unusable values are :data:`UNKNOWN`.
     """
     if keyword == "PatientAge":
         years = parse_age_years(
@@ -181,11 +193,8 @@ def attribute_value(keyword: str, values: Mapping[str, str], bands: Sequence[flo
             return UNKNOWN if years is None else str(int(years))
         return age_band(years, bands)
     if bands is not None:
-        try:
-            number: float | None = float(values[keyword])
-        except (KeyError, ValueError):
-            number = None
-        return age_band(number, bands)
+        text = values.get(keyword)
+        return age_band(None if text is None else ascii_float(text), bands)
     if keyword == "PatientSex":
         return _SEX.get(normalise_text(values.get(keyword)).upper(), UNKNOWN)
     if keyword == "Manufacturer":

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sitecal.cohort._cells import without_controls
 from sitecal.cohort.attributes import UNKNOWN, normalise_text
 from sitecal.errors import DataError
 from sitecal.protocol import SubgroupSettings
@@ -58,7 +59,8 @@ def read_mapping(path: Path, *, field: str = "mapping") -> ValueMapping:
     Returns
     -------
     ValueMapping
-        Values and groups with whitespace trimmed and collapsed. A value listed twice with the same group
+        Values and groups with control characters replaced by spaces, whitespace trimmed and collapsed.
+        A value listed twice with the same group
         (ignoring case) is kept once.
 
     Raises
@@ -95,7 +97,8 @@ def read_mapping(path: Path, *, field: str = "mapping") -> ValueMapping:
                     f"The file named by {field} needs the header 'value,group'."
                 )
         for row in reader:
-            value, group = (" ".join((row.get(c) or "").split()) for c in _COLUMNS)
+            # a group name is shown in every output: no control character of the file reaches one
+            value, group = (" ".join(without_controls(row.get(c) or "").split()) for c in _COLUMNS)
             for column, cell in zip(_COLUMNS, (value, group), strict=True):
                 if not cell:
                     raise DataError(
