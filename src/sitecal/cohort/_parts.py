@@ -13,9 +13,16 @@ What leaves a site (nothing else):
   subgroup read from a tag or a column, after the protocol's mapping or bands); a value held by fewer than
   ``privacy.min_count_shown`` of the site's studies leaves it only as a keyed token (:func:`rare_token`),
   never in clear; intersections are formed centrally;
-- per site (sidecar): the counts of the flow (files, DICOM instances, studies, labelled, series) and of
-  the exclusions by stage and reason (reasons hold no identifier), the model's sha256, the class names, the
-  subgroups, the network key's fingerprint (which names the key without revealing it) and the CSV's sha256.
+- per site (sidecar, :mod:`sitecal.cohort._part_sidecar`): the counts of the flow (files, DICOM instances,
+  studies, labelled, series) and of the exclusions by reason *code* and unit (a closed vocabulary,
+  :mod:`sitecal.cohort._exclusion_codes`: no text of the site's reasons leaves it), the model's sha256,
+  the class names, the subgroups, the network key's fingerprint (which names the key without revealing it)
+  and the CSV's sha256, sealed by a MAC under the network key.
+
+Centrally, every sidecar's seal is verified before any part is used, and each part's bytes against the
+sha256 its sidecar sealed: an edited part or sidecar is refused, naming it, even with its plain sha256
+recomputed (only a holder of the network key can seal). An exclusion code is shown as sitecal's own
+sentence for it; an unknown code is refused.
 
 The fit/evaluation split and the resampling follow keys drawn from the network pseudonyms
 (:func:`sitecal._split_key.network_split_keys`), not from the identifiers, which stay at the sites: every
@@ -29,9 +36,7 @@ hold it across the network (the report then shows a smaller group for it than a 
 
 from __future__ import annotations
 
-import csv
-import json
-import math
+import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -40,17 +45,27 @@ from typing import Any
 
 import numpy as np
 
-from sitecal._io import write_csv_atomic, write_json_atomic
+from sitecal._io import write_csv_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import network_split_keys
 from sitecal.cohort._build import _shown
-from sitecal.cohort._records import Cohort, Exclusion, PredictionsFileSummary, Study, exclusion_counts
+from sitecal.cohort._part_rows import altered, part_sha256, read_rows
+from sitecal.cohort._part_sidecar import (
+    PART_FORMAT,
+    SIDECAR_SUFFIX,
+    PartFlow,
+    Sidecar,
+    read_sidecar,
+)
+from sitecal.cohort._records import Cohort, Exclusion, PredictionsFileSummary, Study
 from sitecal.cohort.attributes import UNKNOWN, age_band_labels, other_value
 from sitecal.cohort.mapping import UNMAPPED
 from sitecal.errors import DataError
 from sitecal.protocol import Protocol, SubgroupSettings
 
 __all__ = [
+    "MAX_PARTS",
+    "MAX_PART_BYTES",
     "PART_FORMAT",
     "SidecarFacts",
     "network_order",
@@ -63,16 +78,15 @@ __all__ = [
     "write_part",
 ]
 
-#: Names the part's layout; another layout is refused with what to do.
-PART_FORMAT = "sitecal-predictions-part/1"
-_SIDECAR = ".part.json"
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 #: Larger parts are refused before they are read (a row is a few hundred bytes: about 4 million rows).
 MAX_PART_BYTES = 1 << 30
-_MAX_SIDECAR_BYTES = 1 << 20
-_FLOW = ("files_found", "dicom_instances", "studies", "labelled")
-#: Exclusions a sidecar may count (each becomes a record of the central flow).
+#: Parts one evaluation reads at most: one per site (or a few, for a site that splits its cohort), far
+#: above any network's sites; a folder of more is refused before any is read.
+MAX_PARTS = 1000
+#: Exclusions the sidecars of one evaluation may count together (each is a record of the central flow,
+#: kept as one shared record per reason: 8 bytes each, 80 MB at this bound).
 _MAX_EXCLUSIONS = 10**7
+_AGAIN = "Ask the site for both files of its part again."
 
 
 @dataclass(frozen=True)
@@ -120,10 +134,12 @@ def write_part(
     pseudonymize: Pseudonymizer,
     min_count_shown: int,
 ) -> Path:
-    """Write the part (CSV at ``path``) and its sidecar; return the sidecar's path.
+    """Write the part (CSV at ``path``) and its sidecar, sealed under the network key; return the sidecar.
 
     ``studies`` hold their subgroup values unpooled; a value held by fewer than ``min_count_shown`` of them
-    leaves the site as its keyed token (:func:`rare_token`), never in clear.
+    leaves the site as its keyed token (:func:`rare_token`), never in clear. ``pseudonymize`` holds the
+    network key, which seals the sidecar (:func:`sitecal.cohort._part_sidecar.part_mac`). Exclusions leave
+    as counts by reason code (:mod:`sitecal.cohort._exclusion_codes`), never as their reasons' text.
     """
     names = list(facts.subgroups)
     shown = _tokenised([s.attributes for s in studies], names, min_count_shown, pseudonymize)
@@ -140,51 +156,59 @@ def write_part(
             for s, row in zip(studies, np.asarray(logits, dtype=np.float64), strict=True)
         ),
     )
-    from sitecal.provenance import file_sha256
-
-    sidecar = path.with_name(path.name + _SIDECAR)
-    write_json_atomic(
-        sidecar,
-        {
-            "format": PART_FORMAT,
-            "csv": path.name,
-            "csv_sha256": file_sha256(path),
-            "rows": len(studies),
-            "model_sha256": facts.model_sha256,
-            "network_key_fingerprint": facts.key_fingerprint,
-            "class_names": list(facts.class_names),
-            "subgroups": names,
-            "flow": {
-                "files_found": cohort.files_found,
-                "dicom_instances": cohort.dicom_instances,
-                "studies": cohort.n_studies_found,
-                "labelled": cohort.n_labelled,
-                "series_found": cohort.n_series_found,
-                "series_selected": cohort.n_series_selected,
-            },
-            "exclusions": exclusion_counts(exclusions),
-        },
-    )
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    Sidecar(
+        csv=path.name,
+        csv_sha256=digest.hexdigest(),
+        rows=len(studies),
+        model_sha256=facts.model_sha256,
+        network_key_fingerprint=facts.key_fingerprint,
+        class_names=tuple(facts.class_names),
+        subgroups=tuple(names),
+        flow=PartFlow(
+            files_found=cohort.files_found,
+            dicom_instances=cohort.dicom_instances,
+            studies=cohort.n_studies_found,
+            labelled=cohort.n_labelled,
+            series_found=cohort.n_series_found,
+            series_selected=cohort.n_series_selected,
+        ),
+        exclusions=Sidecar.counted(exclusions),
+    ).write(sidecar, pseudonymize.key)
     return sidecar
 
 
 def part_files(folder: Path) -> list[Path]:
     """The parts in ``folder``: the CSV beside each sidecar (``<name>.csv.part.json``), by name."""
-    return sorted(path.with_name(path.name.removesuffix(_SIDECAR)) for path in folder.glob("*" + _SIDECAR))
+    return sorted(
+        path.with_name(path.name.removesuffix(SIDECAR_SUFFIX)) for path in folder.glob("*" + SIDECAR_SUFFIX)
+    )
 
 
-def parts_record(folder: Path) -> dict[str, Any]:
-    """What provenance records of a network's parts: how many, their rows, the model, each part's sha256."""
-    from sitecal.provenance import file_sha256
+def parts_record(folder: Path, *, pseudonymize: Pseudonymizer | None = None) -> dict[str, Any]:
+    """What provenance records of a network's parts: how many, their rows, the model, each part's sha256.
 
-    parts = part_files(folder)
-    sidecars = [json.loads(part.with_name(part.name + _SIDECAR).read_text("utf-8")) for part in parts]
+    Each part's sha256 must be the one its sidecar recorded. With ``pseudonymize`` (the network key), every
+    sidecar's seal is verified too, as :func:`read_parts` requires; without it, the sidecars are read within
+    the same bounds and their fields checked for form (a model sha256, a key fingerprint), so that nothing
+    else reaches provenance.
+    """
+    parts = _listed(folder)
+    sidecars = [_sidecar(part, pseudonymize) for part in parts]
+    sha256 = {part.name: part_sha256(part) for part in parts}
+    for part, sidecar in zip(parts, sidecars, strict=True):
+        if sha256[part.name] != sidecar.csv_sha256:
+            raise altered(part)
     return {
         "parts": len(sidecars),
-        "rows": sum(int(s["rows"]) for s in sidecars),
-        "model_sha256": sidecars[0].get("model_sha256") if sidecars else None,
-        "network_key_fingerprint": sidecars[0].get("network_key_fingerprint") if sidecars else None,
-        "sha256": {part.name: file_sha256(part) for part in parts},
+        "rows": sum(s.rows for s in sidecars),
+        "model_sha256": sidecars[0].model_sha256 if sidecars else None,
+        "network_key_fingerprint": sidecars[0].network_key_fingerprint if sidecars else None,
+        "sha256": sha256,
     }
 
 
@@ -198,36 +222,34 @@ def read_parts(
 ) -> Cohort:
     """Every part in ``folder`` (``*.csv`` with their sidecars) → one cohort, as a central scan would give.
 
+    Every sidecar's seal is verified under the network key (``pseudonymize.key``) before anything of any
+    part is used, and each part's bytes are hashed as they are read against the sha256 its sidecar sealed:
+    the cohort is returned only once every part is verified whole.
+
     Raises :class:`~sitecal.errors.DataError` naming the part and the fix for a part without its sidecar,
-    of another network key, model, class list or subgroups, altered after it was written, with a bad row,
-    or holding a study another part holds.
+    of another network key, model, class list or subgroups, altered after it was written (the part or its
+    sidecar, even with a recomputed sha256), with a bad row or key, holding a study another part holds,
+    or an exclusion code this sitecal does not write.
     """
-    parts = part_files(folder)
+    parts = _listed(folder)
     if not parts:
         raise DataError(
             f"{folder}: no predictions part (a .csv with its .csv.part.json) in this folder. Put there "
             "the parts each site's 'sitecal predict' wrote under the network key."
         )
+    sidecars = [_sidecar(part, pseudonymize) for part in parts]
+    _check_facts(parts, sidecars, facts)
     studies: list[Study] = []
     seen: dict[str, str] = {}
-    models: dict[object, str] = {}
-    flow: Counter[str] = Counter()
-    series: list[tuple[int | None, int | None]] = []
-    excluded: Counter[tuple[str, str, str]] = Counter()
-    for part in parts:
-        sidecar = _sidecar(part, facts)
-        models.setdefault(sidecar.get("model_sha256"), part.name)
-        if len(models) > 1:
-            raise DataError(
-                f"{part}: written with another model (sha256) than {next(iter(models.values()))}: the parts "
-                "of one evaluation must all come from one model."
-            )
-        for name in _FLOW:
-            flow[name] += int(sidecar["flow"][name])
-        series.append((sidecar["flow"].get("series_found"), sidecar["flow"].get("series_selected")))
-        for row in sidecar["exclusions"]:
-            excluded[(str(row["stage"]), str(row["reason"]), str(row["unit"]))] += int(row["count"])
-        for study in _rows(part, facts, int(sidecar["rows"])):
+    for part, sidecar in zip(parts, sidecars, strict=True):
+        rows = read_rows(
+            part,
+            class_names=facts.class_names,
+            subgroups=facts.subgroups,
+            sha256=sidecar.csv_sha256,
+            rows=sidecar.rows,
+        )
+        for study in rows:
             if study.study_key in seen:
                 raise DataError(
                     f"{part}: study {study.study_key} is also in {seen[study.study_key]}: a study must be in "
@@ -235,23 +257,20 @@ def read_parts(
                 )
             seen[study.study_key] = part.name
             studies.append(study)
-    exclusions = [
-        Exclusion(stage=stage, reason=reason, unit=unit)  # type: ignore[arg-type]
-        for (stage, reason, unit), count in sorted(excluded.items())
-        for _ in range(count)
-    ]
-    found, selected = zip(*series, strict=True)
+    flows = [s.flow for s in sidecars]
+    found = [f.series_found for f in flows]
+    selected = [f.series_selected for f in flows]
     k = min_count_shown
     return Cohort(
         studies=_shown(_resolved(studies, subgroups, pseudonymize, k), subgroups, k),
-        exclusions=tuple(exclusions),
-        files_found=flow["files_found"],
-        dicom_instances=flow["dicom_instances"],
-        n_studies_found=flow["studies"],
-        n_labelled=flow["labelled"],
+        exclusions=_exclusions(sidecars),
+        files_found=sum(f.files_found for f in flows),
+        dicom_instances=sum(f.dicom_instances for f in flows),
+        n_studies_found=sum(f.studies for f in flows),
+        n_labelled=sum(f.labelled for f in flows),
         attributes=tuple(subgroups),
-        n_series_found=None if None in found else sum(found),
-        n_series_selected=None if None in selected else sum(selected),
+        n_series_found=None if None in found else sum(n for n in found if n is not None),
+        n_series_selected=None if None in selected else sum(n for n in selected if n is not None),
         predictions_file=PredictionsFileSummary(
             rows=len(studies),
             usable_rows=len(studies),
@@ -261,6 +280,80 @@ def read_parts(
             labels="predictions file",
         ),
     )
+
+
+def _listed(folder: Path) -> list[Path]:
+    """The parts in ``folder``, refused beyond :data:`MAX_PARTS`."""
+    parts = part_files(folder)
+    if len(parts) > MAX_PARTS:
+        raise DataError(
+            f"{folder}: {len(parts)} predictions parts, more than {MAX_PARTS}: put in this folder the parts "
+            "of one network's sites only."
+        )
+    return parts
+
+
+def _sidecar(part: Path, pseudonymize: Pseudonymizer | None) -> Sidecar:
+    """The part's sidecar, its seal verified under the network key (not verified without it)."""
+    path = part.with_name(part.name + SIDECAR_SUFFIX)
+    try:
+        if pseudonymize is None:
+            return read_sidecar(path, network_key=None, fingerprint=None)
+        return read_sidecar(path, network_key=pseudonymize.key, fingerprint=pseudonymize.fingerprint)
+    except FileNotFoundError:
+        raise DataError(
+            f"{part}: its sidecar {path.name} is missing. Copy both files the site wrote."
+        ) from None
+
+
+def _check_facts(parts: Sequence[Path], sidecars: Sequence[Sidecar], facts: SidecarFacts) -> None:
+    """Refuse a part of another model, class list or subgroups, one renamed or missing, or too large."""
+    expected = {
+        "model_sha256": (facts.model_sha256, "another model"),
+        "class_names": (tuple(facts.class_names), "other model.class_names"),
+        "subgroups": (tuple(facts.subgroups), "other subgroups"),
+    }
+    excluded = 0
+    for part, sidecar in zip(parts, sidecars, strict=True):
+        path = part.with_name(part.name + SIDECAR_SUFFIX)
+        for field, (value, meaning) in expected.items():
+            if value is not None and getattr(sidecar, field) != value:
+                raise DataError(
+                    f"{path}: {field} is not this protocol's: the part was written with {meaning}. Every "
+                    "site of a network must predict with the network's protocol, model and key."
+                )
+        if sidecar.model_sha256 != sidecars[0].model_sha256:
+            raise DataError(
+                f"{part}: written with another model (sha256) than {parts[0].name}: the parts of one "
+                "evaluation must all come from one model."
+            )
+        if sidecar.csv != part.name or not part.is_file():
+            raise DataError(
+                f"{path}: the part it describes, {part.name}, is missing (or was renamed: a part keeps the "
+                "name its site gave it). Copy both files the site wrote."
+            )
+        if part.stat().st_size > MAX_PART_BYTES:
+            raise DataError(
+                f"{part}: larger than {MAX_PART_BYTES >> 20} MiB; split the site's cohort in parts."
+            )
+        excluded += sum(e.count for e in sidecar.exclusions)
+        if excluded > _MAX_EXCLUSIONS:
+            raise DataError(
+                f"{path}: the parts count more than {_MAX_EXCLUSIONS} exclusions together, beyond any "
+                f"network's cohort. {_AGAIN}"
+            )
+
+
+def _exclusions(sidecars: Sequence[Sidecar]) -> tuple[Exclusion, ...]:
+    """Every site's exclusions, by (stage, reason, unit): one shared record per reason, repeated."""
+    counts: Counter[Exclusion] = Counter()
+    for sidecar in sidecars:
+        for row in sidecar.exclusions:
+            counts[row.exclusion()] += row.count
+    out: list[Exclusion] = []
+    for exclusion in sorted(counts, key=lambda e: (e.stage, e.reason, e.unit)):
+        out += [exclusion] * counts[exclusion]
+    return tuple(out)
 
 
 def rare_token(pseudonymize: Pseudonymizer, attribute: str, value: str) -> str:
@@ -311,114 +404,3 @@ def _resolved(
         }
         resolved.append(replace(study, attributes=values))
     return resolved
-
-
-def _sidecar(part: Path, facts: SidecarFacts) -> dict[str, Any]:
-    from sitecal.provenance import file_sha256
-
-    path = part.with_name(part.name + _SIDECAR)
-    try:
-        if path.stat().st_size > _MAX_SIDECAR_BYTES:
-            raise DataError(f"{path}: larger than a sidecar can be; copy it again from the site.")
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(
-            f"{part}: its sidecar {path.name} is missing. Copy both files the site wrote."
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(
-            f"{path}: cannot read it as JSON ({type(exc).__name__}). Copy it again from the site."
-        ) from None
-    if not isinstance(document, dict) or document.get("format") != PART_FORMAT:
-        raise DataError(f"{path}: not a sitecal predictions part sidecar ({PART_FORMAT}).")
-    expected = {
-        "network_key_fingerprint": (facts.key_fingerprint, "another network key (privacy.network_key_file)"),
-        "model_sha256": (facts.model_sha256, "another model"),
-        "class_names": (list(facts.class_names), "other model.class_names"),
-        "subgroups": (list(facts.subgroups), "other subgroups"),
-    }
-    for field, (value, meaning) in expected.items():
-        if value is not None and document.get(field) != value:
-            raise DataError(
-                f"{path}: {field} is not this protocol's: the part was written with {meaning}. Every site of "
-                "a network must predict with the network's protocol, model and key."
-            )
-    if document.get("csv") != part.name or not part.is_file():
-        raise DataError(
-            f"{path}: the part it describes, {part.name}, is missing (or was renamed: a part keeps the name "
-            "its site gave it). Copy both files the site wrote."
-        )
-    if part.stat().st_size > MAX_PART_BYTES:
-        raise DataError(f"{part}: larger than {MAX_PART_BYTES >> 20} MiB; split the site's cohort in parts.")
-    try:
-        if file_sha256(part) != document.get("csv_sha256"):
-            raise DataError(
-                f"{part}: its sha256 is not the one its sidecar recorded: the file was changed or cut short "
-                "after the site wrote it. Ask the site for it again."
-            )
-        flow = [
-            int(document["flow"][name]) for name in ("files_found", "dicom_instances", "studies", "labelled")
-        ]
-        excluded = [int(row["count"]) for row in document["exclusions"]]
-        texts = [row[f] for row in document["exclusions"] for f in ("stage", "reason", "unit")]
-        if not all(isinstance(text, str) for text in texts):
-            raise ValueError("exclusions")
-        counts = [int(document["rows"]), *flow, *excluded]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(
-            f"{path}: field {exc} is missing or not a number. Copy it again from the site."
-        ) from None
-    if min(counts) < 0 or sum(excluded) > _MAX_EXCLUSIONS:
-        raise DataError(f"{path}: a count is negative or beyond any cohort. Copy it again from the site.")
-    return document
-
-
-def _rows(part: Path, facts: SidecarFacts, n_rows: int) -> list[Study]:
-    classes = list(facts.class_names)
-    header = ["study_key", "patient_key", "label"]
-    header += [f"logit:{c}" for c in classes] + [f"subgroup:{n}" for n in facts.subgroups]
-    label_of = {name: i for i, name in enumerate(classes)}
-    n_logits = len(classes)
-    studies = []
-    with part.open(encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        if next(reader, None) != header:
-            raise DataError(f"{part}: its columns are not {', '.join(header)}: not a part of this protocol.")
-        for line, cells in enumerate(reader, start=2):
-            if len(cells) != len(header):
-                raise DataError(f"{part}: line {line} has {len(cells)} cells, not {len(header)}.")
-            try:
-                logits = np.array([float(v) for v in cells[3 : 3 + n_logits]], dtype=np.float64)
-            except ValueError:
-                raise DataError(f"{part}: line {line}: a logit is not a number.") from None
-            if not all(math.isfinite(v) for v in logits) or cells[2] not in label_of:
-                raise DataError(f"{part}: line {line}: a logit is not finite, or the label is no class name.")
-            study_key, patient_key = cells[0], cells[1]
-            split, order = network_split_keys(study_key, patient_key)
-            studies.append(
-                Study(
-                    study_key=study_key,
-                    patient_key=patient_key,
-                    files=(),
-                    relative_path="",
-                    instance_uids=(),
-                    attributes={
-                        name: _uncell(value)
-                        for name, value in zip(facts.subgroups, cells[3 + n_logits :], strict=True)
-                    },
-                    label=label_of[cells[2]],
-                    logits=logits,
-                    split_key=split,
-                    study_order=order,
-                )
-            )
-    if len(studies) != n_rows:
-        raise DataError(
-            f"{part}: {len(studies)} rows, but its sidecar says {n_rows}. Ask the site for it again."
-        )
-    return studies
-
-
-def _uncell(value: str) -> str:
-    """A subgroup value as the site had it (undoing the formula escape of :func:`sitecal._io.csv_cell`)."""
-    return value[1:] if value.startswith("'") and value[1:].startswith(_FORMULA_START) else value
