@@ -17,7 +17,7 @@ from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, intersection_value, other_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable, label_table
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
-from sitecal.cohort.predictions_file import PredictionTable
+from sitecal.cohort.predictions_file import PredictionTable, check_subgroup_columns
 from sitecal.protocol import SubgroupSettings
 
 __all__ = ["cohort_from_predictions", "labels_from_predictions"]
@@ -76,7 +76,13 @@ def cohort_from_predictions(
     Cohort
         Studies in the order of the file's rows; exclusions for rows without a label, unusable rows
         and labels matching no row. A row without a patient is its own patient.
+
+    Raises
+    ------
+    DataError
+        When a subgroup column shown as it is may name people (:func:`check_subgroup_columns`).
     """
+    check_subgroup_columns(table, subgroups)
     usable = _usable(table)
     with paused_gc():
         studies, exclusions = _studies(

@@ -25,11 +25,22 @@ _BLANK = " \t\r\n" + _DELIMITERS
 _OTHER_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _BLOCK_CHARS = 1 << 20
 
+#: The most rows a labels or predictions file may hold (CSV or Parquet). Five times the largest cohort
+#: benchmarked (10^6 studies, whose predictions file is read in 13 s and 1.3 GiB): a year of a national
+#: screening programme fits, and the memory of the rows stays below a workstation's. A Parquet file of a
+#: few megabytes holds ten million rows; without this limit reading it would take gigabytes.
+MAX_ROWS = 5_000_000
 
-def csv_rows(path: Path, key_column: str, label_column: str, max_bytes: int) -> list[tuple[int, str, str]]:
+
+def csv_rows(
+    path: Path, key_column: str, label_column: str, max_bytes: int, max_rows: int = MAX_ROWS
+) -> list[tuple[int, str, str]]:
     """(line where the row starts, key, label) of every row of a CSV file."""
     header, rows = csv_table(
-        path, ((key_column, "data.key_column"), (label_column, "data.label_column")), max_bytes
+        path,
+        ((key_column, "data.key_column"), (label_column, "data.label_column")),
+        max_bytes,
+        max_rows=max_rows,
     )
     key_at, label_at = header.index(key_column), header.index(label_column)
     return [(line, _cell(row, key_at), _cell(row, label_at)) for line, row in rows]
@@ -42,14 +53,15 @@ def csv_table(
     *,
     what: str = "labels file",
     field: str = "data.labels",
+    max_rows: int = MAX_ROWS,
 ) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """The header (names stripped) and ``(line where the row starts, fields)`` of every row of a CSV file.
 
     ``columns`` are the ``(column, protocol field naming it)`` pairs that must be in the header, once each,
     and never hold a line break; ``what`` and ``field`` name the file in messages (``labels file``,
-    ``data.labels``).
+    ``data.labels``). More than ``max_rows`` rows raise :class:`~sitecal.errors.DataError`.
     """
-    header, chunks = csv_chunks(path, columns, max_bytes, what=what, field=field)
+    header, chunks = csv_chunks(path, columns, max_bytes, what=what, field=field, max_rows=max_rows)
     return header, [(start, row) for starts, rows in chunks for start, row in zip(starts, rows, strict=True)]
 
 
@@ -61,13 +73,15 @@ def csv_chunks(
     what: str = "labels file",
     field: str = "data.labels",
     chunk_rows: int = 1 << 15,
+    max_rows: int = MAX_ROWS,
 ) -> tuple[list[str], Iterator[tuple[list[int], list[list[str]]]]]:
     """The header, and the rows of a CSV file as :func:`csv_table` reads them, ``chunk_rows`` at a time.
 
     Each chunk is ``(lines where the rows start, rows)``. The file is decoded and its header checked at
     once; its records are parsed as the chunks are taken, so a large file never lies in memory both as
-    text and as rows. A malformed record, or a file with a header and no rows, raises
-    :class:`~sitecal.errors.DataError` when the iteration reaches it.
+    text and as rows. A malformed record, a file with a header and no rows, or more than ``max_rows``
+    rows, raises :class:`~sitecal.errors.DataError` when the iteration reaches it (at most one chunk
+    beyond the limit is parsed).
     """
     text, encoding = _decode(path, _read(path, max_bytes, what, field), what)
     first = next((line for line in _lines(text) if not _blank(line)), None)
@@ -91,14 +105,16 @@ def csv_chunks(
     named = [header.index(column) for column, _ in columns]
 
     def chunks() -> Iterator[tuple[list[int], list[list[str]]]]:
-        found = False
+        found = 0
         rest = (starts[1:], rows[1:], [i - 1 for i in spanning if i > 0])
         for chunk_starts, chunk_rows, chunk_spanning in itertools.chain([rest], records):
             for i in chunk_spanning:
                 if _swallowed(chunk_rows[i], named, delimiter, len(header)):
                     raise _unclosed_quote(path, chunk_starts[i])
+            found += len(chunk_rows)
+            if found > max_rows:
+                raise too_many_rows(path, f"more than {max_rows:,}", max_rows, what, field)
             if chunk_rows:
-                found = True
                 yield chunk_starts, chunk_rows
         if not found:
             raise DataError(f"{path}: the {what} has a header but no rows.")
@@ -341,6 +357,15 @@ def _swallowed(row: Sequence[str], named: Sequence[int], delimiter: str, n_colum
 
 def _cell(row: Sequence[str], at: int) -> str:
     return row[at].strip() if at < len(row) else ""
+
+
+def too_many_rows(path: Path, rows: str, max_rows: int, what: str, field: str) -> DataError:
+    """The error of a file of ``rows`` rows (``"12,000,000"`` or ``"more than 5,000,000"``)."""
+    return DataError(
+        f"{path}: the {what} has {rows} rows, above the limit of {max_rows:,} studies a file may hold; is "
+        f"this a {what}? Check {field}, or evaluate a sample of at most {max_rows:,} studies (or one site's "
+        "studies at a time)."
+    )
 
 
 def check_size(

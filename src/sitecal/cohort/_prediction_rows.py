@@ -2,11 +2,13 @@
 
 A file of a million studies must not become a million Python objects on its way to a cohort. Its rows
 are taken a chunk at a time and each needed column at once: cells stripped, scores parsed with ``float``
-(as a row at a time would, so the same float64 bit for bit) and checked with numpy; only a row that fails
-a check is looked at alone, for the reason it is listed with. Subgroup and label cells repeat a few
-values, and each value is kept once. :class:`PredictionRows` shows the result as the mapping of keys to
-:class:`PredictionRow` that :class:`~sitecal.cohort.predictions_file.PredictionTable` has always had,
-making a row when it is asked for.
+(as a row at a time would, so the same float64 bit for bit) where they are ASCII numbers (``'٠.٥'``,
+``'１'`` and ``'1_000'`` are not numbers here, :func:`~sitecal.cohort._cells.ascii_float`) and checked
+with numpy; only a row that fails a check is looked at alone, for the reason it is listed with. Subgroup
+and label cells repeat a few values, and each value is kept once. :class:`PredictionRows` shows the
+result as the mapping of keys to :class:`PredictionRow` that
+:class:`~sitecal.cohort.predictions_file.PredictionTable` has always had, making a row when it is asked
+for.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from sitecal.cohort._cells import ascii_float
 from sitecal.metrics import log_probabilities
 
 __all__ = [
@@ -172,9 +175,8 @@ def scores(
             values.append(None)
             continue
         text = cells[i].strip() if i < len(cells) else ""
-        try:
-            value = float(text)
-        except ValueError:
+        value = ascii_float(text)
+        if value is None:  # the reason names the column, never the cell
             return f"not a number in column {column}" if text else f"empty cell in column {column}"
         if not math.isfinite(value):
             return f"not a finite number in column {column}"
@@ -196,10 +198,8 @@ def split_rank(text: str) -> int | None:
 
 
 def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan  # not finite: the row is looked at alone
+    value = ascii_float(text)
+    return math.nan if value is None else value  # not finite: the row is looked at alone
 
 
 def _bulk_scores(rows: list[list[str]], spec: RowSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +208,11 @@ def _bulk_scores(rows: list[list[str]], spec: RowSpec) -> tuple[np.ndarray, np.n
     for at in spec.score_at:
         if at is not None:
             cells = list(map(str.strip, map(itemgetter(at), rows)))
+            joined = "".join(cells)
             try:
+                # float() of ASCII text without "_" reads what ascii_float reads: the fast path
+                if not joined.isascii() or "_" in joined:
+                    raise ValueError
                 parsed = list(map(float, cells))
             except ValueError:
                 parsed = list(map(_float, cells))

@@ -4,7 +4,9 @@ Labels files are read as sites export them: UTF-8 with or without a BOM, UTF-16 
 Windows-1252/Latin-1 when the bytes are not UTF-8; columns separated by ``,``, ``;``, tab or ``|``. What
 cannot be read safely is refused with a :class:`~sitecal.errors.DataError` naming the file and line: bytes
 that are not text, a quote that is never closed (the rows after it would be lost), a field longer than the
-``csv`` module's limit, a file above ``max_bytes``. No message and no bad-row reason ever holds the text of
+``csv`` module's limit, a file above ``max_bytes`` or of more rows than
+:data:`~sitecal.cohort._labels_csv.MAX_ROWS` (a Parquet file from its footer, before any column is read,
+see :mod:`sitecal.cohort._parquet`). No message and no bad-row reason ever holds the text of
 a cell: cells hold identifiers (keys) and free text a site may have typed a name into.
 """
 
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sitecal.cohort._labels_csv import check_columns, check_size, csv_rows
+from sitecal.cohort._labels_csv import MAX_ROWS, check_columns, check_size, csv_rows
+from sitecal.cohort._parquet import parquet_chunks
 from sitecal.errors import DataError
 
 __all__ = ["MAX_LABELS_BYTES", "LabelTable", "label_table", "read_labels"]
@@ -55,6 +58,7 @@ def read_labels(
     label_column: str,
     class_names: Sequence[str],
     max_bytes: int = MAX_LABELS_BYTES,
+    max_rows: int = MAX_ROWS,
 ) -> LabelTable:
     r"""Read a CSV or Parquet table of ground truth.
 
@@ -71,7 +75,10 @@ def read_labels(
         The model's classes; a label is either one of these names or its index ``0 .. C-1`` in ASCII
         digits (in Parquet also as an integer or integral float column).
     max_bytes : int, default MAX_LABELS_BYTES
-        Larger files are refused before they are read.
+        Larger files are refused before they are read (a Parquet file also when the two columns hold more
+        once decompressed).
+    max_rows : int, default MAX_ROWS
+        Files of more rows are refused (a Parquet file before its columns are read).
 
     Returns
     -------
@@ -84,8 +91,9 @@ def read_labels(
     ------
     DataError
         When the file is missing, not a regular file, larger than ``max_bytes``, not text in a known
-        encoding, malformed as CSV (a quote never closed, an oversized field), lacks a named column or
-        holds no rows; or when a Parquet file is given and pyarrow is not installed.
+        encoding, malformed as CSV (a quote never closed, an oversized field), lacks a named column,
+        holds no rows or more than ``max_rows``; or when a Parquet file is given and pyarrow is not
+        installed, or it holds a cell larger than a CSV field may be.
 
     Examples
     --------
@@ -99,9 +107,10 @@ def read_labels(
     """
     _check_file(path, max_bytes)
     if path.suffix.lower() == ".parquet":
-        table = label_table(_parquet_rows(path, key_column, label_column), key_column, class_names, "row")
+        rows = _parquet_rows(path, key_column, label_column, max_bytes, max_rows)
+        table = label_table(rows, key_column, class_names, "row")
     else:
-        rows = csv_rows(path, key_column, label_column, max_bytes)
+        rows = csv_rows(path, key_column, label_column, max_bytes, max_rows)
         table = label_table(rows, key_column, class_names, "line")
     if table.bad_rows:
         counts = Counter(reason for _, reason in table.bad_rows)
@@ -179,29 +188,31 @@ def _check_file(path: Path, max_bytes: int) -> None:
     check_size(path, path.stat().st_size, max_bytes)
 
 
-def _parquet_rows(path: Path, key_column: str, label_column: str) -> list[tuple[int, str, str]]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(
-            f"{path}: reading Parquet labels needs pyarrow: pip install pyarrow (or save the labels as CSV)."
-        ) from None
-    try:
-        parquet = pq.ParquetFile(path)
-        header = parquet.schema_arrow.names
-        check_columns(path, header, key_column, label_column)
-        table = parquet.read(columns=[key_column, label_column])
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(
-            f"{path}: cannot read the Parquet labels file ({str(exc).rstrip('.')}). "
-            "Check data.labels, or save the labels as CSV."
-        ) from None
-    keys = table.column(key_column).to_pylist()
-    values = table.column(label_column).to_pylist()
-    if not keys:
-        raise DataError(f"{path}: the labels file has no rows.")
-    return [(i, _text(key), _text(value)) for i, (key, value) in enumerate(zip(keys, values, strict=True), 1)]
+def _parquet_rows(
+    path: Path, key_column: str, label_column: str, max_bytes: int, max_rows: int
+) -> list[tuple[int, str, str]]:
+    """(row number, key, label) of every row of a Parquet labels file; its two columns only are read."""
+
+    def read(header: list[str]) -> list[str]:
+        check_columns(path, header, key_column, label_column)  # before any column is read
+        return [key_column, label_column]
+
+    _, cells, chunks = parquet_chunks(
+        path,
+        read,
+        max_rows=max_rows,
+        max_bytes=max_bytes,
+        chunk_rows=1 << 15,
+        what="labels file",
+        field="data.labels",
+        text=_text,
+    )
+    key_at, label_at = cells.index(key_column), cells.index(label_column)
+    return [
+        (number, cells[key_at], cells[label_at])
+        for numbers, rows in chunks
+        for number, cells in zip(numbers, rows, strict=True)
+    ]
 
 
 def _text(value: object) -> str:

@@ -18,9 +18,17 @@ file is a CSV (or a Parquet file ending in ``.parquet``) with one row per study:
 - optionally the label column (``data.label_column``) when ``data.labels`` is not given, and the columns
   that ``subgroups.<name>.column`` names.
 
-A row that cannot be used (a score that is not a finite number, a probability outside [0, 1], a row not
-summing to 1, an empty key, a key given twice with different scores) is listed with its line and reason
-and becomes an exclusion; a file without the needed columns is refused with the file, column and fix.
+A row that cannot be used (a score that is not a finite number in ASCII digits, a probability outside
+[0, 1], a row not summing to 1, an empty key, a key given twice with different scores) is listed with its
+line and reason and becomes an exclusion; a file without the needed columns is refused with the file,
+column and fix. A file of more than :data:`~sitecal.cohort._labels_csv.MAX_ROWS` rows is refused, a
+Parquet file from its footer before any column is read (with its decompressed bytes and its cells held to
+the limits of a CSV file, see :mod:`sitecal.cohort._parquet`).
+
+A subgroup column is named by whoever exported the file: one named like an identifier is refused by the
+protocol (``sitecal.protocol._base.refused_column``); one whose values are shown as they are (no
+``mapping``, no ``bands``) is refused by :func:`check_subgroup_columns` when its values are many or one
+looks like an identifier.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -38,7 +46,9 @@ import numpy as np
 from sitecal._io import write_csv_atomic
 from sitecal._split_key import split_ranks
 from sitecal.cohort import _prediction_rows
-from sitecal.cohort._labels_csv import check_column_list, check_size, csv_chunks
+from sitecal.cohort._cells import identifier_shape
+from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size, csv_chunks
+from sitecal.cohort._parquet import parquet_chunks
 from sitecal.cohort._prediction_rows import (
     SUM_TOLERANCE,
     PredictionRow,
@@ -49,10 +59,14 @@ from sitecal.cohort._prediction_rows import (
     scores,
 )
 from sitecal.cohort._records import PredictionsFileSummary
+from sitecal.cohort.attributes import UNKNOWN, attribute_value
 from sitecal.errors import DataError
 from sitecal.metrics import PROBABILITY_FLOOR
+from sitecal.protocol import SubgroupSettings
+from sitecal.protocol._base import SHOWN_TAGS
 
 __all__ = [
+    "MAX_FREE_COLUMN_VALUES",
     "MAX_PREDICTIONS_BYTES",
     "PROBABILITY_FLOOR",
     "SITECAL_KEY_COLUMN",
@@ -62,6 +76,7 @@ __all__ = [
     "PredictionRow",
     "PredictionTable",
     "ScoreRows",
+    "check_subgroup_columns",
     "read_predictions",
     "read_scores",
     "write_predictions",
@@ -76,6 +91,14 @@ SITECAL_KEY_COLUMN = "study_key"
 SITECAL_PATIENT_COLUMN = "patient_key"
 #: The column of a file sitecal wrote that orders its patients for the split (:mod:`sitecal._split_key`).
 SITECAL_SPLIT_COLUMN = "split_rank"
+#: The most distinct values a subgroup column shown as it is (no mapping, no bands, not named like a tag of
+#: ``SHOWN_TAGS``) may hold. A subgroup is a handful of groups (sites, scanners, protocols: the demo's
+#: attributes have 2 to 5, a network a few dozen sites at most, which a mapping can group); a column of
+#: more values is more likely an identifier or free text than a grouping, and a report of more groups is
+#: not read. A site with more groups lists them in a mapping.
+MAX_FREE_COLUMN_VALUES = 20
+#: The columns a file sitecal wrote has besides its score columns.
+_SITECAL_COLUMNS = (SITECAL_KEY_COLUMN, SITECAL_PATIENT_COLUMN, SITECAL_SPLIT_COLUMN)
 
 ScoreKind = Literal["logit", "prob"]
 
@@ -120,6 +143,7 @@ def read_predictions(
     label_column: str | None = None,
     columns: Sequence[str] = (),
     max_bytes: int = MAX_PREDICTIONS_BYTES,
+    max_rows: int = MAX_ROWS,
 ) -> PredictionTable:
     r"""Read and check a predictions file (see the module docstring for its form).
 
@@ -136,6 +160,9 @@ def read_predictions(
         Columns of the patient and the label, when the protocol reads them from this file.
     columns : sequence of str
         Further columns to keep per row (subgroup columns).
+    max_bytes, max_rows : int
+        Larger files (on disk; a Parquet file's read columns also once decompressed) and files of more
+        rows are refused, a Parquet file before any column is read.
 
     Returns
     -------
@@ -145,8 +172,8 @@ def read_predictions(
     ------
     DataError
         When the file is missing, too large, unreadable, lacks a named column, mixes logits and
-        probabilities, has score columns for classes the model does not have (or lacks some), or has no
-        usable row.
+        probabilities, has score columns for classes the model does not have (or lacks some), has no
+        usable row, has more than ``max_rows`` rows or (Parquet) a cell larger than a CSV field may be.
 
     Examples
     --------
@@ -158,7 +185,8 @@ def read_predictions(
     ([0.75, 0.25], ((3, 'probability outside [0, 1] in column prob:nodule'),))
     """
     _check_file(path, max_bytes)
-    header, chunks, numbered_by = _rows(path, max_bytes)
+    named_columns = {key_column, patient_column, label_column, *columns, *_SITECAL_COLUMNS} - {None}
+    header, cells, chunks, numbered_by = _rows(path, max_bytes, max_rows, named_columns)
     pseudonymised = key_column not in header and SITECAL_KEY_COLUMN in header
     if pseudonymised:
         key_column = SITECAL_KEY_COLUMN
@@ -176,17 +204,17 @@ def read_predictions(
             f"{SITECAL_SPLIT_COLUMN} column, which orders the patients for the fit/evaluation split. It "
             "was written by an earlier sitecal: run 'sitecal predict' again to write it anew."
         )
-    at = {name: header.index(name) for name, _ in named}
+    at = {name: cells.index(name) for name, _ in named}
     spec = RowSpec(
         key_column=key_column,
         key_at=at[key_column],
         kind=kind,
-        score_at=tuple(header.index(c) if c is not None else None for c in score_columns),
+        score_at=tuple(cells.index(c) if c is not None else None for c in score_columns),
         score_columns=tuple(score_columns),
         patient_at=at[patient_column] if patient_column else None,
         label_at=at[label_column] if label_column else None,
         column_at={c: at[c] for c in columns},
-        split_at=header.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None,
+        split_at=cells.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None,
         split_column=SITECAL_SPLIT_COLUMN,
     )
     usable, bad, n_rows = collect_rows(chunks, spec)
@@ -257,13 +285,13 @@ def read_scores(
     if not path.is_file():
         raise DataError(f"{path}: the scores file is not a regular file (a folder, pipe or device).")
     check_size(path, path.stat().st_size, max_bytes, "scores file", "SCORES")
-    header, chunks, numbered_by = _rows(path, max_bytes)
+    header, cells, chunks, numbered_by = _rows(path, max_bytes, MAX_ROWS, {group_column} - {None})
     rows = [(at, cells) for positions, block in chunks for at, cells in zip(positions, block, strict=True)]
     if group_column is not None:
         check_column_list(path, header, [(group_column, "--group-column")])
     kind, score_columns = _score_columns(path, header, class_names)
-    score_at = [header.index(c) if c is not None else None for c in score_columns]
-    group_at = None if group_column is None else header.index(group_column)
+    score_at = [cells.index(c) if c is not None else None for c in score_columns]
+    group_at = None if group_column is None else cells.index(group_column)
     positions: list[int] = []
     groups: list[str] = []
     logits: list[np.ndarray] = []
@@ -334,54 +362,41 @@ def _check_file(path: Path, max_bytes: int) -> None:
 
 
 def _rows(
-    path: Path, max_bytes: int
-) -> tuple[list[str], Iterator[tuple[Sequence[int], list[list[str]]]], Literal["line", "row"]]:
-    """The header, and the rows in chunks of (positions, rows), of a CSV or Parquet file."""
+    path: Path, max_bytes: int, max_rows: int, named: Collection[str | None]
+) -> tuple[list[str], list[str], Iterator[tuple[Sequence[int], list[list[str]]]], Literal["line", "row"]]:
+    """The header, the columns a row holds, and the rows in chunks of (positions, rows), of a file.
+
+    A CSV row holds every column of the header. Of a Parquet file only the ``named`` columns and the score
+    columns are read, and a row holds theirs only.
+    """
     size = _prediction_rows.CHUNK_ROWS
     if path.suffix.lower() == ".parquet":
-        header, rows = _parquet(path)
-        starts = range(0, len(rows), size)
-        parts = ((range(i + 1, min(i + size, len(rows)) + 1), rows[i : i + size]) for i in starts)
-        return header, parts, "row"
+
+        def read(header: list[str]) -> list[str]:
+            return [name for name in header if name in named or name.startswith(("logit:", "prob:"))]
+
+        header, cells, parts = parquet_chunks(
+            path,
+            read,
+            max_rows=max_rows,
+            max_bytes=max_bytes,
+            chunk_rows=size,
+            what="predictions file",
+            field="data.predictions",
+        )
+        return header, cells, parts, "row"
     header, chunks = csv_chunks(
-        path, (), max_bytes, what="predictions file", field="data.predictions", chunk_rows=size
+        path,
+        (),
+        max_bytes,
+        what="predictions file",
+        field="data.predictions",
+        chunk_rows=size,
+        max_rows=max_rows,
     )
     # the first chunk at once: a file with a header and no rows is refused before its columns are checked
     first = next(chunks)
-    return header, itertools.chain([first], chunks), "line"
-
-
-def _parquet(path: Path) -> tuple[list[str], list[list[str]]]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(
-            f"{path}: reading a Parquet predictions file needs pyarrow: pip install pyarrow (or save it as "
-            "CSV)."
-        ) from None
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(
-            f"{path}: cannot read the Parquet predictions file ({str(exc).rstrip('.')}). Check "
-            "data.predictions, or save it as CSV."
-        ) from None
-    header = [str(name).strip() for name in table.column_names]
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    rows = [[_text(col[i]) for col in columns] for i in range(table.num_rows)]
-    if not rows:
-        raise DataError(f"{path}: the predictions file has no rows.")
-    return header, rows
-
-
-def _text(value: object) -> str:
-    """A Parquet cell as a CSV would hold it: nulls empty; floats as their shortest exact text."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value).strip()
+    return header, header, itertools.chain([first], chunks), "line"
 
 
 def _score_columns(
@@ -426,3 +441,62 @@ def _score_columns(
 
 def _cell(row: Sequence[str], at: int) -> str:
     return row[at].strip() if at < len(row) else ""
+
+
+def check_subgroup_columns(table: PredictionTable, subgroups: Mapping[str, SubgroupSettings]) -> None:
+    r"""Refuse a subgroup column shown as it is whose values may name people.
+
+    A column with a ``mapping`` (only the site's group names are shown) or ``bands`` (only band labels),
+    or named exactly as a tag of ``SHOWN_TAGS`` (shown as that tag would be), passes. Any other column's
+    normalised values (``unknown`` aside) must be at most :data:`MAX_FREE_COLUMN_VALUES` distinct values,
+    none of the shape of an identifier (:func:`~sitecal.cohort._cells.identifier_shape`: a person's
+    name, a long number, a date, a UID, an e-mail address). Its values held by fewer than
+    ``privacy.min_count_shown`` studies are pooled afterwards, as every subgroup's.
+
+    Raises
+    ------
+    DataError
+        Naming the file, the subgroup and the column (never a value), and the fix: a mapping.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "vendor.csv"
+    >>> _ = path.write_text("AccessionNumber,ward,logit:a,logit:b\nA1,DOE^JANE,0,1\n", encoding="utf-8")
+    >>> table = read_predictions(path, class_names=["a", "b"], key_column="AccessionNumber", columns=["ward"])
+    >>> try:
+    ...     check_subgroup_columns(table, {"ward": SubgroupSettings(column="ward")})
+    ... except DataError as exc:
+    ...     print(str(exc).split(": ", 1)[1][:84])
+    subgroups.ward.column: column 'ward' holds an entry shaped like a personal name (not
+    """
+    for name, settings in subgroups.items():
+        column = settings.column
+        if column is None or settings.mapping is not None or settings.bands is not None:
+            continue
+        if column in SHOWN_TAGS:
+            continue
+        cells = (
+            table.usable.columns[column]
+            if table.usable is not None and column in table.usable.columns
+            else [row.columns.get(column, "") for row in table.rows.values()]
+        )
+        values = {attribute_value(column, {column: cell}) for cell in set(cells)} - {UNKNOWN}
+        if len(values) > MAX_FREE_COLUMN_VALUES:
+            problem = (
+                f"holds {len(values):,} distinct entries, more than the {MAX_FREE_COLUMN_VALUES} a column "
+                "shown as it is may hold (so many are more likely identifiers or free text than groups)"
+            )
+        else:
+            shapes = sorted({shape for value in values if (shape := identifier_shape(value)) is not None})
+            if not shapes:
+                continue
+            problem = f"holds an entry shaped like {' and '.join(shapes)} (not shown)"
+        # no quote after the word value: the console's scrubber would take the text between for a value
+        raise DataError(
+            f"{table.path}: subgroups.{name}.column: column '{column}' {problem}, and a subgroup column "
+            f"without a mapping is shown in the report as it is. Give subgroups.{name} a mapping file "
+            "(mapping: <file>.csv, with the columns value and group) to show each of its entries as a "
+            "group name you choose (entries the file does not list become unmapped), or remove the "
+            "subgroup."
+        )

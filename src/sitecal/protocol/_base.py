@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import re
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -101,6 +103,83 @@ NUMBER_VRS = frozenset({"DS", "IS", "FL", "FD", "US", "SS", "UL", "SL", "UV", "S
 _SHOWN_LIST = ", ".join(sorted(SHOWN_TAGS))
 
 
+# The same policy for the columns of a predictions file. A column is named by whoever exported the file
+# (PATIENTNAME, "Patient Name", mrn), so its name is compared normalised (column_name_key): a name that
+# means an identifier is refused even with a mapping (IDENTIFYING_COLUMNS, IDENTIFYING_COLUMN_PARTS, and
+# the tags refused above, spelt any way: patient_birth_date is PatientBirthDate). Any other column is
+# free text to sitecal: it needs a mapping unless its values are few and none looks like an identifier
+# (sitecal.cohort.predictions_file.check_subgroup_columns), and its rare values are pooled like a tag's.
+#: Normalised column names (see :func:`column_name_key`) that mean an identifier, with what it is.
+IDENTIFYING_COLUMNS = {
+    **dict.fromkeys(
+        """name names fullname patientname patientsname ptname firstname lastname surname givenname
+        familyname forename forenames middlename maidenname""".split(),
+        "a personal name",
+    ),
+    **dict.fromkeys(
+        """id patient patientid patientsid ptid pid personid subject subjectid patientnumber patientno
+        hospitalnumber hospitalno hospitalid caseid caseno studyid examid encounterid visitid admissionid
+        otherpatientids""".split(),
+        "a patient or study ID",
+    ),
+    **dict.fromkeys(
+        """mrn mr mrno mrnumber umrn medicalrecord medicalrecordnumber medicalrecordno recordnumber
+        recordno chartnumber chartno""".split(),
+        "a medical record number",
+    ),
+    **dict.fromkeys(
+        "accession accessionnumber accessionno accessionid accno accnumber acc".split(),
+        "an accession number",
+    ),
+    **dict.fromkeys(
+        """dob dateofbirth birthdate birthday born patientdob patientbirthdate date datetime studydate
+        examdate scandate acquisitiondate admissiondate dischargedate deathdate dateofdeath""".split(),
+        "a date",
+    ),
+    **dict.fromkeys(
+        "address streetaddress street postcode postalcode zip zipcode patientaddress".split(), "an address"
+    ),
+    **dict.fromkeys(
+        """phone phonenumber telephone telephonenumber tel mobile mobilenumber cellphone fax email
+        emailaddress mail""".split(),
+        "a phone number or e-mail address",
+    ),
+    **dict.fromkeys(
+        """uid studyuid studyinstanceuid seriesuid seriesinstanceuid sopuid sopinstanceuid instanceuid
+        imageuid""".split(),
+        "a UID",
+    ),
+    **dict.fromkeys(
+        """ssn socialsecurity socialsecuritynumber socialsecurityno nationalid nationalidnumber
+        nationalidentifier nin nino nhsnumber nhsno insurancenumber insuranceid healthcardnumber passport
+        passportnumber taxid""".split(),
+        "a national or insurance number",
+    ),
+}
+#: Parts of a normalised column name that mean an identifier wherever they stand (``patient_mrn``,
+#: ``referring_physician_email``).
+IDENTIFYING_COLUMN_PARTS = {
+    "patientname": "a personal name",
+    "patientid": "a patient ID",
+    "mrn": "a medical record number",
+    "medicalrecord": "a medical record number",
+    "accession": "an accession number",
+    "birthdate": "a date",
+    "dateofbirth": "a date",
+    "birthday": "a date",
+    "instanceuid": "a UID",
+    "address": "an address",
+    "telephone": "a phone number",
+    "phonenumber": "a phone number",
+    "email": "an e-mail address",
+    "ssn": "a national or insurance number",
+    "socialsecurity": "a national or insurance number",
+    "nationalid": "a national or insurance number",
+}
+# What column_name_key removes: the separators people put between the words of a column name
+_COLUMN_SEPARATORS = re.compile(r"[_\-. ]+")
+
+
 def tag_vr(keyword: str) -> str:
     """The VR of a DICOM keyword (the first of an ambiguous ``"US or SS"``)."""
     from pydicom.datadict import dictionary_VR, keyword_dict
@@ -108,19 +187,74 @@ def tag_vr(keyword: str) -> str:
     return str(dictionary_VR(keyword_dict[keyword])).split(" or ")[0]
 
 
-def refused_tag(keyword: str) -> str | None:
-    """Why ``keyword`` (a DICOM keyword) can never be a subgroup, even with a mapping; ``None`` if it can."""
+def _refusal(keyword: str) -> str | None:
+    """What makes ``keyword`` (a DICOM keyword) never a subgroup (``holds a date (VR DA)``), or ``None``."""
     vr = tag_vr(keyword)
     if vr in REFUSED_VRS:
-        why = f"holds {REFUSED_VRS[vr]} (VR {vr})"
-    elif keyword in IDENTIFYING_TAGS:
-        why = "identifies patients, studies or requests"
-    else:
+        return f"holds {REFUSED_VRS[vr]} (VR {vr})"
+    if keyword in IDENTIFYING_TAGS:
+        return "identifies patients, studies or requests"
+    return None
+
+
+def refused_tag(keyword: str) -> str | None:
+    """Why ``keyword`` (a DICOM keyword) can never be a subgroup, even with a mapping; ``None`` if it can."""
+    why = _refusal(keyword)
+    if why is None:
         return None
     return (
         f"'{keyword}' {why}, so it cannot be a subgroup, even with a mapping: its values would identify "
         f"patients in the outputs. Use one of the tags allowed as subgroups ({_SHOWN_LIST}), or another "
         "tag with a mapping."
+    )
+
+
+def column_name_key(name: str) -> str:
+    """A column name as compared with identifiers' names: case-folded, without ``_``, ``-``, ``.``, spaces.
+
+    Examples
+    --------
+    >>> column_name_key("Patient Name"), column_name_key("ACCESSION_NO."), column_name_key("e-mail")
+    ('patientname', 'accessionno', 'email')
+    """
+    return _COLUMN_SEPARATORS.sub("", name.casefold())
+
+
+@functools.cache
+def _keywords_by_key() -> dict[str, str]:
+    """DICOM keywords by their :func:`column_name_key` (``patientbirthdate`` → ``PatientBirthDate``)."""
+    from pydicom.datadict import keyword_dict
+
+    return {column_name_key(keyword): keyword for keyword in keyword_dict if keyword}
+
+
+def refused_column(name: str) -> str | None:
+    """Why the predictions file column ``name`` can never be a subgroup, even with a mapping; or ``None``.
+
+    Refused: a name whose :func:`column_name_key` is one of :data:`IDENTIFYING_COLUMNS`, holds one of
+    :data:`IDENTIFYING_COLUMN_PARTS`, or spells a DICOM tag that :func:`refused_tag` refuses.
+
+    Examples
+    --------
+    >>> refused_column("MRN").split(":")[0]
+    "column 'MRN' is named like a medical record number"
+    >>> refused_column("scanner") is None, refused_column("site_id") is None
+    (True, True)
+    """
+    key = column_name_key(name)
+    what = IDENTIFYING_COLUMNS.get(key) or next(
+        (why for part, why in IDENTIFYING_COLUMN_PARTS.items() if part in key), None
+    )
+    if what is None:
+        keyword = _keywords_by_key().get(key)
+        why = None if keyword is None else _refusal(keyword)
+        if keyword is None or why is None:
+            return None
+        what = f"the DICOM tag {keyword}, which {why}"
+    return (
+        f"column '{name}' is named like {what}: it cannot be a subgroup, even with a mapping, since its "
+        "values would identify patients in the outputs. Remove this subgroup; a subgroup column holds a "
+        "group (a site, a scanner, a protocol), and the key, patient and label columns are named under data."
     )
 
 

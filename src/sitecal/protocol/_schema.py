@@ -18,6 +18,7 @@ from sitecal.protocol._base import (
     _check_reference,
     _ReferenceError,
     _Strict,
+    refused_column,
 )
 from sitecal.protocol._inputs import (
     DataSettings,
@@ -472,3 +473,7 @@ def _check_route(protocol: Protocol) -> None:
                 f"'{subgroup.column}' is the key, patient or label column: a subgroup is never drawn "
                 "from an identifier or the ground truth",
             )
+        # the identifier policy of tags, for a column named by whoever exported the file (PATIENTNAME, mrn)
+        refused = None if subgroup.column is None else refused_column(subgroup.column)
+        if refused is not None:
+            raise _ReferenceError(("subgroups", name, "column"), refused)
