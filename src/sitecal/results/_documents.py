@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TypeVar
 
-from sitecal._io import write_json_atomic
-from sitecal.errors import DataError
+from sitecal._io import read_json, write_json_atomic
 from sitecal.results._calibration import CalibrationDocument, MethodCalibrationDocument
 from sitecal.results._codec import Record
 
@@ -60,32 +58,21 @@ def read_document(path: Path, cls: type[D]) -> D:
     Raises
     ------
     DataError
-        When the file is missing, is not JSON, or does not follow ``cls`` (naming the file and the JSON
-        path of the first problem, e.g. ``evaluation.json: $.split.n_fit: expected an integer, got 1.5``).
+        When the file is missing, is not JSON, is over :func:`sitecal._io.read_json`'s bounds (16 MiB, 64
+        levels deep), holds NaN or infinity, or does not follow ``cls`` (naming the file and the JSON path
+        of the first problem, e.g. ``evaluation.json: $.split.n_fit: expected an integer, got 1.5``).
     """
     path = Path(path)
-    return cls.from_dict(_load(path), source=str(path))
+    return cls.from_dict(read_json(path), source=str(path))
 
 
 def read_calibration(path: Path) -> CalibrationDocument | MethodCalibrationDocument:
-    """Read a run's ``calibration.json``: temperatures, or another method's fits (by its ``method``)."""
+    """Read a run's ``calibration.json``: temperatures, or another method's fits (by its ``method``).
+
+    Read within the bounds of :func:`sitecal._io.read_json`; raises DataError as :func:`read_document`.
+    """
     path = Path(path)
-    data = _load(path)
+    data = read_json(path)
     method = data.get("method") if isinstance(data, dict) else None
     cls = CalibrationDocument if method in (None, "temperature") else MethodCalibrationDocument
     return cls.from_dict(data, source=str(path))
-
-
-def _load(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read it ({exc}). Pass the file the run wrote.") from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc}). Restore the file the run wrote.") from None
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
