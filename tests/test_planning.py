@@ -5,17 +5,27 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 from scipy.stats import norm
-from tests.conftest import DEMO_PROTOCOL
+from tests.conftest import DEMO_PROTOCOL, VERDICT_EXIT
 
 from sitecal.cli import main
 from sitecal.errors import DataError
-from sitecal.planning import TARGET_POWER, assumed_model, fitted_model, plan_criteria
+from sitecal.metrics import softmax
+from sitecal.planning import (
+    TARGET_POWER,
+    assumed_model,
+    evaluated_probabilities,
+    fitted_model,
+    plan_criteria,
+    read_run,
+)
 from sitecal.protocol import Protocol
 
 CLASSES = ("normal", "nodule", "effusion")
@@ -70,6 +80,23 @@ def test_bad_assumptions_are_refused() -> None:
         assumed_model([0.6, 0.4], 0.55)
 
 
+SPLIT_MESSAGE = (
+    "split is none of fit, evaluation or fold 1 to K, or the column mixes a one split's parts with folds"
+)
+
+
+def _calibration_json(per: str | None, **fields: object) -> dict:
+    """The fields of calibration.json that --from-run reads (what `sitecal run` writes)."""
+    return {
+        "method": "temperature",
+        "per": per,
+        "class_names": list(CLASSES),
+        "min_group_size": 10,
+        "fallback": "global",
+        **fields,
+    }
+
+
 def test_a_run_folder_gives_one_model_per_calibration_group(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     with open(tmp_path / "cohort.csv", "w", newline="") as f:
@@ -77,19 +104,14 @@ def test_a_run_folder_gives_one_model_per_calibration_group(tmp_path: Path) -> N
         w.writerow(["study_key", "patient_key", "label", "scanner", "split"])
         for i in range(40):
             w.writerow(
-                [f"S-{i}", f"P-{i}", "normal", "A" if i % 2 else "B", "evaluation" if i < 30 else "fit"]
+                [f"S-{i}", f"P-{i}", CLASSES[i % 3], "A" if i % 2 else "B", "evaluation" if i < 30 else "fit"]
             )
     with open(tmp_path / "predictions.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["study_key", "patient_key", "split_rank", *(f"logit:{c}" for c in CLASSES)])
         for i in range(40):
             w.writerow([f"S-{i}", f"P-{i}", i, *rng.normal(size=3).round(4)])
-    calibration = {
-        "per": "scanner",
-        "global_fit": {"temperature": 1.5},
-        "groups": {"A": {"temperature": 2.0}},
-    }
-    (tmp_path / "calibration.json").write_text(json.dumps(calibration))
+    (tmp_path / "calibration.json").write_text(json.dumps(_calibration_json("scanner")))
     models = fitted_model(tmp_path)
     assert set(models) == {"all studies", "A", "B"}
     assert "15 evaluation studies" in models["A"].description  # 30 evaluation rows, half on A
@@ -98,6 +120,155 @@ def test_a_run_folder_gives_one_model_per_calibration_group(tmp_path: Path) -> N
     (tmp_path / "calibration.json").unlink()
     with pytest.raises(DataError, match=r"calibration\.json: not found"):
         fitted_model(tmp_path)
+
+
+def _vendor_run(root: Path, *, n: int = 240) -> dict:
+    """A cross-fitted `sitecal run` of a small vendor predictions file (no DICOM, no model run here).
+
+    Two scanners of ``n / 2`` studies (one per patient), three folds, 50 resamples without refit: the
+    run folder --from-run reads, made in a few seconds. Two rows have a NaN logit and are excluded.
+    """
+    rng = np.random.default_rng(5)
+    with open(root / "scores.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["StudyInstanceUID", "patient", "scanner", "label", *(f"logit:{c}" for c in CLASSES)])
+        for i in range(n):
+            y = int(rng.integers(3))
+            z = rng.normal(size=3)
+            z[y] += 1.5
+            z *= 2.0 if i % 2 else 1.2  # scanner A overconfident: the two temperatures differ
+            cells = [repr(float(v)) for v in z]
+            if i in (3, 10):
+                cells[1] = "nan"
+            w.writerow([f"1.2.826.0.1.{i}", f"PT{i}", "AB"[i % 2], CLASSES[y], *cells])
+    key = root / "key"
+    key.write_text("0123456789abcdef" * 4 + "\n")
+    key.chmod(0o600)
+    raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw.pop("inputs")
+    raw["model"] = {"name": "vendor model", "version": "1", "class_names": list(CLASSES)}
+    raw["data"] = {"predictions": "scores.csv", "key": "StudyInstanceUID", "patient_column": "patient"}
+    raw["data"]["label_column"] = "label"
+    raw["subgroups"] = {"scanner": {"column": "scanner", "label": "Scanner"}}
+    raw["calibration"].update({"min_group_size": 30, "split": {"by": "crossfit", "folds": 3, "seed": 1}})
+    raw["evaluation"].update(
+        {
+            "bootstrap": {
+                "n_resamples": 50,
+                "level": 0.95,
+                "method": "percentile",
+                "seed": 7,
+                "refit": False,
+            },
+            "planning": {"simulations": 0},
+            "disparity_metrics": ["nll"],
+        }
+    )
+    raw["report"]["output_dir"] = str(root / "reports")
+    raw["privacy"] = {"key_file": str(key)}
+    protocol = root / "protocol.yaml"
+    protocol.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code = main(["run", str(protocol), "--no-progress"])
+    (folder,) = (p for p in (root / "reports").iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert code == VERDICT_EXIT[json.loads((folder / "evaluation.json").read_text())["verdict"]]
+    return {"protocol": protocol, "folder": folder, "key": key}
+
+
+@pytest.fixture(scope="module")
+def crossfit_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _vendor_run(tmp_path_factory.mktemp("crossfit"))
+
+
+def test_a_cross_fitted_run_is_planned_from_its_out_of_fold_probabilities(crossfit_run: dict) -> None:
+    folder = crossfit_run["folder"]
+    run = read_run(folder)
+    assert run.split.method == "crossfit" and run.split.folds == 3
+    probs, groups = evaluated_probabilities(run)
+    assert probs.shape == (238, 3)  # every analysed study is evaluated: 240 less the 2 NaN rows
+    assert sorted(set(groups.tolist())) == ["A", "B"]
+    # the run's own after-calibration NLL is the mean over these probabilities: each study calibrated by
+    # its fold's temperatures, fitted on the other folds
+    labels = run.labels[run.split.held]
+    nll = float(-np.log(probs[np.arange(labels.shape[0]), labels]).mean())
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    assert nll == pytest.approx(evaluation["overall"]["metrics"]["nll"]["after"]["estimate"], rel=1e-12)
+    # ... and not the deployed temperatures of calibration.json (fitted on every study, seen ones)
+    deployed = json.loads((folder / "calibration.json").read_text())["groups"]
+    t = np.array([deployed[g]["temperature"] for g in groups])
+    seen = softmax(run.logits[run.split.held], temperature=t)
+    assert abs(float(-np.log(seen[np.arange(labels.shape[0]), labels]).mean()) - nll) > 1e-4
+
+
+def test_plan_from_a_cross_fitted_run(crossfit_run: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", str(crossfit_run["protocol"]), "--from-run", str(crossfit_run["folder"])]
+    assert main([*args, "--simulations", "20", "--sizes", "100,200", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "  all studies: drawn from the run's 238 evaluation studies of all studies, calibrated" in out
+    assert "  A: drawn from the run's 119 evaluation studies of A, calibrated" in out
+    assert "  B: drawn from the run's 119 evaluation studies of B, calibrated" in out
+    assert "calibration-per-scanner (ece_debiased after calibration, below):" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        (
+            "cohort.csv",
+            lambda text: text.replace(",fold 2\n", ",fold two\n", 1),
+            SPLIT_MESSAGE,
+        ),
+        (
+            "cohort.csv",
+            lambda text: text.replace(",fold 2\n", ",evaluation\n", 1),
+            SPLIT_MESSAGE,
+        ),
+        ("cohort.csv", lambda text: text.replace("scanner", "site", 1), "cohort.csv: no column scanner."),
+        (
+            "predictions.csv",
+            lambda text: text.replace("logit:nodule", "logit:Nodule", 1),
+            "predictions.csv: no column logit:nodule.",
+        ),
+        (
+            "calibration.json",
+            lambda text: text.replace('"method": "temperature"', '"method": "platt"'),
+            "calibration.json: method: expected one of temperature, vector, matrix, dirichlet, histogram, "
+            "isotonic, beta.",
+        ),
+        (
+            "calibration.json",
+            lambda text: text.replace('"min_group_size": 30', '"min_group_size": true'),
+            "calibration.json: min_group_size: expected a whole number >= 1.",
+        ),
+    ],
+)
+def test_a_run_folder_that_is_not_the_run_s_is_named(
+    crossfit_run: dict, tmp_path: Path, name: str, edit: object, message: str
+) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(crossfit_run["folder"], folder)
+    path = folder / name
+    path.write_text(edit(path.read_text()))  # type: ignore[operator]
+    with pytest.raises(DataError) as caught:
+        read_run(folder)
+    text = str(caught.value)
+    assert text.startswith(f"{path}: ") and text.endswith(
+        "Point --from-run at the unedited folder of a finished run."
+    )
+    assert message in text
+
+
+def test_a_nan_logit_in_predictions_csv_is_named_by_its_line(crossfit_run: dict, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(crossfit_run["folder"], folder)
+    lines = (folder / "predictions.csv").read_text().split("\n")
+    cells = lines[5].split(",")
+    cells[-1] = "nan"
+    lines[5] = ",".join(cells)
+    (folder / "predictions.csv").write_text("\n".join(lines))
+    with pytest.raises(
+        DataError, match=re.escape("predictions.csv: line 6: a logit is not a finite number.")
+    ):
+        read_run(folder)
 
 
 def test_the_command_prints_a_table_per_criterion_and_names_what_is_missing(

@@ -16,7 +16,8 @@ sources:
   offsets so that the mean probability of each class (its prevalence under calibration) is the assumed
   one;
 - **after a run** (:func:`fitted_model`): the evaluation studies' calibrated probabilities from the run
-  folder, resampled, each label drawn from its study's probabilities.
+  folder, as the run evaluated them (out of fold under cross-fitting), resampled, each label drawn from its
+  study's probabilities.
 
 The temperature's own uncertainty is not simulated (the plan assumes it known), so a refit run's
 intervals are somewhat wider than planned: treat the plan as a lower bound.
@@ -28,17 +29,20 @@ model with a binary outcome." Stat Med 40, 2021.
 from __future__ import annotations
 
 import csv
-import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from sitecal._io import read_json
 from sitecal.errors import DataError
 from sitecal.evaluation._groups import OVERALL
+from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
 from sitecal.evaluation._study_size import (
     DEFAULT_SIZES,
     TARGET_POWER,
@@ -53,15 +57,19 @@ from sitecal.protocol import AcceptanceCriterion, Protocol
 __all__ = [
     "ALL_STUDIES",
     "DEFAULT_SIZES",
+    "RUN_FILES",
     "TARGET_POWER",
     "CriterionPlan",
+    "StoredRun",
     "StudyModel",
     "assumed_model",
+    "evaluated_probabilities",
     "fitted_model",
     "parse_sizes",
     "plan_criteria",
     "plan_models",
     "plan_table",
+    "read_run",
 ]
 
 #: The model of a run's whole evaluation split (:func:`fitted_model`).
@@ -141,37 +149,20 @@ def assumed_model(prevalence: Sequence[float], accuracy: float, *, seed: int = 0
 def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
     """One model per calibration group from a run folder's evaluation studies, calibrated probabilities.
 
-    Returns ``{"all studies": model}`` plus one per group of the run's calibration attribute (read from
-    ``cohort.csv``, ``predictions.csv`` and ``calibration.json``). Labels are drawn afresh from each
-    study's calibrated probabilities, so the model is as calibrated as the run's temperatures make it
-    *by assumption*.
+    Returns ``{"all studies": model}`` plus one per group of the run's calibration attribute. Each
+    evaluation study is calibrated as the run evaluated it: by the fit on the fit part (one split), or
+    under cross-fitting by its fold's fit on the other folds (refitted here from ``cohort.csv`` and
+    ``predictions.csv`` with the run's policy, as the run fitted them). Labels are drawn afresh from each
+    study's calibrated probabilities, so the model is as calibrated as the run's fits make it *by
+    assumption*.
+
+    Raises
+    ------
+    DataError
+        Naming the file (and line) of a folder that is not a finished run's or was edited.
     """
-    paths = {name: run_folder / name for name in ("cohort.csv", "predictions.csv", "calibration.json")}
-    for path in paths.values():
-        if not path.is_file():
-            raise DataError(f"{path}: not found. --from-run needs a run folder written by `sitecal run`.")
-    try:
-        cal = json.loads(paths["calibration.json"].read_text(encoding="utf-8"))
-        with open(paths["cohort.csv"], newline="", encoding="utf-8") as f:
-            cohort = list(csv.DictReader(f))
-        with open(paths["predictions.csv"], newline="", encoding="utf-8") as f:
-            predicted = {r["study_key"]: r for r in csv.DictReader(f)}
-        per = cal.get("per")
-        global_t = float(cal["global_fit"]["temperature"])
-        temps = {str(g): float(entry["temperature"]) for g, entry in (cal.get("groups") or {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
-        raise DataError(
-            f"{run_folder}: cannot read its cohort.csv, predictions.csv or calibration.json ({exc!r}). "
-            "Point --from-run at an unedited run folder."
-        ) from None
-    columns = [c for c in next(iter(predicted.values()), {}) if c.startswith("logit:")]
-    rows = [r for r in cohort if r.get("split") == "evaluation" and r.get("study_key") in predicted]
-    if len(columns) < 2 or not rows:
-        raise DataError(f"{run_folder}: no evaluation study with logits to plan from.")
-    logits = np.array([[float(predicted[r["study_key"]][c]) for c in columns] for r in rows])
-    groups = np.array([(r.get(per) or "") if per else "" for r in rows])
-    t = np.array([temps.get(g, global_t) for g in groups])
-    probs = softmax(logits, temperature=t)
+    run = read_run(run_folder)
+    probs, groups = evaluated_probabilities(run)
 
     def model(rows_of: NDArray[np.int64], name: str) -> StudyModel:
         return pool_model(
@@ -180,10 +171,238 @@ def fitted_model(run_folder: Path) -> dict[str, StudyModel]:
         )
 
     out = {ALL_STUDIES: model(np.arange(probs.shape[0]), ALL_STUDIES)}
-    if per:
+    if run.per is not None:
         for g in sorted(set(groups.tolist())):
             out[g] = model(np.flatnonzero(groups == g), g)
     return out
+
+
+#: What --from-run reads of a run folder, in the order it reads them.
+RUN_FILES = ("calibration.json", "predictions.csv", "cohort.csv")
+# The next step of every message about a run folder's file
+_REMEDY = "Point --from-run at the unedited folder of a finished run."
+# cohort.csv's split column: the one split's parts, or a fold of a cross-fitted run (fold 1 to fold K)
+_FOLD = re.compile(r"fold ([1-9][0-9]{0,2})")
+_METHODS = ("temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "beta")
+_FALLBACKS = ("global", "shrink", "empirical_bayes")
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What --from-run reads of a run folder: its analysed studies and how it calibrated them.
+
+    Attributes
+    ----------
+    folder : Path
+    logits : numpy.ndarray of float, shape (N, C)
+        Each analysed study's logits (``predictions.csv``), in ``cohort.csv`` order.
+    labels : numpy.ndarray of int, shape (N,)
+    patients : numpy.ndarray of str, shape (N,)
+        Patient pseudonyms: a patient's studies share a fold.
+    groups : numpy.ndarray of str, shape (N,)
+        Each study's calibration group (``"all"`` without ``per``).
+    split : Split
+        The run's split, from ``cohort.csv``'s split column.
+    per : str or None
+        The calibration attribute.
+    method : str
+        ``calibration.method``.
+    min_group_size : int
+    fallback : str
+        The run's policy for small groups (temperature scaling).
+    """
+
+    folder: Path
+    logits: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    patients: NDArray[np.str_]
+    groups: NDArray[np.str_]
+    split: Split
+    per: str | None
+    method: str
+    min_group_size: int
+    fallback: str
+
+
+def read_run(run_folder: Path) -> StoredRun:
+    """Read what --from-run needs of a run folder; the only place planning reads one.
+
+    ``sitecal plan`` verifies the folder's seal before it calls this. Every file is bounded:
+    ``calibration.json`` by :func:`sitecal._io.read_json`, the two tables by their rows being the run's
+    (a cell is at most the csv module's field limit, 128 kB).
+
+    Raises
+    ------
+    DataError
+        A missing file, or a file that is not what the run wrote (named, with its line).
+    """
+    folder = Path(run_folder)
+    for name in RUN_FILES:
+        if not (folder / name).is_file():
+            raise DataError(
+                f"{folder / name}: not found. --from-run needs a run folder written by `sitecal run`."
+            )
+    settings = _calibration_settings(folder / "calibration.json")
+    class_names = settings["class_names"]
+    logits = _logits(folder / "predictions.csv", class_names)
+    rows = _cohort_rows(folder / "cohort.csv", settings["per"], class_names, logits)
+    if not rows:
+        raise DataError(f"{folder / 'cohort.csv'}: no analysed study to plan from. {_REMEDY}")
+    lines, keys, patients, labels, groups, parts = (list(column) for column in zip(*rows, strict=True))
+    return StoredRun(
+        folder=folder,
+        logits=np.array([logits[k] for k in keys], dtype=np.float64),
+        labels=np.array(labels, dtype=np.int64),
+        patients=np.array(patients, dtype=str),
+        groups=np.array(groups, dtype=str),
+        split=_split(folder / "cohort.csv", parts, lines),
+        per=settings["per"],
+        method=settings["method"],
+        min_group_size=settings["min_group_size"],
+        fallback=settings["fallback"],
+    )
+
+
+def evaluated_probabilities(run: StoredRun) -> tuple[NDArray[np.float64], NDArray[np.str_]]:
+    """The evaluation studies' calibrated probabilities, as the run evaluated them, and their groups.
+
+    One split: each study calibrated by the fit on the fit part (what ``calibration.json`` holds).
+    Cross-fitting: by its fold's fit on the other folds, so each probability comes from a fit that did not
+    see the study (``calibration.json`` holds the fit on every study, which saw them all).
+    """
+    held = run.split.held
+    if run.method == "temperature":
+        policy = {"min_group_size": run.min_group_size, "fallback": run.fallback}
+        t = applied_temperatures(run.split, run.logits, run.labels, run.groups, run.patients, policy)
+        probs = softmax(run.logits[held], temperature=t[held]) if np.isfinite(t[held]).all() else None
+    else:
+        calibrated = applied_probabilities(
+            run.split, run.logits, run.labels, run.groups, run.method, run.min_group_size
+        )[held]
+        probs = calibrated if np.isfinite(calibrated).all() else None
+    if probs is None or probs.shape[0] == 0:
+        raise DataError(
+            f"{run.folder / 'cohort.csv'}: its split leaves evaluation studies without a fit (a part or a "
+            f"fold with no studies to fit on). {_REMEDY}"
+        )
+    return probs, run.groups[held]
+
+
+def _calibration_settings(path: Path) -> dict[str, Any]:
+    """The run's calibration method, attribute, classes and small-group policy, from calibration.json."""
+    cal = read_json(path, remedy=_REMEDY)
+    if not isinstance(cal, dict):
+        raise DataError(f"{path}: not a JSON object. {_REMEDY}")
+    method, per, names = cal.get("method"), cal.get("per"), cal.get("class_names")
+    # another method's min_group_size is its fits' (GroupMethods.to_dict)
+    fits = cal if method == "temperature" else cal.get("fits")
+    size = fits.get("min_group_size") if isinstance(fits, dict) else None
+    fallback = cal.get("fallback") if method == "temperature" else "global"
+    checks = [
+        ("method", method in _METHODS, f"one of {', '.join(_METHODS)}"),
+        ("per", per is None or (isinstance(per, str) and per != ""), "a subgroup name or null"),
+        (
+            "class_names",
+            isinstance(names, list) and len(names) >= 2 and all(isinstance(c, str) and c for c in names),
+            "two or more class names",
+        ),
+        (
+            "min_group_size",
+            isinstance(size, int) and not isinstance(size, bool) and size >= 1,
+            "a whole number >= 1",
+        ),
+        ("fallback", fallback in _FALLBACKS, f"one of {', '.join(_FALLBACKS)}"),
+    ]
+    for field, ok, expected in checks:  # the value is not quoted: it is the file's text
+        if not ok:
+            raise DataError(f"{path}: {field}: expected {expected}. {_REMEDY}")
+    return {
+        "method": method,
+        "per": per,
+        "class_names": tuple(cast(list[str], names)),
+        "min_group_size": size,
+        "fallback": fallback,
+    }
+
+
+def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, the ``needed`` cells) of each row of one of the run's tables; a missing column is named."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            missing = [c for c in needed if c not in header]
+            if missing:
+                raise DataError(f"{path}: no column {missing[0]}. {_REMEDY}")
+            at = {c: header.index(c) for c in needed}
+            for cells in reader:
+                if len(cells) != len(header):
+                    raise DataError(
+                        f"{path}: line {reader.line_num}: {len(cells)} cells, not {len(header)}. {_REMEDY}"
+                    )
+                yield reader.line_num, {c: cells[i] for c, i in at.items()}
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        # the csv module's messages name the line and the limit, never the cell's text
+        raise DataError(f"{path}: cannot read it ({type(exc).__name__}: {exc}). {_REMEDY}") from None
+
+
+def _logits(path: Path, class_names: Sequence[str]) -> dict[str, NDArray[np.float64]]:
+    """Each study's logits from predictions.csv (finite numbers, one column per class)."""
+    columns = [f"logit:{c}" for c in class_names]
+    out: dict[str, NDArray[np.float64]] = {}
+    for line, cells in _csv_rows(path, ["study_key", *columns]):
+        try:
+            row = np.array([float(cells[c]) for c in columns])
+        except ValueError:
+            row = np.array([math.nan])
+        if not np.isfinite(row).all():
+            raise DataError(f"{path}: line {line}: a logit is not a finite number. {_REMEDY}")
+        if cells["study_key"] in out:
+            raise DataError(f"{path}: line {line}: a study given twice. {_REMEDY}")
+        out[cells["study_key"]] = row
+    return out
+
+
+def _cohort_rows(
+    path: Path, per: str | None, class_names: Sequence[str], logits: Mapping[str, NDArray[np.float64]]
+) -> list[tuple[int, str, str, int, str, str]]:
+    """(line, study, patient, label index, calibration group, part of the split) of each cohort.csv row."""
+    index = {c: i for i, c in enumerate(class_names)}
+    needed = ["study_key", "patient_key", "label", "split", *([per] if per else [])]
+    rows = []
+    for line, cells in _csv_rows(path, needed):
+        if cells["label"] not in index:
+            raise DataError(
+                f"{path}: line {line}: the label is none of calibration.json's classes. {_REMEDY}"
+            )
+        if cells["study_key"] not in logits:
+            raise DataError(f"{path}: line {line}: the study has no row in predictions.csv. {_REMEDY}")
+        group = cells[per] if per else "all"
+        rows.append(
+            (line, cells["study_key"], cells["patient_key"], index[cells["label"]], group, cells["split"])
+        )
+    return rows
+
+
+def _split(path: Path, parts: Sequence[str], lines: Sequence[int]) -> Split:
+    """The run's split from cohort.csv's split column: fit / evaluation, or fold 1 to fold K."""
+    folds = [_FOLD.fullmatch(p) for p in parts]
+    if all(folds):
+        fold = np.array([int(m.group(1)) - 1 for m in folds if m is not None], dtype=np.int64)
+        return Split("crossfit", fold, int(fold.max()) + 1)
+    if all(p in ("fit", "evaluation") for p in parts):
+        return Split.from_fit_mask(np.array([p == "fit" for p in parts], dtype=bool))
+    # the first row that is no part of a split, or whose kind (parts or folds) is not the first row's
+    crossfit = folds[0] is not None
+    line = next(
+        n
+        for n, p, f in zip(lines, parts, folds, strict=True)
+        if (f is not None) != crossfit or (f is None and p not in ("fit", "evaluation"))
+    )
+    raise DataError(
+        f"{path}: line {line}: split is none of fit, evaluation or fold 1 to K, or the column mixes a one "
+        f"split's parts with folds. {_REMEDY}"
+    )
 
 
 def plan_criteria(
