@@ -98,6 +98,8 @@ def attribute_disparities(
     attributes'; None: computed here.
     """
     ev = protocol.evaluation
+    if not ev.disparity_metrics:  # the protocol compares no metric: no gap, and no flag, to compute
+        return {}
     note = _not_compared(values, ev.min_group_size)
     if note is not None:
         return {metric: DisparityStages(before=note, after=note) for metric in ev.disparity_metrics}
