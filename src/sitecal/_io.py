@@ -247,20 +247,27 @@ def _json_depth(data: bytes) -> int:
 
 
 def _bounded_bytes(path: Path, max_bytes: int, remedy: str) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``; a FIFO or device is refused, not read."""
+    """The bytes of a regular file of at most ``max_bytes``; a FIFO, device or folder is refused, not read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise DataError(
             f"{path}: cannot read it ({exc.strerror or exc}). Pass the file the run wrote."
         ) from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise DataError(f"{path}: not a regular file. {remedy}")
         if info.st_size > max_bytes:
             raise DataError(f"{path}: {info.st_size} bytes, over the limit of {max_bytes} bytes. {remedy}")
-        data = fh.read(max_bytes + 1)  # the file may have grown since fstat
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(max_bytes + 1)  # the file may have grown since fstat
+    except OSError as exc:
+        raise DataError(
+            f"{path}: cannot read it ({exc.strerror or exc}). Pass the file the run wrote."
+        ) from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise DataError(f"{path}: over the limit of {max_bytes} bytes. {remedy}")
     return data
