@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,7 +52,7 @@ from sitecal.evaluation._study_size import (
     pool_model,
 )
 from sitecal.metrics import softmax
-from sitecal.protocol import AcceptanceCriterion, Protocol
+from sitecal.protocol import AcceptanceCriterion, CalibrationSettings, Protocol
 
 __all__ = [
     "ALL_STUDIES",
@@ -183,8 +183,9 @@ RUN_FILES = ("calibration.json", "predictions.csv", "cohort.csv")
 _REMEDY = "Point --from-run at the unedited folder of a finished run."
 # cohort.csv's split column: the one split's parts, or a fold of a cross-fitted run (fold 1 to fold K)
 _FOLD = re.compile(r"fold ([1-9][0-9]{0,2})")
-_METHODS = ("temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "beta")
-_FALLBACKS = ("global", "shrink", "empirical_bayes")
+# the values the protocol allows (calibration.method, calibration.fallback): what a run can have written
+_METHODS = get_args(CalibrationSettings.model_fields["method"].annotation)
+_FALLBACKS = get_args(CalibrationSettings.model_fields["fallback"].annotation)
 
 
 @dataclass(frozen=True)
@@ -227,9 +228,9 @@ class StoredRun:
 def read_run(run_folder: Path) -> StoredRun:
     """Read what --from-run needs of a run folder; the only place planning reads one.
 
-    ``sitecal plan`` verifies the folder's seal before it calls this. Every file is bounded:
-    ``calibration.json`` by :func:`sitecal._io.read_json`, the two tables by their rows being the run's
-    (a cell is at most the csv module's field limit, 128 kB).
+    ``sitecal plan`` verifies the folder's seal before it calls this, so the files are the run's own.
+    ``calibration.json`` is read by :func:`sitecal._io.read_json` (16 MiB, 64 levels); the two tables
+    row by row (a cell at most the csv module's field limit, 128 kB), each problem named by its line.
 
     Raises
     ------
