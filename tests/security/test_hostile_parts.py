@@ -167,6 +167,11 @@ def test_a_malformed_sidecar_is_exit_2_naming_it(
 def test_depth_is_counted_outside_strings_only() -> None:
     assert json_depth(b'{"a": "[[[[[[[[[[[[[[[[[[[[", "b": [{"c": "}}}]]]"}]}') == 3
     assert json_depth(b'["\\"[[[["]') == 1  # an escaped quote does not end the string
+    # escaped quotes to the end of 1 MiB (no string closes): a backtracking scan would take hours
+    start = time.perf_counter()
+    assert json_depth(b'"\\' * (MAX_SIDECAR_BYTES // 2)) == 0
+    assert json_depth(b"[" + b'"\\' * (MAX_SIDECAR_BYTES // 2 - 1)) == 1
+    assert time.perf_counter() - start < 2
 
 
 def test_a_fifo_sidecar_is_refused_without_blocking(network: SimpleNamespace, capsys) -> None:

@@ -61,7 +61,10 @@ _MAX_EXCLUSION_ROWS = 4096
 _PART_KEY_LABEL = b"sitecal network part v1"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+#: A JSON string, or an unterminated one (a lone backslash last included) to the end of the text. It
+#: matches at every quote it meets and never backtracks (possessive), so the scan is linear: a text of
+#: escaped quotes cannot make it quadratic (a 1 MiB sidecar of any content is scanned in milliseconds).
+_STRINGS = re.compile(rb'"(?:[^"\\]++|\\(?:.|\Z))*+(?:"|\Z)', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _FIELDS = {
     "format",
@@ -171,8 +174,8 @@ def part_mac(network_key: bytes, document: Mapping[str, Any]) -> str:
 def json_depth(data: bytes) -> int:
     """How deep JSON ``data`` nests (arrays and objects), counted without parsing it.
 
-    Strings are removed first, so brackets inside them do not count; an unterminated string leaves its
-    brackets counted, which can only overstate the depth of a document the parser would refuse anyway.
+    Strings are removed first, so brackets inside them do not count; an unterminated string runs to the
+    end (the parser stops there too, having nested only as deep as the brackets before it).
 
     Examples
     --------
