@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sitecal._hash_manifest import FileHashes, HashManifest, hash_files
+from sitecal._io import read_json
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._seal import COMPLETE, EVALUATED, mark_incomplete, verify_seal, write_seal
 from sitecal.cohort import (
@@ -582,10 +583,7 @@ def _stored(folder: Path, name: str) -> Mapping[str, Any]:
             f"{path}: not found. {folder} is not a finished sitecal run folder (a run writes {name} before "
             "its report); give the folder of a run that completed."
         )
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read it as JSON ({exc}). Was the file edited?") from None
+    document = read_json(path)
     if not isinstance(document, dict):
         raise DataError(f"{path}: expected a JSON object.")
     return document

@@ -44,11 +44,6 @@ RESTORE = "Restore the file the run wrote."
 PLAN_REMEDY = "Point --from-run at the unedited folder of a finished run."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the cross-fitted refit bootstrap to draw evaluated and fit-only patients apart "
-    "(stats/_crossfit.py, stats/_paired_refit.py): until then the tiny group's interval is NaN",
-)
 def test_nan_logits_that_leave_a_calibration_group_tiny_still_give_the_report(tmp_path: Path) -> None:
     # scanner C has 40 studies; 36 have a NaN logit, so 4 remain, pooled as 'other (n < 5)', a group on
     # the global temperature; 200 refit resamples of 164 patients leave it out of some (e^-4 of them)
@@ -224,11 +219,6 @@ def test_plan_from_run_refuses_a_deep_calibration_json(
     assert "RecursionError" not in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stages._stored reads the run's documents with json.loads: RecursionError until it reads them "
-    "with sitecal._io.read_json",
-)
 def test_report_refuses_a_deep_evaluation_json(
     sealed_run: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -191,7 +191,12 @@ def crossfit_bootstrap(
     patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
     if patients.shape[0] != zf.shape[0] + ze.shape[0]:
         raise DataError(f"The cluster parameters of {func} must name one patient per row of each set.")
-    plan = make_plan(patients.shape[0], patients, None, func=func)
+    # evaluated patients and fit-only ones are drawn apart (strata), so that every resample holds as many
+    # evaluated patients as the data (as refit_bootstrap draws the evaluated split on its own): drawn
+    # together, a small group's rows are all missing from some resamples (about e^-n of them for n
+    # patients) and its metrics are undefined there. Every patient evaluated: one stratum, the same draws.
+    held_patients = np.isin(patients, patients[zf.shape[0] :])
+    plan = make_plan(patients.shape[0], patients, None if held_patients.all() else held_patients, func=func)
     codes = plan.cluster_of_row
     fit_codes, eval_codes = codes[: zf.shape[0]], codes[zf.shape[0] :]
 

@@ -264,7 +264,10 @@ def _design(
         if evaluated.any():
             parts.append((rows, evaluated))
     patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
-    joint = make_plan(patients.shape[0], patients, None, func=func)
+    # evaluated patients and fit-only ones drawn apart, as crossfit_bootstrap draws them (a small group's
+    # rows would be missing from some resamples)
+    held_patients = np.isin(patients, patients[n_fit:])
+    joint = make_plan(patients.shape[0], patients, None if held_patients.all() else held_patients, func=func)
     return _Design(fit_plan, eval_plan, tuple(parts), joint)
 
 
