@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from sitecal import __version__
+from sitecal._io import read_json
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log
 from sitecal.calibration import GroupMethods, GroupTemperatures
@@ -423,9 +423,8 @@ def _check_rows(
 
 def _note_changes(folder: Path, loaded: LoadedProtocol) -> None:
     """Log what differs from the run (the protocol, the transforms' fingerprint); the check decides."""
-    try:
-        provenance = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    provenance = read_json(folder / "provenance.json")  # sealed, and bounded as every document is
+    if not isinstance(provenance, dict):
         provenance = {}
     run_protocol = (provenance.get("sha256") or {}).get("protocol")
     if run_protocol and run_protocol != loaded.sha256:
@@ -521,8 +520,5 @@ def _source_metadata(loaded: LoadedProtocol) -> Mapping[str, Any] | None:
     if loaded.protocol.model.format != "monai_bundle" or loaded.model_path is None:
         return None
     path = loaded.model_path / "configs" / "metadata.json"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read the bundle's metadata ({type(exc).__name__}).") from None
+    meta = read_json(path, remedy="Point model.path at the bundle the run used.")
     return meta if isinstance(meta, dict) else None
