@@ -165,6 +165,7 @@ def _labels_problems(loaded: LoadedProtocol) -> list[str]:
 def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
     """The predictions file read whole, as a run reads it; and whether its keys can be joined."""
     from sitecal.cohort import labels_from_predictions, read_predictions
+    from sitecal.cohort.predictions_file import check_subgroup_columns
 
     path = loaded.predictions_path
     if path is None:
@@ -182,6 +183,7 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
             label_column=data.label_column if loaded.labels_path is None else None,
             columns=[s.column for s in protocol.subgroups.values() if s.column is not None],
         )
+        check_subgroup_columns(table, protocol.subgroups)  # the identifier policy, as a run applies it
     except SitecalError as exc:
         return [f"data.predictions: {exc}"]
     if table.pseudonymised and loaded.labels_path is None and loaded.dicom_dir is not None:

@@ -50,6 +50,7 @@ from sitecal.cohort._parts import (
 )
 from sitecal.cohort._records import exclusion_counts
 from sitecal.cohort.attributes import suppress_rare_values
+from sitecal.cohort.predictions_file import check_subgroup_columns
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.errors import DataError
@@ -130,6 +131,7 @@ def scan(
             label_column=data.label_column if loaded.labels_path is None else None,
             columns=[s.column for s in protocol.subgroups.values() if s.column is not None],
         )
+        check_subgroup_columns(table, protocol.subgroups)  # every route, DICOM joined or not
     if loaded.labels_path is not None:
         labels = read_labels(
             loaded.labels_path, key_column=key_column, label_column=data.label_column, class_names=class_names

@@ -332,11 +332,6 @@ def test_a_name_held_by_50_studies_reaches_no_output(
     assert not controls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sitecal check reads the predictions file in preflight.py, which does not yet call "
-    "check_subgroup_columns (the run refuses the file; check should too)",
-)
 @pytest.mark.timeout(60)
 def test_check_refuses_a_free_column_holding_an_identifier(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -20,7 +20,7 @@ __all__ = ["SOURCE_KEYWORDS", "source_values", "summarise_sources"]
 SOURCE_KEYWORDS = ("InstitutionName", "Manufacturer", "ManufacturerModelName", "Modality", "StudyDate")
 """Header fields the sources are read from (the scan keeps them for every instance)."""
 
-_DATE = re.compile(r"\s*(\d{4})(\d{2})\d{2}\s*$")
+_DATE = re.compile(r"\s*([0-9]{4})([0-9]{2})[0-9]{2}\s*$")  # ASCII digits only
 
 
 def study_month(value: str | None) -> str:
