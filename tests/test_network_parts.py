@@ -20,6 +20,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import pydicom
 import pytest
@@ -34,6 +35,7 @@ from sitecal.cohort._parts import part_facts, read_parts
 from sitecal.cohort._records import Exclusion
 from sitecal.demo import generate_demo
 from sitecal.protocol import load_protocol
+from sitecal.results._kinds import ExclusionStage
 
 EPOCH = "1767225600"
 NAME, MRN = "DOE^JANE", "MRN12345678"
@@ -377,6 +379,7 @@ def test_the_vocabulary_is_closed_and_covers_sitecals_reasons() -> None:
     from sitecal.inference.predict import NON_FINITE_LOGITS as written
 
     assert written == NON_FINITE_LOGITS
+    assert STAGES == get_args(ExclusionStage)  # the flow's schema names the same stages
     # every stage sitecal writes an exclusion at is one of the vocabulary's
     source = Path(__file__).parents[1] / "src" / "sitecal"
     stages = {

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import get_args
 
 from sitecal.cohort._header import _IMAGE_MODULE, REQUIRED_KEYWORDS
 from sitecal.cohort._walk import _OUTSIDE
 from sitecal.cohort.series import SERIES_TIE_BREAK
-from sitecal.results._kinds import ExclusionStage
 
 __all__ = ["CODE_PATTERN", "REASONS", "STAGES", "ReasonCode", "reason_code", "reason_of"]
 
-#: Every stage at which sitecal excludes something, in the order of the flow (the flow's own list).
-STAGES: tuple[str, ...] = get_args(ExclusionStage)
+#: Every stage at which sitecal excludes something, in the order of the flow (the flow's schema,
+#: :data:`sitecal.results._kinds.ExclusionStage`, which cohort may not import: a test keeps the two equal).
+STAGES = ("retrieve", "scan", "studies", "series", "labels", "predictions", "inference")
 #: What a code looks like: ``<stage>/<name>``, at most 64 characters of a closed alphabet.
 CODE_PATTERN = re.compile(r"[a-z]{1,16}/[A-Za-z0-9-]{1,47}")
 #: The inference's reason for non-finite logits (:data:`sitecal.inference.predict.NON_FINITE_LOGITS`,
