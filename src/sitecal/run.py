@@ -396,7 +396,9 @@ def _provenance(
         sha256["model"] = file_sha256(loaded.model_path)  # named by the protocol, not run
     if loaded.labels_path is not None:
         sha256["labels"] = file_sha256(loaded.labels_path)
-    parts = parts_record(Path(str(loaded.predictions_path))) if loaded.parts else None
+    parts = (
+        parts_record(Path(str(loaded.predictions_path)), pseudonymize=pseudonymize) if loaded.parts else None
+    )
     if parts is not None:  # a network's sites' parts: the model was run there, by sitecal predict
         sha256["predictions_parts"] = parts.pop("sha256")
         sha256["model"] = parts["model_sha256"]
