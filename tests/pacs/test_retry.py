@@ -18,6 +18,7 @@ import requests
 
 from sitecal.pacs import retrieve
 from sitecal.pacs._dicomweb import _transient
+from sitecal.pacs._http import DeadlinePassed, Redirected, TooLarge
 from sitecal.pacs._peer import PacsError, StudyRef
 from sitecal.pacs._store import InstanceStore
 from sitecal.protocol._pacs import DicomwebSource
@@ -109,6 +110,16 @@ def test_a_lasting_failure_is_not_asked_again(tmp_path: Path, pauses: list) -> N
     assert pauses == [0.01] and out.summary["studies_asked_again"] == 1
 
 
+def test_a_fatal_failure_stops_the_retrieval_instead_of_excluding_the_study(
+    tmp_path: Path, pauses: list
+) -> None:
+    moved = PacsError("WADO-RS instance retrieval: pacs.example answered HTTP 302", fatal=True)
+    peer = ScriptedPeer(["1.1", "1.2", "1.3"], {"1.1": [moved]})
+    with pytest.raises(PacsError, match="answered HTTP 302"):
+        _run(peer, tmp_path)
+    assert pauses == []
+
+
 def test_nothing_failing_pauses_never(tmp_path: Path, pauses: list) -> None:
     out = _run(ScriptedPeer(["1.1", "1.2"], {}), tmp_path)
     assert pauses == [] and out.summary["studies_asked_again"] == 0 and len(out.files) == 2
@@ -134,6 +145,9 @@ def _http_error(status: int) -> requests.HTTPError:
         (requests.exceptions.SSLError("untrusted"), False),
         (ConnectionResetError(), True),
         (OSError("disk"), False),
+        (TooLarge(1 << 20, "answer_mib"), False),  # it would send as much again
+        (DeadlinePassed(60), False),  # and take as long again
+        (Redirected(302, "plain http"), False),
     ],
 )
 def test_which_http_failures_are_asked_again(exc: Any, asked_again: bool) -> None:

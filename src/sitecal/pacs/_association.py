@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sitecal.pacs._credentials import Credentials
-from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers
+from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, refused_by_guard
 from sitecal.pacs._peer import PacsError
 from sitecal.protocol._pacs import DimseService, TlsSettings
 
@@ -178,8 +178,11 @@ def associate(
         no_delay(event)
 
     limits = service.limits
-    message_bytes = limits.instance_bytes if receive else limits.answer_bytes
-    handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened), *guard_handlers(message_bytes, service.timeout_s)]
+    if receive:
+        guarded = guard_handlers(limits.instance_bytes, service.timeout_s, "limits.instance_mib")
+    else:
+        guarded = guard_handlers(limits.answer_bytes, service.timeout_s, "limits.answer_mib")
+    handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened), *guarded]
     if on_store is not None:
         handlers.append((evt.EVT_C_STORE, on_store))
     peer = service.dimse
@@ -215,6 +218,8 @@ def associate(
             )
         return assoc
     _close(assoc)
+    if said := refused_by_guard(assoc, field):
+        raise PacsError(f"{what}: {_where(service)} {said}")
     if assoc.is_rejected:
         raise PacsError(_rejection(service, assoc, what, field))
     secured = "; or the TLS handshake failed (check tls and that the port speaks TLS)" if service.tls else ""

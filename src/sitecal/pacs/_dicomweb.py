@@ -57,8 +57,9 @@ def http_problem(
     host = urlsplit(url).netloc
     if isinstance(exc, TooLarge):
         setting = exc.setting or "limits"
+        mib = round(exc.limit / 2**20, 3)  # as the protocol gave it
         return (
-            f"{what}: {host} sent more than {field}.limits.{setting} ({exc.limit / 2**20:g} MiB) in one "
+            f"{what}: {host} sent more than {field}.limits.{setting} ({mib:g} MiB) in one "
             f"answer; the request was stopped. Check that {field}.dicomweb is the DICOMweb service, or "
             "raise the limit."
         )

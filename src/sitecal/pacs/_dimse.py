@@ -31,7 +31,7 @@ from sitecal.pacs._association import (
     tls_context,
 )
 from sitecal.pacs._credentials import Credentials
-from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, guard_of
+from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, guard_of, refused_by_guard
 from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
 from sitecal.pacs._store import InstanceStore
 from sitecal.protocol._pacs import DimseSource
@@ -161,7 +161,9 @@ class DimsePeer:
                 evt_handlers=[
                     (evt.EVT_C_STORE, self._on_store),
                     (evt.EVT_CONN_OPEN, no_delay),
-                    *guard_handlers(self.source.limits.instance_bytes, self.source.timeout_s),
+                    *guard_handlers(
+                        self.source.limits.instance_bytes, self.source.timeout_s, "limits.instance_mib"
+                    ),
                 ],
                 ssl_context=ssl_context,
             )
@@ -264,13 +266,8 @@ class DimsePeer:
         """
         self._local.assoc = None
         peer = self.source.dimse.ae_title
-        guard = guard_of(assoc)
-        if guard is not None and guard.problem is not None:
-            limits = "data.source.limits (answer_mib, instance_mib) and data.source.timeout_s"
-            return PacsError(
-                f"{what}: {peer} at {self.source.dimse.host} sent {guard.problem}; the association was "
-                f"aborted. Check that the PACS is well, or raise {limits}."
-            )
+        if said := refused_by_guard(assoc, "data.source"):
+            return PacsError(f"{what}: {peer} at {self.source.dimse.host}:{self.source.dimse.port} {said}")
         if time.monotonic() - started >= 0.95 * self.source.timeout_s:
             return PacsError(
                 f"{what}: no answer from {peer} within data.source.timeout_s ({self.source.timeout_s:g} s); "

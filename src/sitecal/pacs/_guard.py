@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["MAX_PDU_BYTES", "Guard", "guard_handlers", "guard_of", "install_guard"]
+__all__ = ["MAX_PDU_BYTES", "Guard", "guard_handlers", "guard_of", "install_guard", "refused_by_guard"]
 
 #: Largest PDU we accept, announced as our maximum PDU length (pynetdicom's own default is 16 KiB; a
 #: larger one saves little past a few hundred KiB, and bounds what one read may ask for).
@@ -37,14 +37,16 @@ _guards: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 class Guard:
     """One association's bounds (see the module docstring); thread-safe where it needs to be.
 
-    ``message_bytes``: the most one message may hold; ``timeout_s``: the longest a message may take
-    after the last sign of progress.
+    ``message_bytes``: the most one message may hold (``setting``: the protocol setting that gives it,
+    e.g. ``limits.answer_mib``); ``timeout_s``: the longest a message may take after the last sign of
+    progress. ``problem``: what the peer did, once refused; ``setting``: what to raise, if anything.
     """
 
-    def __init__(self, assoc: Any, message_bytes: int, timeout_s: float) -> None:
+    def __init__(self, assoc: Any, message_bytes: int, timeout_s: float, setting: str) -> None:
         self._assoc = assoc
-        self.message_bytes, self.timeout_s = message_bytes, timeout_s
+        self.message_bytes, self.timeout_s, self._limit_setting = message_bytes, timeout_s, setting
         self.problem: str | None = None
+        self.setting = ""
         self._received = 0  # bytes of the message being received
         self._deadline = time.monotonic() + timeout_s
         self._lock = threading.Lock()
@@ -58,13 +60,14 @@ class Guard:
         self._received = 0
         self.progress()
 
-    def stop(self, problem: str) -> None:
+    def stop(self, problem: str, setting: str = "") -> None:
         """End the association at the next read (a caller's bound, e.g. too many instances sent)."""
         with self._lock:
-            self.problem = self.problem or problem
+            if self.problem is None:
+                self.problem, self.setting = problem, setting
 
-    def _refuse(self, problem: str) -> OSError:
-        self.stop(problem)
+    def _refuse(self, problem: str, setting: str = "") -> OSError:
+        self.stop(problem, setting)
         queue = getattr(getattr(self._assoc, "dimse", None), "msg_queue", None)
         if queue is not None:  # wake the thread waiting for an answer: there will be none
             queue.put((None, None))
@@ -76,7 +79,7 @@ class Guard:
         An OSError here is a closed connection to pynetdicom, which aborts the association.
         """
         if self.problem is not None:
-            raise self._refuse(self.problem)
+            raise self._refuse(self.problem, self.setting)
         if nr_bytes > MAX_PDU_BYTES + 6:  # the length a PDU header declares, past what we announced
             raise self._refuse(f"a PDU of {nr_bytes} bytes, more than the {MAX_PDU_BYTES} it was allowed")
         raw: socket.socket = transport.socket
@@ -86,7 +89,7 @@ class Guard:
             while len(out) < nr_bytes:
                 left = self._deadline - time.monotonic()
                 if left <= 0:
-                    raise self._refuse(f"no complete answer within timeout_s ({self.timeout_s:g} s)")
+                    raise self._refuse(f"no complete answer within {self.timeout_s:g} s", "timeout_s")
                 raw.settimeout(left if before is None else min(before, left))
                 try:
                     data = raw.recv(min(_READ_BYTES, nr_bytes - len(out)))
@@ -97,7 +100,8 @@ class Guard:
                 out += data
                 self._received += len(data)
                 if self._received > self.message_bytes:
-                    raise self._refuse(f"a message larger than {self.message_bytes / 2**20:g} MiB")
+                    size = f"{round(self.message_bytes / 2**20, 3):g} MiB"  # as the protocol gave it
+                    raise self._refuse(f"a message larger than {size}", self._limit_setting)
         finally:
             try:
                 raw.settimeout(before)
@@ -106,10 +110,10 @@ class Guard:
         return out
 
 
-def install_guard(event: Any, message_bytes: int, timeout_s: float) -> Guard:
+def install_guard(event: Any, message_bytes: int, timeout_s: float, setting: str) -> Guard:
     """Put a :class:`Guard` on the association of an ``EVT_CONN_OPEN`` event; the guard."""
     assoc = event.assoc
-    guard = Guard(assoc, message_bytes, timeout_s)
+    guard = Guard(assoc, message_bytes, timeout_s, setting)
     transport = assoc.dul.socket
     transport.recv = lambda nr_bytes: guard.recv(transport, nr_bytes)
     _guards[assoc] = guard
@@ -121,12 +125,24 @@ def guard_of(assoc: Any) -> Guard | None:
     return _guards.get(assoc)
 
 
-def guard_handlers(message_bytes: int, timeout_s: float) -> list[tuple[Any, Any]]:
-    """Pynetdicom event handlers that guard every association they are given to (see the module)."""
+def refused_by_guard(assoc: Any, field: str) -> str | None:
+    """What the guard of ``assoc`` refused, as the end of a message (``field``: e.g. ``data.source``)."""
+    guard = guard_of(assoc)
+    if guard is None or guard.problem is None:
+        return None
+    advice = f"or raise {field}.{guard.setting}" if guard.setting else "or ask its administrator"
+    return f"sent {guard.problem}; the association was aborted. Check that the PACS is well, {advice}."
+
+
+def guard_handlers(message_bytes: int, timeout_s: float, setting: str) -> list[tuple[Any, Any]]:
+    """Event handlers (pynetdicom) that guard every association they are given to (see the module).
+
+    ``setting``: the protocol setting that gives ``message_bytes`` (e.g. ``limits.answer_mib``).
+    """
     from pynetdicom import evt
 
     def opened(event: Any) -> None:
-        install_guard(event, message_bytes, timeout_s)
+        install_guard(event, message_bytes, timeout_s, setting)
 
     def sent(event: Any) -> None:
         guard = guard_of(event.assoc)

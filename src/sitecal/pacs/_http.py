@@ -22,13 +22,14 @@ credentials removed, control characters replaced, identifiers scrubbed, cut to 2
 from __future__ import annotations
 
 import base64
+import logging
 import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -58,6 +59,11 @@ CHUNK_BYTES = 1 << 20
 MESSAGE_CHARS = 200
 
 _local = threading.local()
+
+# urllib3 logs what it could not parse of an answer (a header block cut short, with the server's bytes
+# and a traceback) as a warning: text the server chose, on the console. sitecal's own message names the
+# failure (the deadline, the limit), so urllib3's lines would only repeat it, raw.
+logging.getLogger("urllib3").setLevel(logging.CRITICAL)
 #: An Authorization header echoed (``Authorization: Basic c2l0...``): its value, to the end of the line.
 _AUTHORIZATION = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\r\n\"']+")
 #: ``Basic <base64>`` or ``Bearer <token>`` elsewhere: a value that is not a plain word.
@@ -315,11 +321,13 @@ def read_body(
 def redact(text: str, credentials: Credentials | None) -> str:
     """``text`` without the credentials in any form a server might echo them in.
 
-    The password, the token and the username (3 characters or more), as given and URL-encoded; the
+    The text is percent-decoded first. The password, the token and the username (3 characters or
+    more), as given and URL-encoded; the
     base64 of ``username:password`` (HTTP basic, standard and URL-safe alphabets, padded or not); an
     ``Authorization`` header's value; and a value after ``Basic`` or ``Bearer`` that looks like one
     (8 characters or more with a digit or a sign of base64 or a JWT), whoever's it is.
     """
+    text = unquote(text)  # a secret percent-encoded, in any of the ways a server may encode it
     text = _AUTHORIZATION.sub(r"\1<hidden>", text)
     text = _SCHEME_VALUE.sub(r"\1 <hidden>", text)
     for secret in sorted(_secrets(credentials), key=len, reverse=True):

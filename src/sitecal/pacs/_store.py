@@ -100,6 +100,9 @@ class InstanceStore:
                     f"{self._index_path}: the retrieval index cannot be read ({exc!r}). Delete the folder "
                     f"{root} to retrieve the studies again."
                 ) from None
+        # what a retrieval killed while receiving left behind (never complete, never in the index)
+        for stale in (root / "incoming").glob("*.part"):
+            stale.unlink(missing_ok=True)
         # an object listed in the index but gone from disk is retrieved again
         self.instances = {k: v for k, v in self.instances.items() if self.object_path(v).is_file()}
         self.studies = {s: keys for s, keys in self.studies.items() if all(k in self.instances for k in keys)}
