@@ -5,8 +5,10 @@ The DICOMweb server is a fake on loopback (``ThreadingHTTPServer`` in a thread o
 answers as told: a body that never ends, one byte at a time, the same page whatever the offset, a page
 past the limit, a redirect, a 401 echoing the credentials, JSON nested past Python's limit. The DIMSE
 peers are a pynetdicom SCP answering a C-FIND without end, a socket declaring a 2 GiB PDU, and a relay
-that passes the association at full speed and then one byte at a time. sitecal runs in a child process
-(``sitecal.cli.main``), whose peak RSS is read from ``os.wait4``.
+that passes the association at full speed and then one byte at a time. Where memory is the point,
+``sitecal.cli.main`` runs in a child process whose peak RSS is read from ``os.wait4``; elsewhere it runs
+here, and the time is measured where it cannot depend on sitecal's imports (by the server, or around
+``source_problems``).
 
 Before these bounds (measured on the same fake): an endless body took `sitecal check` to 20.5 GB in
 45 s; an ignored offset made the study search ask more than 6,000 pages; one byte every 2 s kept a
@@ -340,6 +342,7 @@ def _url(port: int, scheme: str = "http") -> dict[str, str]:
 
 
 # -- DICOMweb: where memory is the point, in a child process ---------------------------------------
+@pytest.mark.slow  # a child process: sitecal's imports take most of its 10 s
 @pytest.mark.parametrize("command", ["check", "run"])
 def test_an_endless_body_is_cut_at_the_answer_limit(tmp_path: Path, command: str) -> None:
     # run: its own study search, after preflight's one-answer search was answered well
@@ -356,6 +359,7 @@ def test_an_endless_body_is_cut_at_the_answer_limit(tmp_path: Path, command: str
     assert len(cut) == 1 and cut[0] < 2 * TIMEOUT_S, cut
 
 
+@pytest.mark.slow
 def test_an_endless_instance_is_cut_at_the_instance_limit_and_excludes_its_study(tmp_path: Path) -> None:
     with fake_server("good") as (fake, port):
         source = {**_url(port), "limits": {"instance_mib": 2}}
