@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
-from sitecal.cohort.predictions_file import PredictionRow, PredictionTable
+from sitecal.cohort.predictions_file import PredictionRow, PredictionTable, warn_unusable_rows
 from sitecal.cohort.scan import InstanceHeader, ScanResult
 from sitecal.cohort.series import group_by_study, select_series
 from sitecal.cohort.sources import source_values
@@ -70,7 +70,10 @@ def build_cohort(
     predictions : PredictionTable, optional
         The model's outputs from a predictions file, joined on ``key`` (or on the study pseudonym, for a
         file sitecal wrote): each study gets its row's logits and column subgroups; a study without a
-        row, a row without a study and an unusable row are exclusions.
+        row, a row without a study and an unusable row are exclusions. A labelled study whose rows are
+        all unusable is excluded once, for its row's reason (and that row is not listed again); the row
+        of a study excluded for another reason is accounted for by that exclusion. The file's unusable
+        rows are warned of here (:func:`~sitecal.cohort.predictions_file.warn_unusable_rows`).
     unavailable : sequence of Exclusion, optional
         Studies that never reached the folder (a PACS could not send them): listed first among the
         exclusions, and their labels are accounted for by them.
@@ -79,7 +82,8 @@ def build_cohort(
     -------
     Cohort
         Labelled studies, and exclusions for extra instances, studies without label and labels without
-        study. Patients without PatientID count as one patient per study. Each study's
+        study: each study found is analysed or excluded once (a study's label and its predictions row
+        are accounted for by it). Patients without PatientID count as one patient per study. Each study's
         ``relative_path`` is pseudonymised part by part (:meth:`Pseudonymizer.path`).
 
     Raises
@@ -107,32 +111,32 @@ def build_cohort(
     )
     studies: list[Study] = []
     matched: set[str] = set()
-    predicted: set[str] = set()
+    # keys of the predictions rows a study accounts for: analysed with its row, or excluded once, for one
+    # reason (no label, or its row unusable); such a row is not listed again
+    accounted: set[str] = set()
     chosen_per_study, n_series = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
+    if predictions is not None:
+        warn_unusable_rows(predictions)
+        accounted |= _excluded_row_keys(predictions, exclusions, excluded_keys, pseudonymize)
     for chosen in chosen_per_study:
         first = chosen[0]
         study_key = pseudonymize("study", first.study_instance_uid)
         join_value = first.values.get(key)
+        row_key = study_key if predictions is not None and predictions.pseudonymised else join_value
+        if predictions is not None and row_key:
+            accounted.add(row_key)
         label = labels.labels.get(join_value) if join_value else None
         if label is None:
             reason = "study has no label" if join_value else f"study has no {key} to join labels"
             exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key, unit="study"))
             continue
+        matched.add(join_value)  # type: ignore[arg-type]  # a label was found by it
         row = None
         if predictions is not None:
-            row = predictions.rows.get(study_key if predictions.pseudonymised else join_value)  # type: ignore[arg-type]
+            row, missing = _row_of(predictions, row_key)
             if row is None:
-                exclusions.append(
-                    Exclusion(
-                        stage="predictions",
-                        reason="study has no row in the predictions file",
-                        key=study_key,
-                        unit="study",
-                    )
-                )
+                exclusions.append(Exclusion(stage="predictions", reason=missing, key=study_key, unit="study"))
                 continue
-            predicted.add(row.key)
-        matched.add(join_value)  # type: ignore[arg-type]
         studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize, row))
     if labels.labels and chosen_per_study and not matched:
         # the usual cause is a key that joins on the wrong field, not missing studies
@@ -164,7 +168,7 @@ def build_cohort(
             )
         )
     if predictions is not None:
-        exclusions += prediction_row_exclusions(predictions, predicted)
+        exclusions += prediction_row_exclusions(predictions, accounted)
     return Cohort(
         studies=_shown(studies, subgroups, min_count_shown),
         exclusions=tuple(exclusions),
@@ -320,11 +324,15 @@ def column_values(
     return out
 
 
-def prediction_row_exclusions(table: PredictionTable, used: set[str]) -> list[Exclusion]:
+def prediction_row_exclusions(table: PredictionTable, accounted: Collection[str]) -> list[Exclusion]:
     """Exclusions for the rows of a predictions file that cannot be used or match no study.
 
-    They are named by their line (or Parquet row), never by their key.
+    A row whose key is in ``accounted`` belongs to a study that is analysed with it or excluded for it
+    (no label, its row unusable, its file unreadable): that row is left out here, so the study is counted
+    once. For a key without a usable row that is the row standing for it (``table.unusable_keys``); its
+    other unusable rows are listed. Rows are named by their line (or Parquet row), never by their key.
     """
+    stands_for = {table.unusable_keys[k][0] for k in accounted if k in table.unusable_keys}
     out = [
         Exclusion(
             stage="predictions",
@@ -333,6 +341,7 @@ def prediction_row_exclusions(table: PredictionTable, used: set[str]) -> list[Ex
             unit="prediction",
         )
         for position, reason in table.bad_rows
+        if position not in stands_for
     ]
     out += [
         Exclusion(
@@ -342,9 +351,37 @@ def prediction_row_exclusions(table: PredictionTable, used: set[str]) -> list[Ex
             unit="prediction",
         )
         for key, row in sorted(table.rows.items(), key=lambda item: item[1].position)
-        if key not in used
+        if key not in accounted
     ]
     return out
+
+
+def _row_of(table: PredictionTable, row_key: str | None) -> tuple[PredictionRow | None, str]:
+    """A labelled study's usable row, or ``None`` and why it has none (its row unusable, or no row)."""
+    if row_key:
+        if row_key in table.rows:
+            return table.rows[row_key], ""
+        if row_key in table.unusable_keys:
+            return None, f"unusable prediction row: {table.unusable_keys[row_key][1]}"
+    return None, "study has no row in the predictions file"
+
+
+def _excluded_row_keys(
+    table: PredictionTable,
+    exclusions: Sequence[Exclusion],
+    excluded_keys: Collection[str],
+    pseudonymize: Pseudonymizer,
+) -> set[str]:
+    """The predictions-file keys of studies excluded before the join, whose rows those exclusions account for.
+
+    A study excluded before the join (its file unreadable, never retrieved, no qualifying series) accounts
+    for its row as it does for its label. A file sitecal wrote is keyed by study pseudonyms; another by
+    ``data.key``, of which only the values in ``excluded_keys`` are known (the StudyInstanceUIDs of
+    excluded files, the join values of studies without a qualifying series).
+    """
+    if table.pseudonymised:
+        return {pseudonymize("study", e.study_uid) for e in exclusions if e.study_uid}
+    return set(excluded_keys)
 
 
 def _shown(studies: Sequence[Study], subgroups: Mapping[str, SubgroupSettings], k: int) -> tuple[Study, ...]:

@@ -17,7 +17,7 @@ from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, intersection_value, other_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable, label_table
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
-from sitecal.cohort.predictions_file import PredictionTable, check_subgroup_columns
+from sitecal.cohort.predictions_file import PredictionTable, check_subgroup_columns, warn_unusable_rows
 from sitecal.protocol import SubgroupSettings
 
 __all__ = ["cohort_from_predictions", "labels_from_predictions"]
@@ -75,7 +75,10 @@ def cohort_from_predictions(
     -------
     Cohort
         Studies in the order of the file's rows; exclusions for rows without a label, unusable rows
-        and labels matching no row. A row without a patient is its own patient.
+        and labels matching no row (a label whose key's rows are all unusable is accounted for by that
+        row's exclusion, not listed again). A row without a patient is its own patient. The file's
+        unusable rows are warned of here, once
+        (:func:`~sitecal.cohort.predictions_file.warn_unusable_rows`).
 
     Raises
     ------
@@ -83,6 +86,7 @@ def cohort_from_predictions(
         When a subgroup column shown as it is may name people (:func:`check_subgroup_columns`).
     """
     check_subgroup_columns(table, subgroups)
+    warn_unusable_rows(table)
     usable = _usable(table)
     with paused_gc():
         studies, exclusions = _studies(
@@ -106,7 +110,9 @@ def cohort_from_predictions(
                 unit="label",
             )
         )
-    for unmatched in sorted(k for k in labels.labels if k not in usable.index):
+    # a label of a key whose rows are all unusable is accounted for by that row's exclusion
+    unmatched_keys = (k for k in labels.labels if k not in usable.index and k not in table.unusable_keys)
+    for unmatched in sorted(unmatched_keys):
         exclusions.append(
             Exclusion(
                 stage="labels",

@@ -28,6 +28,8 @@ from sitecal.cohort._cells import ascii_float
 from sitecal.metrics import log_probabilities
 
 __all__ = [
+    "DUPLICATE_REASON",
+    "CollectedRows",
     "PredictionRow",
     "PredictionRows",
     "RowSpec",
@@ -45,7 +47,8 @@ SUM_TOLERANCE = 1e-3
 CHUNK_ROWS = 1 << 15
 # Rows whose sum lies this close to the tolerance are checked alone, as one row's scores always were.
 _SUM_MARGIN = 1e-9
-_DUPLICATE = "key given twice with different scores, patient, label or columns"
+#: Why both rows of a key given twice with different cells are unusable.
+DUPLICATE_REASON = "key given twice with different scores, patient, label or columns"
 
 
 @dataclass(frozen=True)
@@ -131,15 +134,31 @@ class PredictionRows(Mapping[str, PredictionRow]):
         return f"PredictionRows({len(self)} rows)"
 
 
-def collect_rows(
-    chunks: Iterable[tuple[Sequence[int], list[list[str]]]], spec: RowSpec
-) -> tuple[UsableRows, list[tuple[int, str]], int]:
+@dataclass(frozen=True)
+class CollectedRows:
+    """What :func:`collect_rows` found: the usable rows, the unusable ones, and the keys left without a row.
+
+    ``unusable_keys`` maps each key that has rows but no usable one to the ``(position, reason)`` of the
+    row that stands for it: its first unusable row, or for a key given twice with different cells, its
+    first row (listed with the duplicate reason). A study joined on that key is then excluded once, for
+    that reason, and that row is not listed again (:func:`sitecal.cohort._build.build_cohort`). Keys are
+    identifiers: in memory only, never shown.
+    """
+
+    usable: UsableRows
+    bad: list[tuple[int, str]]  # (position, reason) of every unusable row, in the order found
+    unusable_keys: dict[str, tuple[int, str]] = field(repr=False)
+    n_rows: int
+
+
+def collect_rows(chunks: Iterable[tuple[Sequence[int], list[list[str]]]], spec: RowSpec) -> CollectedRows:
     """The usable rows of ``(positions, rows)`` chunks, the unusable ``(position, reason)`` and the row count.
 
     A row is unusable for the first of: an empty key, a score that is not usable (:func:`scores`), a split
     rank that is not a whole number >= 0, or a key given before with other scores, patient, label or
     columns; in the last case the key's first row is unusable too (listed after the others). A key given
-    again with the same cells keeps its first row. Reasons are listed in the order of the rows.
+    again with the same cells keeps its first row. Reasons are listed in the order of the rows. The keys
+    that have rows but no usable one are kept with the row that stands for each (:class:`CollectedRows`).
     """
     acc = _Accumulator(spec)
     with paused_gc():
@@ -255,6 +274,8 @@ class _Accumulator:
         self.split_ranks: list[int] | None = None if spec.split_at is None else []
         self.index: dict[str, int] = {}  # key -> its first usable row
         self.bad: list[tuple[int, str]] = []
+        # key -> (position, reason) of its first unusable row; only keys left without a usable row are kept
+        self.unusable: dict[str, tuple[int, str]] = {}
         self.conflicting: set[str] = set()
         self.n_rows = 0
         self.shared: dict[str, dict[str, str]] = {}  # per column: each distinct cell, kept once
@@ -369,8 +390,10 @@ class _Accumulator:
                 if _same(values(first), here):
                     continue
                 self.conflicting.add(key)
-                reason = _DUPLICATE
+                reason = DUPLICATE_REASON
             self.bad.append((positions[j], reason))
+            if key:
+                self.unusable.setdefault(key, (positions[j], reason))
         return kept
 
     def _stored(self, i: int) -> tuple[object, ...]:
@@ -407,12 +430,16 @@ class _Accumulator:
         if self.split_ranks is not None and ranks is not None:
             self.split_ranks += ranks  # type: ignore[arg-type]  # usable rows have a rank
 
-    def finish(self) -> tuple[UsableRows, list[tuple[int, str]], int]:
+    def finish(self) -> CollectedRows:
         n_classes = len(self.spec.score_at)
         logits = np.concatenate(self.logit_chunks) if self.logit_chunks else np.zeros((0, n_classes))
         keep = None
         if self.conflicting:
-            self.bad += [(self.positions[self.index[key]], _DUPLICATE) for key in self.conflicting]
+            firsts = [(self.positions[self.index[key]], key) for key in self.conflicting]
+            self.bad += [(position, DUPLICATE_REASON) for position, _ in firsts]
+            # a key given twice with different cells has no usable row because of the duplicate: its first
+            # row stands for it (an unusable row of it before that one has its own reason, and is listed)
+            self.unusable.update((key, (position, DUPLICATE_REASON)) for position, key in firsts)
             keep = [key not in self.conflicting for key in self.keys]
         usable = UsableRows(
             keys=_kept(self.keys, keep),
@@ -428,7 +455,8 @@ class _Accumulator:
             usable.index.clear()
             usable.index.update(zip(usable.keys, range(len(usable.keys)), strict=True))
         usable.logits.flags.writeable = False
-        return usable, self.bad, self.n_rows
+        left = {key: row for key, row in self.unusable.items() if key not in usable.index}
+        return CollectedRows(usable=usable, bad=self.bad, unusable_keys=left, n_rows=self.n_rows)
 
 
 def _kept(values: list, keep: list[bool] | None) -> list:  # type: ignore[type-arg]

@@ -20,10 +20,13 @@ file is a CSV (or a Parquet file ending in ``.parquet``) with one row per study:
 
 A row that cannot be used (a score that is not a finite number in ASCII digits, a probability outside
 [0, 1], a row not summing to 1, an empty key, a key given twice with different scores) is listed with its
-line and reason and becomes an exclusion; a file without the needed columns is refused with the file,
-column and fix. A file of more than :data:`~sitecal.cohort._labels_csv.MAX_ROWS` rows is refused, a
+line and reason and becomes an exclusion, once: a study whose key has no usable row is excluded for that
+row's reason, and the row is not listed again. A file without the needed columns is refused with the
+file, column and fix. A file of more than :data:`~sitecal.cohort._labels_csv.MAX_ROWS` rows is refused, a
 Parquet file from its footer before any column is read (with its decompressed bytes and its cells held to
-the limits of a CSV file, see :mod:`sitecal.cohort._parquet`).
+the limits of a CSV file, see :mod:`sitecal.cohort._parquet`). Reading logs nothing: the cohort built
+from the file warns of its unusable rows (:func:`warn_unusable_rows`), once per run however many times
+the file was read to check it.
 
 A subgroup column is named by whoever exported the file: one named like an identifier is refused by the
 protocol (``sitecal.protocol._base.refused_column``); one whose values are shown as they are (no
@@ -50,6 +53,7 @@ from sitecal.cohort._column_policy import MAX_FREE_COLUMN_VALUES, check_subgroup
 from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size, csv_chunks
 from sitecal.cohort._parquet import parquet_chunks
 from sitecal.cohort._prediction_rows import (
+    DUPLICATE_REASON,
     SUM_TOLERANCE,
     PredictionRow,
     PredictionRows,
@@ -76,6 +80,7 @@ __all__ = [
     "check_subgroup_columns",
     "read_predictions",
     "read_scores",
+    "warn_unusable_rows",
     "write_predictions",
 ]
 
@@ -99,7 +104,9 @@ class PredictionTable:
     """Rows by key, the rows that cannot be used, and what the file is.
 
     ``rows`` makes each :class:`PredictionRow` when it is asked for; ``usable`` holds the same rows column
-    by column (what a cohort of a million studies is built from).
+    by column (what a cohort of a million studies is built from). ``unusable_keys`` maps each key whose
+    rows are all unusable to the ``(position, reason)`` of the row standing for it (one of ``bad_rows``),
+    so that its study is excluded once, for that reason (in memory only: keys are identifiers).
     """
 
     path: Path
@@ -112,6 +119,7 @@ class PredictionTable:
     has_patient: bool
     numbered_by: Literal["line", "row"] = "line"
     usable: UsableRows | None = field(default=None, repr=False, compare=False)
+    unusable_keys: Mapping[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def summary(self, *, dicom: bool, labels_file: bool) -> PredictionsFileSummary:
         """What provenance and the report say of this file, joined to DICOM studies or not."""
@@ -208,35 +216,49 @@ def read_predictions(
         split_at=cells.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None,
         split_column=SITECAL_SPLIT_COLUMN,
     )
-    usable, bad, n_rows = collect_rows(chunks, spec)
-    if not usable.keys:
-        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
+    found = collect_rows(chunks, spec)
+    if not found.usable.keys:
+        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in found.bad).most_common(3))
         raise DataError(
-            f"{path}: none of the {n_rows} rows of the predictions file can be used ({reasons}). "
+            f"{path}: none of the {found.n_rows} rows of the predictions file can be used ({reasons}). "
             "Check the file's score columns and data.key_column."
-        )
-    if bad:
-        counts = Counter(reason for _, reason in bad)
-        logger.warning(
-            "%s: %d of %d prediction rows cannot be used and are excluded (%s), e.g. %s %d.",
-            path,
-            len(bad),
-            n_rows,
-            "; ".join(f"{reason}: {n}" for reason, n in counts.items()),
-            numbered_by,
-            min(bad)[0],
         )
     return PredictionTable(
         path=path,
-        rows=PredictionRows(usable),
-        bad_rows=tuple(sorted(bad)),
-        n_rows=n_rows,
+        rows=PredictionRows(found.usable),
+        # reasons counted in the order found (as the warning lists them), rows listed in file order
+        bad_rows=tuple(sorted(found.bad)),
+        n_rows=found.n_rows,
         score_kind=kind,
         pseudonymised=pseudonymised,
         key_column=key_column,
         has_patient=patient_column is not None,
         numbered_by=numbered_by,
-        usable=usable,
+        usable=found.usable,
+        unusable_keys=found.unusable_keys,
+    )
+
+
+def warn_unusable_rows(table: PredictionTable) -> None:
+    """Log one warning counting the table's unusable rows by reason (nothing when every row is usable).
+
+    Called where the cohort is built from the table, so that a run warns once although it reads the file
+    twice (``sitecal check``'s reading before it, and its own). The reasons come in the order they are
+    met reading the file, a key given twice with different cells being met at its second row.
+    """
+    if not table.bad_rows:
+        return
+    counts = Counter(reason for _, reason in table.bad_rows)
+    firsts = {position for position, reason in table.unusable_keys.values() if reason == DUPLICATE_REASON}
+    met = dict.fromkeys(reason for position, reason in table.bad_rows if position not in firsts)
+    logger.warning(
+        "%s: %d of %d prediction rows cannot be used and are excluded (%s), e.g. %s %d.",
+        table.path,
+        len(table.bad_rows),
+        table.n_rows,
+        "; ".join(f"{reason}: {counts[reason]}" for reason in {**met, **counts}),
+        table.numbered_by,
+        table.bad_rows[0][0],
     )
 
 
