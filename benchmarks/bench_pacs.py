@@ -83,8 +83,8 @@ def main() -> None:
                     )
             print(
                 f"{len(digests)} distinct objects_sha256 over the 6 retrievals: the connections never "
-                "change the bytes; the routes write their own file meta (WADO-RS through pydicom, DIMSE as "
-                "received)."
+                "change the bytes; each route stores its instances as it received them (WADO-RS as the "
+                "server sent them, DIMSE as pynetdicom built them)."
             )
 
 
