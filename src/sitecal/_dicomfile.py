@@ -9,6 +9,7 @@ reaches stderr or a log in clear.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -22,14 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, cast
 
 import numpy as np
 import pydicom
-from pydicom.datadict import dictionary_has_tag
+from pydicom.datadict import dictionary_has_tag, tag_for_keyword
 from pydicom.dataelem import RawDataElement
 from pydicom.errors import InvalidDicomError
-from pydicom.tag import BaseTag
+from pydicom.filereader import read_dataset, read_preamble
+from pydicom.pixels.utils import pixel_array
+from pydicom.tag import BaseTag, Tag
 from pydicom.uid import (
     UID,
     DeflatedExplicitVRLittleEndian,
@@ -41,17 +44,22 @@ from pydicom.uid import (
 from sitecal.errors import DicomError
 
 __all__ = [
+    "BYTES_PER_PIXEL_VALUE",
     "CorruptHeader",
+    "DecodeCost",
     "NotDicom",
     "NotRegularFile",
     "ReadNotes",
+    "decode_cost",
     "decode_failure",
     "decoded_pixels",
+    "decoding_budget",
     "file_kind",
     "has_identifying_elements",
     "kind_of",
     "open_dicom",
     "open_regular",
+    "over_budget",
     "quiet_pydicom",
     "transfer_syntax_name",
 ]
@@ -212,6 +220,10 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
     can be decoded. pydicom's warnings and log records are captured (:func:`quiet_pydicom`) and dropped;
     only a count of their kinds is logged, at DEBUG. ``kwargs`` go to ``dcmread``.
 
+    A deflated file (Deflated Explicit VR Little Endian) is inflated as it is parsed, not whole first as
+    pydicom does: a header read (``stop_before_pixels`` or ``defer_size`` given) stops at the pixel data and
+    costs what the header of a plain file costs (:func:`_read_deflated`).
+
     Raises
     ------
     NotDicom
@@ -220,7 +232,9 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
         If the path is not a regular file.
     CorruptHeader
         If what follows the 'DICM' prefix parses into elements none of which is a standard element, a
-        private creator or a private element with its creator (random bytes).
+        private creator or a private element with its creator (random bytes); or, for a deflated file, if
+        it inflates beyond its limit (:data:`MAX_INFLATED_BYTES`, :data:`MAX_DEFLATED_HEADER_BYTES`) or
+        is not a deflate stream.
     EOFError
         If the file ends inside an element or a sequence (a truncated file: pydicom itself returns the
         elements read so far, which look like a file without pixel data). Other exceptions of ``dcmread``
@@ -229,22 +243,13 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
     with quiet_pydicom() as notes:
         with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
-            if _inflates_beyond(fh, MAX_INFLATED_BYTES):
-                raise CorruptHeader(
-                    f"deflated data set inflates to more than {MAX_INFLATED_BYTES >> 20} MiB: a "
-                    "decompression bomb, or an image far above any limit"
-                )
+            data_start = _deflated_data_start(fh)
             fh.seek(0)
-            try:
-                ds = pydicom.dcmread(fh, **kwargs)
-            except InvalidDicomError:
-                fh.seek(0)
-                try:
-                    ds = pydicom.dcmread(fh, **{**kwargs, "force": True})
-                except Exception as exc:  # a forced read of a non-DICOM file can fail in many ways
-                    raise NotDicom(str(path)) from exc
-                if not has_identifying_elements(ds):
-                    raise NotDicom(str(path)) from None
+            ds: pydicom.Dataset
+            if data_start is not None:
+                ds = _read_deflated(cast(BinaryIO, fh), data_start, kwargs)
+            else:
+                ds = _read_plain(fh, path, kwargs)
     if _garbled(ds, size):
         raise CorruptHeader("no recognisable data element after the 'DICM' prefix")
     if notes.truncated or _ends_inside_element(ds, size):
@@ -259,41 +264,229 @@ def open_dicom(path: str | Path, **kwargs: Any) -> pydicom.Dataset:
     return ds
 
 
-#: What a deflated file may inflate to: pydicom inflates the whole data set in memory before parsing it,
-#: so a small file could otherwise take all memory. 1 GiB holds 2**28 16-bit pixel values and a header.
+def _read_plain(fh: IO[bytes], path: str | Path, kwargs: dict[str, Any]) -> pydicom.Dataset:
+    """``dcmread``, retried with ``force=True`` for a file without preamble that still looks like DICOM."""
+    try:
+        return pydicom.dcmread(fh, **kwargs)
+    except InvalidDicomError:
+        fh.seek(0)
+        try:
+            ds = pydicom.dcmread(fh, **{**kwargs, "force": True})
+        except Exception as exc:  # a forced read of a non-DICOM file can fail in many ways
+            raise NotDicom(str(path)) from exc
+        if not has_identifying_elements(ds):
+            raise NotDicom(str(path)) from None
+        return ds
+
+
+#: What a deflated file may inflate to when it is read whole: pydicom would inflate the whole data set in
+#: memory first, so a small file could otherwise take all memory. 1 GiB holds 2**28 16-bit pixel values and
+#: a header twice over; the image's own decoding budget (:func:`decode_cost`) is checked after the read.
 MAX_INFLATED_BYTES = 1 << 30
+#: What the data set of a deflated file may inflate to before its pixel data when only its header is read:
+#: headers are kilobytes (an enhanced multi-frame's functional groups a few megabytes), and pydicom parses
+#: about a megabyte of element headers a second, so a bomb made of valid elements costs seconds at most.
+MAX_DEFLATED_HEADER_BYTES = 16 << 20
+#: Inflated bytes kept behind the read position, for pydicom's look-backs (8 to 12 bytes at an element,
+#: the start of an undefined-length value when its delimiter is missing).
+_KEEP_BEHIND = 16 << 20
+#: Inflated bytes produced per step: what one call may allocate however small its input.
+_INFLATE_STEP = 1 << 20
 _DEFLATED_UID = DeflatedExplicitVRLittleEndian.encode()
+_PIXEL_TAGS = frozenset({0x7FE00010, 0x7FE00008, 0x7FE00009})
 
 
-def _inflates_beyond(fh: IO[bytes], limit: int) -> bool:
-    """Whether a Deflated Explicit VR Little Endian file inflates to more than ``limit`` bytes.
+def _deflated_data_start(fh: IO[bytes]) -> int | None:
+    """Where the deflate stream of a Deflated Explicit VR Little Endian file starts, or ``None``.
 
     Files of any other transfer syntax (and files without File Meta Information, which cannot declare
-    deflate) answer ``False`` at once; a deflated one is inflated in 1 MiB steps, keeping nothing.
+    deflate) answer ``None`` after reading at most 64 KiB of their meta information.
+
+    Raises
+    ------
+    CorruptHeader
+        If the meta information names the deflated transfer syntax but does not start with its group
+        length, which alone says where the deflated data begins.
     """
-    head = fh.read(144)
-    if len(head) < 144 or head[128:132] != b"DICM" or head[132:134] != b"\x02\x00":
-        return False
-    (group_length,) = struct.unpack("<I", head[140:144])
-    meta = fh.read(min(group_length, 1 << 16))
+    head = fh.read(132 + 12)
+    if len(head) < 132 + 8 or head[128:132] != b"DICM" or head[132:134] != b"\x02\x00":
+        return None
+    meta = head[132:] + fh.read(1 << 16)
     if _DEFLATED_UID not in meta:
-        return False
-    fh.seek(144 + group_length)
-    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-    total = 0
-    while chunk := fh.read(1 << 20):
-        data = chunk
-        while data:
-            try:
-                total += len(inflater.decompress(data, 1 << 20))
-            except zlib.error:  # not a deflate stream: pydicom names that failure itself
+        return None
+    if head[132:138] != b"\x02\x00\x00\x00UL" or len(head) < 144:
+        raise CorruptHeader("deflated file without File Meta Information Group Length (0002,0000)")
+    return 144 + int.from_bytes(head[140:144], "little")
+
+
+class _Inflating:
+    """The inflated data set of a deflated file as a read-only file object, inflated as it is read.
+
+    Only what is read (and ``_KEEP_BEHIND`` bytes behind it) is held, so a header read stops at the pixel
+    data having inflated the header alone. Reading past ``limit`` inflated bytes raises
+    :class:`CorruptHeader`, its text ending with ``beyond``; a seek further back than what is kept raises
+    ``OSError``.
+    """
+
+    def __init__(self, raw: IO[bytes], limit: int, beyond: str) -> None:
+        self._raw, self._limit, self._beyond = raw, limit, beyond
+        self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._pending = b""  # raw bytes read but not yet inflated
+        self._kept = bytearray()  # inflated bytes from offset self._base on
+        self._base = 0
+        self._pos = 0
+        self.truncated = False  # the file ended inside the deflate stream
+        self.closed = False
+
+    def tell(self) -> int:
+        """The read position in the inflated data set."""
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move the read position (``whence`` 0: from the start, 1: from the current position)."""
+        target = offset if whence == 0 else self._pos + offset
+        if whence not in (0, 1) or target < self._base:
+            raise OSError("cannot seek back this far in a deflated data set")
+        self._pos = target
+        return target
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` inflated bytes (to the end of the data set, within the limit, when negative)."""
+        want = self._limit + 1 - self._pos if size is None or size < 0 else size
+        if want > _KEEP_BEHIND:  # a large value: assembled once, not held twice
+            return self._read_large(want)
+        self._inflate_to(self._pos + want)
+        start = self._pos - self._base
+        data = bytes(self._kept[start : start + want])
+        self._pos += len(data)
+        self._forget()
+        return data
+
+    def close(self) -> None:
+        """Drop what is held; later reads find nothing."""
+        self._kept, self._pending, self.closed = bytearray(), b"", True
+
+    def _read_large(self, size: int) -> bytes:
+        # written piece by piece into one buffer whose bytes become the value: never a second whole copy
+        out = io.BytesIO()
+        self._inflate_to(self._pos)
+        start = self._pos - self._base
+        out.write(self._kept[start : start + size])
+        self._kept, self._base = bytearray(), self._pos + out.tell()
+        while out.tell() < size and self._step():
+            piece = self._kept[: size - out.tell()]
+            out.write(piece)
+            del self._kept[: len(piece)]
+            self._base += len(piece)
+        data = out.getvalue()
+        self._pos += len(data)
+        return data
+
+    def _inflate_to(self, end: int) -> None:
+        while self._base + len(self._kept) < end and self._step():
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop inflated bytes more than ``_KEEP_BEHIND`` behind the read position."""
+        drop = min(self._pos - self._base - _KEEP_BEHIND, len(self._kept))
+        if drop > 0:
+            del self._kept[:drop]
+            self._base += drop
+
+    def _step(self) -> bool:
+        """Inflate up to ``_INFLATE_STEP`` more bytes into ``_kept``; ``False`` at the end of the data."""
+        if self._inflater.eof or self.closed:
+            return False
+        if not self._pending:
+            self._pending = self._raw.read(_INFLATE_STEP)
+            if not self._pending:
+                self.truncated = True
                 return False
-            if total > limit:
-                return True
-            data = inflater.unconsumed_tail
-        if inflater.eof:
-            break
-    return False
+        try:
+            data = self._inflater.decompress(self._pending, _INFLATE_STEP)
+        except zlib.error as exc:
+            raise CorruptHeader("the deflated data set is not a valid deflate stream") from exc
+        self._pending = self._inflater.unconsumed_tail  # input kept back once the step's output is full
+        if self._base + len(self._kept) + len(data) > self._limit:
+            raise CorruptHeader(
+                f"deflated data set inflates to more than {self._limit >> 20} MiB{self._beyond}"
+            )
+        self._kept += data
+        return True
+
+
+def _read_deflated(fh: BinaryIO, data_start: int, kwargs: dict[str, Any]) -> pydicom.FileDataset:
+    """Read a deflated file, inflating only what is parsed.
+
+    pydicom inflates the whole data set in memory before parsing it. Here a header read
+    (``stop_before_pixels`` or ``defer_size`` given) inflates up to the pixel data and no further, within
+    :data:`MAX_DEFLATED_HEADER_BYTES`; with ``defer_size`` the pixel data element is then recorded, as a
+    deferred value, from its element header (it cannot be loaded later, nor can elements after it be
+    read). A whole read inflates the data set within :data:`MAX_INFLATED_BYTES`, holding each value once.
+    Values before the pixel data are read whatever ``defer_size`` says: they are in memory already.
+    """
+    header_only = bool(kwargs.get("stop_before_pixels")) or kwargs.get("defer_size") is not None
+    preamble = read_preamble(fh, False)
+    meta = read_dataset(fh, is_implicit_VR=False, is_little_endian=True, bytelength=data_start - fh.tell())
+    file_meta = pydicom.dataset.FileMetaDataset(meta)
+    fh.seek(data_start)
+    if header_only:
+        beyond = " before its pixel data: a decompression bomb, or a header far larger than any image's"
+        stream = _Inflating(fh, MAX_DEFLATED_HEADER_BYTES, beyond)
+    else:
+        beyond = ": a decompression bomb, or an image far above any limit"
+        stream = _Inflating(fh, MAX_INFLATED_BYTES, beyond)
+    try:
+        first = stream.read(6)
+        if len(first) == 6 and not (first[4:6].isalpha() and first[4:6].isupper()):
+            raise CorruptHeader("the deflated data set does not start with an explicit-VR data element")
+        stream.seek(0)
+        dataset = read_dataset(
+            stream,  # type: ignore[arg-type]  # read, seek and tell are all pydicom uses
+            is_implicit_VR=False,
+            is_little_endian=True,
+            stop_when=(lambda tag, vr, length: tag in _PIXEL_TAGS) if header_only else None,
+            specific_tags=[Tag(t) for t in kwargs["specific_tags"]] if kwargs.get("specific_tags") else None,
+        )
+        if header_only and not kwargs.get("stop_before_pixels"):
+            _add_deferred_pixels(dataset, stream)
+        elif not header_only and _cut_inside(dataset, stream.tell()):
+            raise EOFError("the deflated data set ends inside a data element")
+        if stream.truncated:
+            raise EOFError("the deflated data set ends inside its deflate stream")
+    finally:
+        stream.close()
+    ds = pydicom.FileDataset(
+        stream, dataset, preamble, file_meta, is_implicit_VR=False, is_little_endian=True
+    )
+    ds.set_original_encoding(False, True, dataset._character_set)
+    return ds
+
+
+#: Explicit VRs whose element header has a 4-byte length after two reserved bytes (PS3.5 7.1.2).
+_LONG_VRS = frozenset({"OB", "OD", "OF", "OL", "OV", "OW", "SQ", "SV", "UC", "UN", "UR", "UT", "UV"})
+
+
+def _add_deferred_pixels(dataset: pydicom.Dataset, stream: _Inflating) -> None:
+    """Record the pixel data element a header read stopped at, from its element header, without its value."""
+    where = stream.tell()
+    header = stream.read(12)
+    if len(header) < 8:
+        return
+    group, element = struct.unpack("<HH", header[:4])
+    tag = BaseTag(group << 16 | element)
+    vr = header[4:6].decode("latin-1")
+    if tag not in _PIXEL_TAGS:
+        return
+    if vr in _LONG_VRS:
+        if len(header) < 12:
+            return
+        (length,) = struct.unpack("<I", header[8:12])
+        value_tell = where + 12
+    else:
+        (length,) = struct.unpack("<H", header[6:8])
+        value_tell = where + 8
+    dataset._dict[tag] = RawDataElement(tag, vr, length, None, value_tell, False, True)
 
 
 def open_regular(path: str | Path) -> IO[bytes]:
@@ -336,10 +529,16 @@ def _ends_inside_element(ds: pydicom.Dataset, size: int) -> bool:
 
     pydicom seeks over deferred values and reads short values without checking their length, so a file cut
     inside a value, or inside the next element's 8-byte header (which pydicom takes for the end), reads
-    as a shorter dataset. Offsets of a deflated file are into the inflated stream and are not checked.
+    as a shorter dataset. Offsets of a deflated file are into the inflated stream: :func:`_read_deflated`
+    checks them against the inflated length itself.
     """
     if ds.file_meta.get("TransferSyntaxUID") == DeflatedExplicitVRLittleEndian:
         return False
+    return _cut_inside(ds, size)
+
+
+def _cut_inside(ds: pydicom.Dataset, size: int) -> bool:
+    """Whether a top-level element of ``ds`` ends past ``size``, or less than an element header before it."""
     end = 0
     for element in ds._dict.values():
         if not isinstance(element, RawDataElement) or element.length == 0xFFFFFFFF:
@@ -357,7 +556,10 @@ def _summary(notes: ReadNotes) -> str:
 
 
 def decoded_pixels(ds: pydicom.Dataset) -> np.ndarray:
-    """``ds.pixel_array`` (YBR converted to RGB), with pydicom's warnings and log records captured.
+    """The decoded Pixel Data (YBR converted to RGB), with pydicom's warnings and log records captured.
+
+    The values of ``ds.pixel_array``, but not kept on the dataset: ``ds.pixel_array`` would hold the decoded
+    array as long as the dataset lives, beside every copy made from it (:func:`decode_cost`).
 
     Raises
     ------
@@ -366,9 +568,126 @@ def decoded_pixels(ds: pydicom.Dataset) -> np.ndarray:
     """
     try:
         with quiet_pydicom():
-            return ds.pixel_array
+            return pixel_array(ds)
     except Exception as exc:  # pydicom and its plugins raise many types on undecodable data
         raise DicomError(decode_failure(exc, ds)) from exc
+
+
+#: Bytes of decoding memory each pixel value of the protocol's ``inputs.max_pixels_per_image`` buys: a
+#: 16-bit greyscale image costs 2 bytes a value decoded and 4 as float32, so the default limit of 2**28
+#: values is a budget of 1.5 GiB per image (:func:`decode_cost`).
+BYTES_PER_PIXEL_VALUE = 6
+#: pydicom's YBR_FULL to RGB conversion makes a float32 copy and a float32 temporary of the matrix product.
+_YBR_BYTES_PER_VALUE = 8
+_YBR = ("YBR_FULL", "YBR_FULL_422")
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """The memory the reader holds, at its peak, to turn one file's Pixel Data into float32 values.
+
+    The path from file to array, copy by copy (pydicom 3, its pylibjpeg plugins, :mod:`sitecal.inference`):
+    the Pixel Data value is read into memory (``encoded``: the compressed fragments, the native bytes, or
+    for a deflated file its inflated bytes); pydicom decodes into a new array of the stored width
+    (``decoded``), filling it frame by frame from a decoded frame buffer (``transient``: one frame, for
+    compressed data) and, for YBR_FULL colour, converting it to RGB through float32 copies (``transient``:
+    8 bytes a value); the presentation values are then written, block by block from that array, into one
+    float32 array (``output``; 3 values a pixel for PALETTE COLOR), which MONAI's ``LoadImage`` takes as
+    its tensor without copying. The transients and the output are not alive together.
+
+    Examples
+    --------
+    A 16384 x 16384 16-bit RLE image of 8 MiB: 8 MiB read, 512 MiB decoded, a 512 MiB frame buffer, then
+    1 GiB of float32:
+
+    >>> cost = DecodeCost(encoded=8 << 20, decoded=512 << 20, transient=512 << 20, output=1 << 30)
+    >>> cost.total >> 20
+    1544
+    """
+
+    encoded: int
+    decoded: int
+    transient: int
+    output: int
+
+    @property
+    def total(self) -> int:
+        """Bytes held at the peak: ``encoded + decoded + max(transient, output)``."""
+        return self.encoded + self.decoded + max(self.transient, self.output)
+
+    def describe(self) -> str:
+        """The parts in MiB, for a reason: ``"8 MiB read, 512 MiB decoded, 1,024 MiB as float32"``."""
+        parts = [f"{_mib(self.encoded)} read", f"{_mib(self.decoded)} decoded"]
+        if self.transient > self.output:
+            parts.append(f"{_mib(self.transient)} while decoding")
+        else:
+            parts.append(f"{_mib(self.output)} as float32")
+        return ", ".join(parts)
+
+
+def decoding_budget(max_pixels_per_image: int) -> int:
+    """Bytes one image may cost to decode under the protocol's pixel limit (:data:`BYTES_PER_PIXEL_VALUE`)."""
+    return max_pixels_per_image * BYTES_PER_PIXEL_VALUE
+
+
+def over_budget(cost: DecodeCost | None, max_pixels_per_image: int) -> str | None:
+    """Why ``cost`` is above what ``max_pixels_per_image`` buys, as a clause of a reason; ``None`` within it.
+
+    >>> print(over_budget(DecodeCost(8 << 20, 1 << 30, 1 << 30, 1 << 30), 2**28))  # doctest: +ELLIPSIS
+    it would hold 2,056 MiB (8 MiB read, 1,024 MiB decoded, 1,024 MiB as float32), above the 1,536 MiB ...
+    """
+    budget = decoding_budget(max_pixels_per_image)
+    if cost is None or cost.total <= budget:
+        return None
+    return (
+        f"it would hold {_mib(cost.total)} ({cost.describe()}), above the {_mib(budget)} that the limit of "
+        f"{max_pixels_per_image} pixel values allows ({BYTES_PER_PIXEL_VALUE} bytes a value)"
+    )
+
+
+def decode_cost(ds: pydicom.Dataset, file_bytes: int) -> DecodeCost | None:
+    """What decoding ``ds``'s pixel data will hold in memory, from its header alone (see :class:`DecodeCost`).
+
+    ``file_bytes`` bounds the encoded value when the header read deferred it without a length (compressed
+    fragments); a value already read counts its own length. ``None`` when a count the cost depends on is
+    malformed, or the dataset has no pixel data (what is wrong is named by the caller's other checks).
+    """
+    keyword = next((k for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData") if k in ds), None)
+    if keyword is None:
+        return None
+    try:
+        rows, columns, frames, samples = (
+            max(1, int(ds.get(k) or 1)) for k in ("Rows", "Columns", "NumberOfFrames", "SamplesPerPixel")
+        )
+        bits = {"FloatPixelData": 32, "DoubleFloatPixelData": 64}.get(keyword) or int(
+            ds.get("BitsAllocated") or 8
+        )
+        photometric = str(ds.get("PhotometricInterpretation", "")).strip().upper()
+        syntax = UID(str(ds.file_meta.get("TransferSyntaxUID", "")))
+    except Exception:  # a malformed value: the image module checks name it
+        return None
+    width = next(w for w in (1, 2, 4, 8, bits // 8 + 1) if 8 * w >= bits)  # numpy's itemsize for the bits
+    values = rows * columns * frames * samples
+    decoded = values * width
+    encapsulated = syntax.is_valid and syntax.is_encapsulated
+    frame = decoded // frames if encapsulated else 0
+    colour = values * _YBR_BYTES_PER_VALUE if photometric in _YBR and samples > 1 else 0
+    output = 4 * values * (3 if photometric == "PALETTE COLOR" else 1)
+    return DecodeCost(_encoded_bytes(ds, keyword, file_bytes), decoded, max(frame, colour), output)
+
+
+def _encoded_bytes(ds: pydicom.Dataset, keyword: str, file_bytes: int) -> int:
+    """The length of the Pixel Data value as read: its own, its element's, or at most the file's."""
+    element = ds._dict.get(BaseTag(tag_for_keyword(keyword) or 0))  # never reads a value
+    value = getattr(element, "value", None)
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    length = getattr(element, "length", 0xFFFFFFFF)
+    return file_bytes if length in (None, 0xFFFFFFFF) else int(length)
+
+
+def _mib(size: int) -> str:
+    return f"{-(-size // (1 << 20)):,} MiB"
 
 
 def transfer_syntax_name(ds: pydicom.Dataset) -> str:

@@ -11,12 +11,23 @@ import pydicom
 from pydicom.multival import MultiValue
 from pydicom.sequence import Sequence as DicomSequence
 
-from sitecal._dicomfile import CorruptHeader, NotDicom, NotRegularFile, open_dicom, quiet_pydicom
+from sitecal._dicomfile import (
+    CorruptHeader,
+    NotDicom,
+    NotRegularFile,
+    decode_cost,
+    open_dicom,
+    over_budget,
+    quiet_pydicom,
+)
 
 #: Header fields every instance must have to enter the cohort.
 REQUIRED_KEYWORDS = ("SOPInstanceUID", "StudyInstanceUID")
 #: Rows x Columns x NumberOfFrames x SamplesPerPixel above which an image is excluded: 2**28 values are
-#: 1 GiB as float32, what one decoded image may take on a 16 GB workstation with the model beside it.
+#: 1 GiB as float32, what one decoded image may take on a 16 GB workstation with the model beside it. The
+#: same limit buys :data:`~sitecal._dicomfile.BYTES_PER_PIXEL_VALUE` bytes a value of decoding memory
+#: (1.5 GiB), and an image whose decoding would hold more (:func:`~sitecal._dicomfile.decode_cost`: a
+#: 32-bit or YBR colour image near the pixel limit) is excluded too.
 DEFAULT_MAX_PIXELS_PER_IMAGE = 2**28
 
 
@@ -36,7 +47,9 @@ def read_header(
     Pixel data is not read: large values are deferred. The file is opened by
     :func:`sitecal._dicomfile.open_dicom` (regular files only; also without preamble or File Meta
     Information; a file that ends inside an element is truncated). An image declaring more than
-    ``max_pixels_per_image`` values (Rows x Columns x NumberOfFrames x SamplesPerPixel) is unusable.
+    ``max_pixels_per_image`` values (Rows x Columns x NumberOfFrames x SamplesPerPixel) is unusable, and
+    so is one whose decoding would hold more than ``max_pixels_per_image`` x
+    :data:`~sitecal._dicomfile.BYTES_PER_PIXEL_VALUE` bytes (:func:`~sitecal._dicomfile.decode_cost`).
     Multi-valued values are written as DICOM writes them, joined by a backslash. pydicom's warnings are
     captured, never shown.
     """
@@ -70,7 +83,11 @@ def read_values(path: Path, keywords: Sequence[str], max_pixels_per_image: int) 
                 _text(ds, "StudyInstanceUID"),
             )
         return Unusable("no pixel data (not an image)", _text(ds, "StudyInstanceUID"))
-    bad = _image_module_problem(ds) or _too_large(ds, max_pixels_per_image)
+    bad = (
+        _image_module_problem(ds)
+        or _too_large(ds, max_pixels_per_image)
+        or _too_costly(ds, path, max_pixels_per_image)
+    )
     if bad:
         return Unusable(bad, _text(ds, "StudyInstanceUID"))
     values: dict[str, str] = {}
@@ -142,6 +159,8 @@ def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:
         except Exception:  # malformed: _image_module_problem names it for PixelData; float data has no limit
             return None
     rows, columns, frames, samples = sizes
+    if str(ds.get("PhotometricInterpretation", "")).strip() == "PALETTE COLOR":
+        samples = max(samples, 3)  # each index becomes an RGB triple, as the reader counts it
     declared = rows * columns * frames * samples
     if declared <= limit:
         return None
@@ -151,6 +170,18 @@ def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:
         f"image too large: declares {shape} = {declared} pixel values, above the limit of {limit} per image; "
         "raise inputs.max_pixels_per_image in the protocol to read it"
     )
+
+
+def _too_costly(ds: pydicom.Dataset, path: Path, limit: int) -> str | None:
+    """Why decoding the image would hold more memory than ``limit`` values buy, or ``None``."""
+    try:
+        file_bytes = path.stat().st_size
+    except OSError:  # gone since it was read: the reader will say so
+        return None
+    why = over_budget(decode_cost(ds, file_bytes), limit)
+    if why is None:
+        return None
+    return f"image too large to decode: {why}; raise inputs.max_pixels_per_image in the protocol to read it"
 
 
 def render_value(value: object) -> str:

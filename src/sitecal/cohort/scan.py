@@ -3,7 +3,8 @@
 The folder may be hostile or messy: only regular files are read (FIFOs, sockets, devices and symbolic
 links that leave the folder are excluded unopened), folder links are not followed (no walk can loop), an
 unreadable subfolder is an exclusion, each read has a time limit, and an image declaring more pixel values
-than a limit is excluded before anything decodes it. pydicom's warnings, which quote UIDs, are captured
+than a limit, or whose decoding would hold more memory than the limit buys, is excluded before anything
+decodes it. A deflated file's header is inflated up to its pixel data only. pydicom's warnings, which quote UIDs, are captured
 and only counted (:func:`sitecal._dicomfile.quiet_pydicom`).
 """
 
@@ -150,7 +151,8 @@ def scan_folder(
         Show a progress bar.
     max_pixels_per_image : int
         Largest Rows x Columns x NumberOfFrames x SamplesPerPixel admitted; default
-        :data:`DEFAULT_MAX_PIXELS_PER_IMAGE` (2**28 values, 1 GiB as float32).
+        :data:`DEFAULT_MAX_PIXELS_PER_IMAGE` (2**28 values, 1 GiB as float32). It also bounds the memory
+        decoding an image may hold, at 6 bytes a value (:func:`sitecal._dicomfile.decode_cost`).
     read_timeout_s : float or None
         Seconds one file's header read may take before the file is excluded; default
         :data:`DEFAULT_READ_TIMEOUT_S`; ``None`` waits for ever. A read stuck in the kernel (a hard-mounted

@@ -6,17 +6,23 @@ returns ``(Rows, Columns)`` float32 arrays (no transposition) in the convention 
 :func:`presentation_values`, which the bundled model was trained with.
 
 Every value it returns is finite: a header whose rescale gives NaN or infinity, and an image that declares
-more values than the reader's limit, are refused with a :class:`~sitecal.errors.DicomError` whose message
-is the study's exclusion reason.
+more values than the reader's limit, or whose decoding would hold more memory than the limit buys, are
+refused with a :class:`~sitecal.errors.DicomError` whose message is the study's exclusion reason.
+
+Memory: the decoded array is not kept on the dataset, the presentation values are written block by block
+into one float32 array (float64 only for a block), and a series is filled slice by slice into its volume,
+so an image's peak is what :class:`~sitecal._dicomfile.DecodeCost` states (:data:`DEFAULT_MAX_VALUES`).
+Protocol transforms that run on the full-size image before it is resized (``ScaleIntensity`` first, say)
+make their own float32 copies, 4 bytes a value each, on top of it.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from os import PathLike
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pydicom
@@ -24,14 +30,30 @@ from monai.data.image_reader import ImageReader
 from monai.utils.misc import ensure_tuple
 from pydicom.pixels.processing import apply_color_lut, apply_voi
 
-from sitecal._dicomfile import NotRegularFile, decoded_pixels, open_dicom, quiet_pydicom
+from sitecal._dicomfile import (
+    CorruptHeader,
+    DecodeCost,
+    NotRegularFile,
+    decode_cost,
+    decoded_pixels,
+    open_dicom,
+    over_budget,
+    quiet_pydicom,
+)
 from sitecal.errors import DicomError
 from sitecal.inference._slices import order_slices
 
 __all__ = ["DEFAULT_MAX_VALUES", "DicomImageReader", "apply_presentation", "presentation_values", "window"]
 
 #: Pixel values one image (or one series) may declare before the reader refuses to decode it: 2**28
-#: float32 values are 1 GiB, and decoding and rescaling need a few times that, within a 16 GB workstation.
+#: float32 values are 1 GiB. The same limit is a memory budget of
+#: :data:`~sitecal._dicomfile.BYTES_PER_PIXEL_VALUE` (6) bytes a value, 1.5 GiB: an image whose decoding
+#: would hold more (:class:`~sitecal._dicomfile.DecodeCost`: the value read, the decoded array, then the
+#: larger of the decoder's frame buffer and the float32 values) is refused before it is decoded. Measured
+#: (peak RSS a child process adds reading one file through ``LoadImage`` and the demo protocol's
+#: transforms): a 4 MiB RLE file declaring 16384 x 16384 8-bit pixels, exactly the pixel limit, adds
+#: 1,289 MiB (its cost, 1,284 MiB); it added 5,381 MiB before the chain converted block by block, and its
+#: 16-bit twin 5,641 MiB, which is now refused (1,545 MiB, 9 MiB above the budget) and adds nothing.
 DEFAULT_MAX_VALUES = 2**28
 #: The protocol setting that raises the limit, named in the refusal.
 _LIMIT_SETTING = "inputs.max_pixels_per_image"
@@ -68,10 +90,32 @@ def apply_presentation(
         ``s = -1 - stored`` (signed, the bitwise complement), and ``s = stored`` otherwise; computed in
         float64, exact for stored values below 2**24 and dyadic slopes.
     """
-    values = np.asarray(stored).astype(np.float64)
-    if photometric == "MONOCHROME1":
-        values = (-1.0 - values) if signed else (float(2**bits_stored - 1) - values)
-    return (values * slope + intercept).astype(np.float32)
+    stored = np.asarray(stored)
+    out = np.empty(stored.shape, dtype=np.float32)
+    for block, target in _blocks(stored, out):
+        values = block.astype(np.float64)
+        if photometric == "MONOCHROME1":
+            values = (-1.0 - values) if signed else (float(2**bits_stored - 1) - values)
+        target[...] = values * slope + intercept
+    return out
+
+
+#: Values converted at a time: the float64 temporaries of a block stay a few MiB whatever the image's size.
+_BLOCK_VALUES = 1 << 18
+
+
+def _blocks(stored: np.ndarray, out: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Matching blocks of leading rows of ``stored`` and ``out`` (views, never copies), at least one.
+
+    Converting block by block holds the float64 values of one block, not of the whole image: an image at
+    the pixel limit would otherwise take 8 bytes a value two or three times over (a 16384 x 16384 image,
+    6 GiB) on the way to its float32 array.
+    """
+    rows = stored.reshape(-1, stored.shape[-1]) if stored.ndim > 1 else stored.reshape(1, -1)
+    targets = out.reshape(rows.shape + out.shape[stored.ndim :])  # PALETTE COLOR: a trailing RGB axis
+    step = max(1, _BLOCK_VALUES // max(1, rows.shape[1]))
+    for start in range(0, max(1, rows.shape[0]), step):
+        yield rows[start : start + step], targets[start : start + step]
 
 
 def window(values: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
@@ -154,16 +198,10 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
         )
     stored = decoded_pixels(ds)
     if photometric == "PALETTE COLOR":
-        try:
-            return np.asarray(apply_color_lut(stored, ds), dtype=np.float32)
-        except Exception as exc:  # malformed or missing palette tables
-            raise DicomError(
-                "PALETTE COLOR lookup tables (0028,1101-1203) are missing or malformed "
-                f"({type(exc).__name__})."
-            ) from exc
+        return _palette(stored, ds)
     if int(ds.get("SamplesPerPixel", 1)) > 1:
         return np.asarray(stored, dtype=np.float32)
-    if np.issubdtype(stored.dtype, np.floating) and not np.isfinite(stored).all():
+    if np.issubdtype(stored.dtype, np.floating) and not _all_finite(stored):
         raise DicomError(
             "Float Pixel Data (7FE0,0008/0009) holds values that are not finite (NaN or infinity): "
             "exclude the image, or correct it at its source."
@@ -175,10 +213,7 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
     # an overflow is detected below, by value, and named with the header values that caused it
     with np.errstate(over="ignore", invalid="ignore"):
         if voi == "window":
-            modality = np.asarray(stored, dtype=np.float64) * slope + intercept
-            _check_finite(modality, slope, intercept)
-            shown = _voi(modality, ds, stored)
-            return (1.0 - shown if photometric == "MONOCHROME1" else shown).astype(np.float32)
+            return _windowed(stored, ds, slope, intercept, photometric)
         values = apply_presentation(
             stored,
             photometric=photometric,
@@ -187,8 +222,42 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
             intercept=intercept,
             signed=signed,
         )
-    _check_finite(values, slope, intercept)
+    if not _all_finite(values):
+        _not_finite(slope, intercept)
     return values
+
+
+def _palette(stored: np.ndarray, ds: pydicom.Dataset) -> np.ndarray:
+    """PALETTE COLOR through its lookup tables, as float32 RGB, a block at a time."""
+    out = np.empty((*stored.shape, 3), dtype=np.float32)
+    try:
+        for block, target in _blocks(stored, out):
+            target[...] = apply_color_lut(block, ds)
+    except Exception as exc:  # malformed or missing palette tables
+        raise DicomError(
+            f"PALETTE COLOR lookup tables (0028,1101-1203) are missing or malformed ({type(exc).__name__})."
+        ) from exc
+    return out
+
+
+def _windowed(
+    stored: np.ndarray, ds: pydicom.Dataset, slope: float, intercept: float, photometric: str
+) -> np.ndarray:
+    """The first VOI transform of the modality values, in [0, 1] (MONOCHROME1 reversed), block by block."""
+    out = np.empty(stored.shape, dtype=np.float32)
+    for block, target in _blocks(stored, out):
+        modality = block.astype(np.float64) * slope + intercept
+        if not np.isfinite(modality).all():
+            _not_finite(slope, intercept)
+        shown = _voi(modality, ds)
+        target[...] = 1.0 - shown if photometric == "MONOCHROME1" else shown
+    return out
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """Whether every value is finite, checked a block at a time (no whole-image boolean array)."""
+    flat = values.reshape(-1)
+    return all(np.isfinite(flat[i : i + _BLOCK_VALUES]).all() for i in range(0, flat.size, _BLOCK_VALUES))
 
 
 #: Tags of the header numbers read with :func:`_number`, for messages.
@@ -216,15 +285,14 @@ def _number(ds: pydicom.Dataset, keyword: str, default: float) -> float:
     return number
 
 
-def _check_finite(values: np.ndarray, slope: float, intercept: float) -> None:
-    if not np.isfinite(values).all():
-        raise DicomError(
-            f"pixel values are not finite after rescale (RescaleSlope {slope:g}, RescaleIntercept "
-            f"{intercept:g}): correct the header, or exclude the image."
-        )
+def _not_finite(slope: float, intercept: float) -> NoReturn:
+    raise DicomError(
+        f"pixel values are not finite after rescale (RescaleSlope {slope:g}, RescaleIntercept "
+        f"{intercept:g}): correct the header, or exclude the image."
+    )
 
 
-def _voi(modality: np.ndarray, ds: pydicom.Dataset, stored: np.ndarray) -> np.ndarray:
+def _voi(modality: np.ndarray, ds: pydicom.Dataset) -> np.ndarray:
     """The first VOI transform of ``ds`` on its modality values, in [0, 1]."""
     if ds.get("VOILUTSequence"):
         item = ds.VOILUTSequence[0]
@@ -267,7 +335,7 @@ class DicomImageReader(ImageReader):
         Passed to :func:`presentation_values` (the protocol's ``inputs.voi``).
     max_values : int, default 2**28
         The most pixel values one image or series may declare (:data:`DEFAULT_MAX_VALUES`, 1 GiB as
-        float32).
+        float32), and the decoding memory it may hold: ``max_values`` x 6 bytes (1.5 GiB).
 
     Examples
     --------
@@ -302,6 +370,8 @@ class DicomImageReader(ImageReader):
                 ) from exc
             except EOFError as exc:
                 raise DicomError("truncated file (it changed after the scan)") from exc
+            except CorruptHeader as exc:  # a deflated data set inflating past its limit, or not deflate
+                raise DicomError(f"corrupt DICOM file ({exc})") from exc
             except Exception as exc:  # the scan admitted the file; it changed or is unreadable now
                 raise DicomError(f"file can no longer be read as DICOM ({type(exc).__name__})") from exc
         return datasets
@@ -328,7 +398,7 @@ class DicomImageReader(ImageReader):
                     "a series of colour or multi-frame images cannot be stacked into one volume."
                 )
             order, geometry = order_slices(datasets)
-            array = np.stack([presentation_values(datasets[i], voi=self.voi) for i in order], axis=0)
+            array = _stack_into([datasets[i] for i in order], self.voi)
             affine = geometry.affine
         colour = _is_colour(datasets[0])
         meta: dict[str, Any] = {
@@ -342,6 +412,20 @@ class DicomImageReader(ImageReader):
             "slices": len(datasets),
         }
         return array, meta
+
+
+def _stack_into(datasets: Sequence[pydicom.Dataset], voi: str) -> np.ndarray:
+    """The slices' presentation values in one ``(slices, Rows, Columns)`` array, filled slice by slice.
+
+    ``np.stack`` of the slices would hold every slice and the volume together: twice the volume.
+    """
+    first = presentation_values(datasets[0], voi=voi)
+    volume = np.empty((len(datasets), *first.shape), dtype=np.float32)
+    volume[0] = first
+    del first
+    for k, ds in enumerate(datasets[1:], start=1):
+        volume[k] = presentation_values(ds, voi=voi)
+    return volume
 
 
 def _declared(ds: pydicom.Dataset, keyword: str, default: int = 1) -> int:
@@ -377,6 +461,7 @@ def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
         )
     total = sum(math.prod(size) for size in sizes)
     if total <= limit:
+        _check_cost(datasets, limit)
         return
     rows, columns, frames, samples = sizes[0]
     what = (
@@ -389,6 +474,35 @@ def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
         f"{what}, more than the limit of {limit:,} per image; it was not decoded. "
         f"Raise {_LIMIT_SETTING} in the protocol if such images are expected."
     )
+
+
+def _check_cost(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
+    """Refuse, before decoding, an image or series whose decoding would hold more than ``limit`` values buy.
+
+    Every value was read whole, so each counts its own length (:func:`sitecal._dicomfile.decode_cost`). A
+    series holds every slice's encoded value and the float32 volume, and decodes one slice at a time.
+    """
+    costs = [decode_cost(ds, 0) for ds in datasets]
+    if any(cost is None for cost in costs):
+        return  # a malformed count: decoding names it
+    parts = [cost for cost in costs if cost is not None]
+    if len(parts) == 1:
+        cost, what = parts[0], "image"
+    else:
+        volume = sum(c.output for c in parts)
+        cost = DecodeCost(
+            encoded=sum(c.encoded for c in parts),
+            decoded=max(c.decoded for c in parts),
+            transient=volume + max(c.transient for c in parts),
+            output=volume + max(c.output for c in parts),
+        )
+        what = f"series of {len(parts)} images"
+    why = over_budget(cost, limit)
+    if why is not None:
+        raise DicomError(
+            f"{what} too large to decode: {why}; it was not decoded. "
+            f"Raise {_LIMIT_SETTING} in the protocol if such images are expected."
+        )
 
 
 def _is_colour(ds: pydicom.Dataset) -> bool:
