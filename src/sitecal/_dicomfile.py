@@ -593,7 +593,10 @@ class DecodeCost:
     compressed data) and, for YBR_FULL colour, converting it to RGB through float32 copies (``transient``:
     8 bytes a value); the presentation values are then written, block by block from that array, into one
     float32 array (``output``; 3 values a pixel for PALETTE COLOR), which MONAI's ``LoadImage`` takes as
-    its tensor without copying. The transients and the output are not alive together.
+    its tensor without copying. The transients and the output are not alive together. Once the reader
+    returns, the value read and the decoded array are gone, and the protocol's transforms that run on the
+    image at its loaded size hold it and their copies of it (``transforms``: see
+    :func:`sitecal.inference.transforms.loaded_size_multiple`).
 
     Examples
     --------
@@ -609,14 +612,17 @@ class DecodeCost:
     decoded: int
     transient: int
     output: int
+    transforms: int = 0
 
     @property
     def total(self) -> int:
-        """Bytes held at the peak: ``encoded + decoded + max(transient, output)``."""
-        return self.encoded + self.decoded + max(self.transient, self.output)
+        """Bytes held at the peak: ``max(encoded + decoded + max(transient, output), transforms)``."""
+        return max(self.encoded + self.decoded + max(self.transient, self.output), self.transforms)
 
     def describe(self) -> str:
         """The parts in MiB, for a reason: ``"8 MiB read, 512 MiB decoded, 1,024 MiB as float32"``."""
+        if self.transforms > self.encoded + self.decoded + max(self.transient, self.output):
+            return f"{_mib(self.output)} as float32, {_mib(self.transforms)} in the protocol's transforms"
         parts = [f"{_mib(self.encoded)} read", f"{_mib(self.decoded)} decoded"]
         if self.transient > self.output:
             parts.append(f"{_mib(self.transient)} while decoding")

@@ -78,6 +78,15 @@ def rle_image(path: Path, rows: int, columns: int, bits: int, byte: int = 7) -> 
     return path
 
 
+def native_image(path: Path, rows: int, columns: int) -> Path:
+    """An uncompressed 8-bit image of a diagonal ramp (not constant: ScaleIntensity works on it in full)."""
+    ds = _dataset(rows, columns, 8, ExplicitVRLittleEndian)
+    ramp = np.add.outer(np.arange(rows, dtype=np.uint32), np.arange(columns, dtype=np.uint32)) % 256
+    ds.PixelData = ramp.astype(np.uint8).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
 def _private_ob(group: int, length: int) -> bytes:
     """The header of a private OB element (``group``,1010) of ``length`` bytes, explicit VR little endian."""
     return group.to_bytes(2, "little") + b"\x10\x10OB\0\0" + length.to_bytes(4, "little")
@@ -155,27 +164,43 @@ def _child(script: str, *args: object, timeout: float = 240) -> dict:
 # ---------------------------------------------------------------------------------------------- decoding
 
 #: The reader's chain in a child: each case reads one file through LoadImage(DicomImageReader) and the demo
-#: protocol's transforms; the peak RSS it adds over the process's peak before it is reported in MiB.
+#: protocol's transforms (or, for ``scale_first``, ScaleIntensity on the full-size image before Resize); the
+#: peak RSS it adds over the RSS before it (the high-water mark reset through /proc) is reported in MiB.
 _CHAIN = """
-import json, resource, sys
+import json, re, resource, sys
+from pathlib import Path
 from sitecal.errors import DicomError
 from sitecal.inference.transforms import build_transforms
-from sitecal.protocol import TransformSettings
+from sitecal.protocol import TransformSettings as T
 
-def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
 
-specs = [
-    TransformSettings(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
-    TransformSettings(name="Resize", args={"spatial_size": [64, 64]}),
-    TransformSettings(name="NormalizeIntensity", args={}),
+def start():
+    # reset the high-water mark to the present RSS (Linux 4.0+), else fall back on the peak so far
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return status("VmRSS"), lambda: status("VmHWM")
+    except OSError:
+        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return peak(), peak
+
+resize_first = [
+    T(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
+    T(name="Resize", args={"spatial_size": [64, 64]}),
+    T(name="NormalizeIntensity", args={}),
+]
+scale_first = [
+    T(name="ScaleIntensity", args={}),
+    T(name="EnsureChannelFirst", args={"channel_dim": "no_channel"}),
+    T(name="Resize", args={"spatial_size": [64, 64]}),
 ]
 results = {}
 for case in sys.argv[1:]:
     name, path, limit = case.split("=")
-    chain = build_transforms(specs, max_values=int(limit))
+    chain = build_transforms(scale_first if name.startswith("scale") else resize_first, max_values=int(limit))
     chain(sys.argv[1].split("=")[1])  # warm: the first call loads MONAI's lazy parts
-    before = peak()
+    before, peak = start()
     try:
         out = chain(path)
         outcome = [list(out.shape), float(out.abs().max())]
@@ -191,19 +216,22 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def chain_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The reader's chain on a small image (warm-up), two images over budget, and one at the pixel limit."""
+    """The reader's chain on a small image (warm-up), images over budget, and two within it."""
     folder = tmp_path_factory.mktemp("images")
     small = rle_image(folder / "small.dcm", 64, 64, 8)
     over16 = rle_image(folder / "over16.dcm", 16384, 16384, 16)
     over32 = rle_image(folder / "over32.dcm", 16384, 14336, 32)
     at_limit = rle_image(folder / "at-limit.dcm", 8192, 8192, 8)
-    # cases in rising order of memory: a peak is only seen when it exceeds the ones before it
+    scaled = native_image(folder / "scaled.dcm", 5120, 5120)
+    # in rising order of memory: where the high-water mark cannot be reset, a peak shows only above the last
     return _child(
         _CHAIN,
         f"small={small}={2**28}",
         f"over16={over16}={2**28}",
         f"over32={over32}={2**28}",
+        f"scale_over={scaled}={2**26}",
         f"at_limit={at_limit}={2**26}",
+        f"scale_within={scaled}={2**27}",
     )
 
 
@@ -235,6 +263,22 @@ def test_an_image_at_the_pixel_limit_peaks_within_its_stated_cost(chain_run: dic
     cost = decode_cost(open_dicom(rle_image(tmp_path / "same.dcm", 8192, 8192, 8)), 0)
     assert cost is not None and cost.total >> 20 == 321
     assert at_limit["added_mib"] <= cost.total / MIB + 32
+
+
+@pytest.mark.timeout(300)
+def test_transforms_on_the_full_size_image_are_counted_in_its_budget(chain_run: dict) -> None:
+    # 5120 x 5120 x 8 bits, 100 MiB as float32: decoding holds 150 MiB (25 read, 25 decoded, 100 as
+    # float32), but ScaleIntensity before Resize holds the image and 3.5 copies of it (4.5 x 100 MiB),
+    # above 2**26 x 6 bytes = 384 MiB
+    assert chain_run["scale_over"]["outcome"] == (
+        "image too large to decode: it would hold 450 MiB (100 MiB as float32, 450 MiB in the protocol's "
+        "transforms), above the 384 MiB that the limit of 67108864 pixel values allows (6 bytes a value); it "
+        "was not decoded. Raise inputs.max_pixels_per_image in the protocol if such images are expected."
+    )
+    # within a budget twice as large, it peaks within what was counted
+    within = chain_run["scale_within"]
+    assert within["outcome"][0] == [1, 64, 64]
+    assert 300 < within["added_mib"] <= 450 + 32
 
 
 def test_the_scan_excludes_an_image_over_its_decoding_budget_with_its_reason(tmp_path: Path) -> None:

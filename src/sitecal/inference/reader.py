@@ -18,6 +18,7 @@ make their own float32 copies, 4 bytes a value each, on top of it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -51,9 +52,10 @@ __all__ = ["DEFAULT_MAX_VALUES", "DicomImageReader", "apply_presentation", "pres
 #: would hold more (:class:`~sitecal._dicomfile.DecodeCost`: the value read, the decoded array, then the
 #: larger of the decoder's frame buffer and the float32 values) is refused before it is decoded. Measured
 #: (peak RSS a child process adds reading one file through ``LoadImage`` and the demo protocol's
-#: transforms): a 4 MiB RLE file declaring 16384 x 16384 8-bit pixels, exactly the pixel limit, adds
-#: 1,289 MiB (its cost, 1,284 MiB); it added 5,381 MiB before the chain converted block by block, and its
-#: 16-bit twin 5,641 MiB, which is now refused (1,545 MiB, 9 MiB above the budget) and adds nothing.
+#: transforms, tests/security/test_image_memory.py's ``_CHAIN``): a 4 MiB RLE file declaring 16384 x 16384
+#: 8-bit pixels, exactly the pixel limit, adds 1,288 MiB (its stated cost: 1,284 MiB); it added 5,381 MiB
+#: before the chain converted block by block. Its 16-bit twin added 5,641 MiB; it is now refused before
+#: decoding (it would hold 1,545 MiB, above the 1,536 MiB budget), having read its 8 MiB.
 DEFAULT_MAX_VALUES = 2**28
 #: The protocol setting that raises the limit, named in the refusal.
 _LIMIT_SETTING = "inputs.max_pixels_per_image"
@@ -336,6 +338,10 @@ class DicomImageReader(ImageReader):
     max_values : int, default 2**28
         The most pixel values one image or series may declare (:data:`DEFAULT_MAX_VALUES`, 1 GiB as
         float32), and the decoding memory it may hold: ``max_values`` x 6 bytes (1.5 GiB).
+    transform_multiple : float, default 1
+        What the transforms after the reader hold at their peak while the image has its loaded size, as a
+        multiple of the float32 image (1: the image alone;
+        :func:`sitecal.inference.transforms.loaded_size_multiple`): counted in the same budget.
 
     Examples
     --------
@@ -343,14 +349,23 @@ class DicomImageReader(ImageReader):
     1048576
     """
 
-    def __init__(self, voi: str = "none", *, max_values: int = DEFAULT_MAX_VALUES) -> None:
+    def __init__(
+        self, voi: str = "none", *, max_values: int = DEFAULT_MAX_VALUES, transform_multiple: float = 1.0
+    ) -> None:
         super().__init__()
         if voi not in ("none", "window"):
             raise ValueError(f"voi must be 'none' or 'window'. Got {voi!r}.")
         if isinstance(max_values, bool) or not isinstance(max_values, int) or max_values < 1:
             raise ValueError(f"max_values must be an int >= 1. Got {max_values!r}.")
+        if isinstance(transform_multiple, bool) or not (
+            isinstance(transform_multiple, int | float) and 1 <= transform_multiple <= 1024
+        ):
+            raise ValueError(
+                f"transform_multiple must be a number from 1 to 1024. Got {transform_multiple!r}."
+            )
         self.voi = voi
         self.max_values = max_values
+        self.transform_multiple = float(transform_multiple)
 
     def verify_suffix(self, filename: Sequence[PathLike[str] | str] | PathLike[str] | str) -> bool:
         """Accept any name: DICOM files often have no suffix, and sitecal passes only scanned DICOM files."""
@@ -388,7 +403,7 @@ class DicomImageReader(ImageReader):
             return self._data(ensure_tuple(img))
 
     def _data(self, datasets: tuple[pydicom.Dataset, ...]) -> tuple[np.ndarray, dict[str, Any]]:
-        _check_size(datasets, self.max_values)
+        _check_size(datasets, self.max_values, self.transform_multiple)
         if len(datasets) == 1:
             array = presentation_values(datasets[0], voi=self.voi)
             affine = np.eye(array.ndim + (0 if _is_colour(datasets[0]) else 1))
@@ -446,8 +461,12 @@ def _declared(ds: pydicom.Dataset, keyword: str, default: int = 1) -> int:
     return number
 
 
-def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
-    """Refuse, before decoding, an image or series that declares more than ``limit`` pixel values."""
+def _check_size(datasets: Sequence[pydicom.Dataset], limit: int, multiple: float = 1.0) -> None:
+    """Refuse, before decoding, an image or series that declares more than ``limit`` pixel values.
+
+    Then refuse one whose decoding, or the transforms after it (``multiple`` times the float32 image),
+    would hold more memory than the limit buys (:func:`_check_cost`).
+    """
     sizes = []
     for ds in datasets:
         samples = 3 if str(ds.get("PhotometricInterpretation", "")).strip() == "PALETTE COLOR" else 1
@@ -461,7 +480,7 @@ def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
         )
     total = sum(math.prod(size) for size in sizes)
     if total <= limit:
-        _check_cost(datasets, limit)
+        _check_cost(datasets, limit, multiple)
         return
     rows, columns, frames, samples = sizes[0]
     what = (
@@ -476,27 +495,30 @@ def _check_size(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
     )
 
 
-def _check_cost(datasets: Sequence[pydicom.Dataset], limit: int) -> None:
+def _check_cost(datasets: Sequence[pydicom.Dataset], limit: int, multiple: float) -> None:
     """Refuse, before decoding, an image or series whose decoding would hold more than ``limit`` values buy.
 
     Every value was read whole, so each counts its own length (:func:`sitecal._dicomfile.decode_cost`). A
-    series holds every slice's encoded value and the float32 volume, and decodes one slice at a time.
+    series holds every slice's encoded value and the float32 volume, and decodes one slice at a time. The
+    transforms then hold ``multiple`` times the float32 image, once the decoding memory is freed.
     """
     costs = [decode_cost(ds, 0) for ds in datasets]
     if any(cost is None for cost in costs):
         return  # a malformed count: decoding names it
     parts = [cost for cost in costs if cost is not None]
+    image = sum(c.output for c in parts)  # the float32 image, or volume, the transforms receive
     if len(parts) == 1:
         cost, what = parts[0], "image"
     else:
-        volume = sum(c.output for c in parts)
         cost = DecodeCost(
             encoded=sum(c.encoded for c in parts),
             decoded=max(c.decoded for c in parts),
-            transient=volume + max(c.transient for c in parts),
-            output=volume + max(c.output for c in parts),
+            transient=image + max(c.transient for c in parts),
+            output=image + max(c.output for c in parts),
         )
         what = f"series of {len(parts)} images"
+    if multiple > 1:
+        cost = dataclasses.replace(cost, transforms=math.ceil(multiple * image))
     why = over_budget(cost, limit)
     if why is not None:
         raise DicomError(
