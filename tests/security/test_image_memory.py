@@ -34,8 +34,8 @@ from pydicom.uid import (
 
 import sitecal._dicomfile as dicomfile
 from sitecal._dicomfile import decode_cost, open_dicom
-from sitecal.cohort.scan import BASE_KEYWORDS, Unusable, read_header
-from sitecal.errors import DicomError
+from sitecal.cohort.scan import BASE_KEYWORDS, Unusable, read_header, scan_folder
+from sitecal.errors import DataError, DicomError
 from sitecal.inference.reader import DicomImageReader, apply_presentation, presentation_values, window
 
 MIB = 1 << 20
@@ -279,6 +279,21 @@ def test_transforms_on_the_full_size_image_are_counted_in_its_budget(chain_run: 
     within = chain_run["scale_within"]
     assert within["outcome"][0] == [1, 64, 64]
     assert 300 < within["added_mib"] <= 450 + 32
+
+
+def test_the_scan_counts_the_transforms_as_the_reader_does(tmp_path: Path) -> None:
+    path = native_image(tmp_path / "scaled.dcm", 5120, 5120)
+    assert read_header(path, BASE_KEYWORDS, max_pixels_per_image=2**26, transform_multiple=4.5) == Unusable(
+        "image too large to decode: it would hold 450 MiB (100 MiB as float32, 450 MiB in the protocol's "
+        "transforms), above the 384 MiB that the limit of 67108864 pixel values allows (6 bytes a value); "
+        "raise inputs.max_pixels_per_image in the protocol to read it",
+        "1.2.826.0.1.3680043.8.498.30.2",
+    )
+    assert not isinstance(read_header(path, BASE_KEYWORDS, max_pixels_per_image=2**26), Unusable)
+    result = scan_folder(tmp_path, workers=1, max_pixels_per_image=2**26, transform_multiple=4.5)
+    assert [e.reason[:27] for e in result.exclusions] == ["image too large to decode: "]
+    with pytest.raises(DataError, match=r"'transform_multiple' parameter of scan_folder must be a number "):
+        scan_folder(tmp_path, transform_multiple=0.5)
 
 
 def test_the_scan_excludes_an_image_over_its_decoding_budget_with_its_reason(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +42,11 @@ class Unusable:
 
 
 def read_header(
-    path: Path, keywords: Sequence[str], *, max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE
+    path: Path,
+    keywords: Sequence[str],
+    *,
+    max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE,
+    transform_multiple: float = 1.0,
 ) -> dict[str, str] | Unusable:
     """Read one file's header; return the wanted values as text, or why it cannot be used.
 
@@ -49,15 +55,19 @@ def read_header(
     Information; a file that ends inside an element is truncated). An image declaring more than
     ``max_pixels_per_image`` values (Rows x Columns x NumberOfFrames x SamplesPerPixel) is unusable, and
     so is one whose decoding would hold more than ``max_pixels_per_image`` x
-    :data:`~sitecal._dicomfile.BYTES_PER_PIXEL_VALUE` bytes (:func:`~sitecal._dicomfile.decode_cost`).
+    :data:`~sitecal._dicomfile.BYTES_PER_PIXEL_VALUE` bytes (:func:`~sitecal._dicomfile.decode_cost`), or
+    whose transforms would (``transform_multiple`` times its float32 values:
+    :func:`sitecal.inference.transforms.loaded_size_multiple`), as the reader would refuse it.
     Multi-valued values are written as DICOM writes them, joined by a backslash. pydicom's warnings are
     captured, never shown.
     """
     with quiet_pydicom():
-        return read_values(path, keywords, max_pixels_per_image)
+        return read_values(path, keywords, max_pixels_per_image, transform_multiple)
 
 
-def read_values(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> dict[str, str] | Unusable:
+def read_values(
+    path: Path, keywords: Sequence[str], max_pixels_per_image: int, transform_multiple: float = 1.0
+) -> dict[str, str] | Unusable:
     try:
         ds = open_dicom(path, defer_size=1024)
     except NotDicom:
@@ -86,7 +96,7 @@ def read_values(path: Path, keywords: Sequence[str], max_pixels_per_image: int) 
     bad = (
         _image_module_problem(ds)
         or _too_large(ds, max_pixels_per_image)
-        or _too_costly(ds, path, max_pixels_per_image)
+        or _too_costly(ds, path, max_pixels_per_image, transform_multiple)
     )
     if bad:
         return Unusable(bad, _text(ds, "StudyInstanceUID"))
@@ -172,13 +182,16 @@ def _too_large(ds: pydicom.Dataset, limit: int) -> str | None:
     )
 
 
-def _too_costly(ds: pydicom.Dataset, path: Path, limit: int) -> str | None:
-    """Why decoding the image would hold more memory than ``limit`` values buy, or ``None``."""
+def _too_costly(ds: pydicom.Dataset, path: Path, limit: int, transform_multiple: float) -> str | None:
+    """Why decoding the image, or transforming it, would hold more memory than ``limit`` values buy."""
     try:
         file_bytes = path.stat().st_size
     except OSError:  # gone since it was read: the reader will say so
         return None
-    why = over_budget(decode_cost(ds, file_bytes), limit)
+    cost = decode_cost(ds, file_bytes)
+    if cost is not None and transform_multiple > 1:
+        cost = dataclasses.replace(cost, transforms=math.ceil(transform_multiple * cost.output))
+    why = over_budget(cost, limit)
     if why is None:
         return None
     return f"image too large to decode: {why}; raise inputs.max_pixels_per_image in the protocol to read it"

@@ -4,8 +4,8 @@ The folder may be hostile or messy: only regular files are read (FIFOs, sockets,
 links that leave the folder are excluded unopened), folder links are not followed (no walk can loop), an
 unreadable subfolder is an exclusion, each read has a time limit, and an image declaring more pixel values
 than a limit, or whose decoding would hold more memory than the limit buys, is excluded before anything
-decodes it. A deflated file's header is inflated up to its pixel data only. pydicom's warnings, which quote UIDs, are captured
-and only counted (:func:`sitecal._dicomfile.quiet_pydicom`).
+decodes it. A deflated file's header is inflated up to its pixel data only. pydicom's warnings, which quote
+UIDs, are captured and only counted (:func:`sitecal._dicomfile.quiet_pydicom`).
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ class ScanResult:
 class _Limits:
     max_pixels_per_image: int
     read_timeout_s: float | None
+    transform_multiple: float = 1.0
 
 
 #: One file's outcome and the value-free kinds of what pydicom said while reading it.
@@ -133,6 +134,7 @@ def scan_folder(
     max_pixels_per_image: int = DEFAULT_MAX_PIXELS_PER_IMAGE,
     read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S,
     only: Collection[Path] | None = None,
+    transform_multiple: float = 1.0,
 ) -> ScanResult:
     """Read the header of every file under ``root``.
 
@@ -160,6 +162,10 @@ def scan_folder(
     only : collection of Path, optional
         Paths relative to ``root``: read these files and ignore the others (a PACS store holds more than
         the query's complete studies).
+    transform_multiple : float
+        What the protocol's transforms hold while an image has its loaded size, in float32 images
+        (:func:`sitecal.inference.transforms.loaded_size_multiple`; 1, the default, for none): counted in
+        the image's memory budget as the reader counts it, so that the scan admits what the reader reads.
 
     Returns
     -------
@@ -191,7 +197,14 @@ def scan_folder(
         entries = [(path, problem) for path, problem in entries if path.relative_to(root) in wanted_paths]
     paths = [path for path, problem in entries if problem is None]
     wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
-    limits = _Limits(max_pixels_per_image, read_timeout_s)
+    if isinstance(transform_multiple, bool) or not (
+        isinstance(transform_multiple, int | float) and 1 <= transform_multiple <= 1024
+    ):
+        raise DataError(
+            "The 'transform_multiple' parameter of scan_folder must be a number from 1 to 1024. "
+            f"Got {transform_multiple!r}."
+        )
+    limits = _Limits(max_pixels_per_image, read_timeout_s, float(transform_multiple))
     n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
     with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
         outcomes = dict(zip(paths, _read_all(paths, wanted, limits, n_workers, bar), strict=True))
@@ -288,12 +301,12 @@ def _read_entry(path: Path, keywords: tuple[str, ...], limits: _Limits) -> _Outc
     process's exit.
     """
     if limits.read_timeout_s is None:
-        return _read(path, keywords, limits.max_pixels_per_image)
+        return _read(path, keywords, limits)
     box: list[_Outcome] = []
 
     def target() -> None:
         try:
-            box.append(_read(path, keywords, limits.max_pixels_per_image))
+            box.append(_read(path, keywords, limits))
         except BaseException as exc:  # a thread's exception would otherwise be lost
             box.append((Unusable(f"unreadable file ({type(exc).__name__})"), ()))
 
@@ -305,9 +318,9 @@ def _read_entry(path: Path, keywords: tuple[str, ...], limits: _Limits) -> _Outc
     return Unusable(f"header read timed out after {limits.read_timeout_s:g} s"), ()
 
 
-def _read(path: Path, keywords: Sequence[str], max_pixels_per_image: int) -> _Outcome:
+def _read(path: Path, keywords: Sequence[str], limits: _Limits) -> _Outcome:
     with quiet_pydicom() as notes:
-        outcome = read_values(path, keywords, max_pixels_per_image)
+        outcome = read_values(path, keywords, limits.max_pixels_per_image, limits.transform_multiple)
     return outcome, tuple(notes.kinds())
 
 
