@@ -10,7 +10,6 @@ seconds and in the memory of a check of a small file, in a child process whose p
 from __future__ import annotations
 
 import csv
-import os
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tests.security._child import SITECAL_MAIN, peak_mib
 
 from sitecal.cohort._labels_csv import MAX_ROWS
 from sitecal.cohort._parquet import MAX_CELL_BYTES
@@ -78,16 +78,17 @@ def _protocol(folder: Path, predictions: Path) -> Path:
 
 
 def _check(folder: Path, predictions: Path) -> tuple[int, str, float, float]:
-    """``sitecal check`` in a child process: exit code, stderr, wall seconds, peak RSS in MiB (wait4)."""
+    """``sitecal check`` in a child process: exit code, stderr, wall seconds, peak RSS in MiB (its VmHWM)."""
     protocol = _protocol(folder, predictions)
-    code = "import sys; from sitecal.cli import main; sys.exit(main(sys.argv[1:]))"
+    peak = folder / "peak"
+    peak.unlink(missing_ok=True)
     with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
         start = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-c", code, "check", str(protocol)], stdout=out, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)
+        child = subprocess.run(
+            [sys.executable, "-c", SITECAL_MAIN, str(peak), "check", str(protocol)], stdout=out, stderr=err
+        )
         wall = time.monotonic() - start
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    return child.returncode, (folder / "stderr").read_text(encoding="utf-8"), wall, usage.ru_maxrss / 1024
+    return child.returncode, (folder / "stderr").read_text(encoding="utf-8"), wall, peak_mib(peak)
 
 
 def _constant_rows(path: Path, n: int) -> Path:
