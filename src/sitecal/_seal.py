@@ -3,7 +3,7 @@
 A run folder is evidence: a committee reads its report, a deployment loads its ``calibration.json``, an
 archive receives its ``report.dcm``. Anyone with write access to the folder could change any of them, and a
 plain list of sha256s can be recomputed by whoever edits the files. So the run seals the folder:
-``seal.json`` lists the sha256 of every file the run wrote and carries a MAC over that list,
+``seal.json`` lists the sha256 and size of every file the run wrote and carries a MAC over that list,
 
     ``mac = HMAC-SHA256(seal key, canonical JSON of the seal without "mac")``,
     ``seal key = HMAC-SHA256(site key, "sitecal run-folder seal v1")``,
@@ -150,6 +150,7 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
     after the seal is written.
     """
     files: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     growing: dict[str, dict[str, Any]] = {}
     for name, path in _walk(folder):
         if name in (SEAL, INCOMPLETE) or _unsealed(name) or (state == EVALUATED and _rendered(name)):
@@ -158,6 +159,7 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
             size = path.stat().st_size
             growing[name] = {"bytes": size, "sha256": _sha256(path, limit=size)}
         else:
+            sizes[name] = path.stat().st_size
             files[name] = _sha256(path)
     body: dict[str, Any] = {
         "format": _FORMAT,
@@ -166,6 +168,7 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
         "algorithm": "HMAC-SHA256",
         "key_fingerprint": key_fingerprint(key),
         "files": dict(sorted(files.items())),
+        "sizes": dict(sorted(sizes.items())),
         "growing": growing,
     }
     write_text_atomic(
@@ -254,7 +257,8 @@ def verify_seal(folder: Path, key: bytes, *, need: State = COMPLETE) -> Seal:
         path = folder / name
         if not path.is_file() or path.is_symlink():
             raise SealError(f"{path}: missing (it is in the run's seal). Restore the folder the run wrote.")
-        if not hmac.compare_digest(_sha256(path), digest):
+        # the size first: a file swapped for a huge one is refused without reading it
+        if path.stat().st_size != seal["sizes"][name] or not hmac.compare_digest(_sha256(path), digest):
             raise SealError(_edited(path))
     for name, grown in seal["growing"].items():
         path = folder / name
@@ -384,6 +388,10 @@ def _is_sha256(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX64
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _safe_name(name: Any) -> bool:
     """A relative POSIX path inside the folder: no absolute path, no ``..``, no empty part."""
     if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
@@ -399,11 +407,12 @@ def _well_formed(seal: Any) -> bool:
         "algorithm",
         "key_fingerprint",
         "files",
+        "sizes",
         "growing",
         "mac",
     }:
         return False
-    files, growing = seal["files"], seal["growing"]
+    files, sizes, growing = seal["files"], seal["sizes"], seal["growing"]
     return (
         seal["format"] == _FORMAT
         and seal["version"] == _VERSION
@@ -415,14 +424,15 @@ def _well_formed(seal: Any) -> bool:
         and isinstance(files, dict)
         and len(files) <= _MAX_FILES
         and all(_safe_name(k) and _is_sha256(v) for k, v in files.items())
+        and isinstance(sizes, dict)
+        and set(sizes) == set(files)
+        and all(_is_count(v) for v in sizes.values())
         and isinstance(growing, dict)
         and set(growing) <= {RUN_LOG}
         and all(
             isinstance(g, dict)
             and set(g) == {"bytes", "sha256"}
-            and isinstance(g["bytes"], int)
-            and not isinstance(g["bytes"], bool)
-            and g["bytes"] >= 0
+            and _is_count(g["bytes"])
             and _is_sha256(g["sha256"])
             for g in growing.values()
         )

@@ -95,6 +95,7 @@ def test_a_run_seals_every_file_it_wrote_under_its_key_and_the_seal_checks_by_ha
     assert hmac.compare_digest(hmac.digest(seal_key, body, "sha256").hex(), mac)
     for name, digest in seal["files"].items():
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+        assert (folder / name).stat().st_size == seal["sizes"][name]
     log = seal["growing"]["run.log"]
     assert hashlib.sha256((folder / "run.log").read_bytes()[: log["bytes"]]).hexdigest() == log["sha256"]
     assert "results sealed (seal.json" in (folder / "run.log").read_text()
@@ -166,6 +167,18 @@ def test_an_added_or_missing_file_or_a_link_is_refused_naming_it(
     os.symlink("/etc/passwd", folder / "passwd")
     assert main(commands["report"]) == 2
     assert f"{folder / 'passwd'}: a link or special file in a run folder" in capsys.readouterr().err
+
+
+def test_a_sealed_file_swapped_for_a_huge_one_is_refused_without_reading_it(
+    sealed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(sealed, tmp_path)
+    with (folder / "predictions.csv").open("r+b") as fh:
+        fh.truncate(64 << 30)  # 64 GiB, sparse: reading it would take minutes
+    started = time.monotonic()
+    assert main(["report", str(folder)]) == 2
+    assert time.monotonic() - started < 10
+    assert f"{folder / 'predictions.csv'}: edited after the run sealed it" in capsys.readouterr().err
 
 
 def test_a_seal_under_another_key_or_no_key_at_hand_is_refused(
