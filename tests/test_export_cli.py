@@ -115,7 +115,7 @@ def test_logits_that_the_model_no_longer_gives_stop_the_export(run_folder: Path,
             row[3] = repr(float(row[3]) + 0.5)
     with open(path, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
-    with pytest.raises(Exception, match="predictions.csv: edited after the run sealed it"):
+    with pytest.raises(Exception, match=r"predictions\.csv: edited after the run sealed it"):
         export_run(folder, "torchscript", progress=False)
     _reseal(folder)  # as if the run itself had stored those logits: the check against the model stops it
     with pytest.raises(Exception, match="no longer gives the run's logits") as caught:

@@ -30,8 +30,8 @@ __all__ = [
     "ModelError",
     "OutputError",
     "ProtocolError",
-    "SitecalError",
     "SealError",
+    "SitecalError",
     "SitecalWarning",
     "SmallGroupWarning",
     "Terminated",
@@ -59,8 +59,11 @@ class DataError(SitecalError, ValueError):
 
 
 class SealError(DataError):
-    """A run folder cannot be trusted: a sealed file was edited or is missing, a file was added, the seal
-    itself was edited, the run did not finish, or no key is at hand to check it (:mod:`sitecal._seal`)."""
+    """A run folder cannot be trusted (:mod:`sitecal._seal`).
+
+    A sealed file was edited or is missing, a file was added, the seal itself was edited, the run did not
+    finish, or no key is at hand to check it.
+    """
 
 
 class OutputError(SitecalError, OSError):
@@ -68,8 +71,11 @@ class OutputError(SitecalError, OSError):
 
 
 class Terminated(KeyboardInterrupt):
-    """The process was asked to stop (SIGTERM): handled as an interruption, so that the run folder is
-    marked incomplete and the run log says so, as for Ctrl-C."""
+    """The process was asked to stop (SIGTERM).
+
+    Handled as an interruption, so that the run folder is marked incomplete and the run log says so, as
+    for Ctrl-C.
+    """
 
 
 class SitecalWarning(UserWarning):
