@@ -559,7 +559,10 @@ def decoded_pixels(ds: pydicom.Dataset) -> np.ndarray:
     """The decoded Pixel Data (YBR converted to RGB), with pydicom's warnings and log records captured.
 
     The values of ``ds.pixel_array``, but not kept on the dataset: ``ds.pixel_array`` would hold the decoded
-    array as long as the dataset lives, beside every copy made from it (:func:`decode_cost`).
+    array as long as the dataset lives, beside every copy made from it (:func:`decode_cost`). Only the
+    frames NumberOfFrames declares are decoded: pydicom would by default also decode and append any frames
+    the compressed data holds beyond them, so that a file declaring one frame could decode a thousand,
+    outside any budget counted from its header.
 
     Raises
     ------
@@ -568,7 +571,7 @@ def decoded_pixels(ds: pydicom.Dataset) -> np.ndarray:
     """
     try:
         with quiet_pydicom():
-            return pixel_array(ds)
+            return pixel_array(ds, allow_excess_frames=False)
     except Exception as exc:  # pydicom and its plugins raise many types on undecodable data
         raise DicomError(decode_failure(exc, ds)) from exc
 
