@@ -32,7 +32,7 @@ from pydicom.uid import (
     SecondaryCaptureImageStorage,
 )
 
-import sitecal._dicomfile as dicomfile
+import sitecal._dicomfile._deflated as deflated
 from sitecal._dicomfile import decode_cost, open_dicom
 from sitecal.cohort.scan import BASE_KEYWORDS, Unusable, read_header, scan_folder
 from sitecal.errors import DataError, DicomError
@@ -422,8 +422,9 @@ _WHOLE = """
 import json, re, resource, sys, time
 from pathlib import Path
 import sitecal._dicomfile as dicomfile
+import sitecal._dicomfile._deflated as deflated
 
-dicomfile.MAX_INFLATED_BYTES = 64 << 20
+deflated.MAX_INFLATED_BYTES = 64 << 20
 size = int(re.search(r"VmSize:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
 started = time.monotonic()
@@ -450,7 +451,7 @@ def test_a_deflated_image_inflating_past_the_whole_read_limit_is_refused(
     )
     assert result["seconds"] < 5
     # the reader names it as the study's exclusion reason
-    monkeypatch.setattr(dicomfile, "MAX_INFLATED_BYTES", 1 << 20)
+    monkeypatch.setattr(deflated, "MAX_INFLATED_BYTES", 1 << 20)
     with pytest.raises(DicomError) as refused:
         DicomImageReader().read(str(path))
     assert str(refused.value) == (
