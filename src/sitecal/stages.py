@@ -158,12 +158,17 @@ def scan(
         retrieval = retrieve_studies(
             data.source, store=loaded.pacs_store, resolve=loaded.resolve, progress=progress
         )
+    # what the transforms hold at the image's loaded size counts in its budget, as the reader counts it
+    # (imported here: the transforms load MONAI)
+    from sitecal.inference.transforms import loaded_size_multiple
+
     found = scan_folder(
         loaded.dicom_dir,
         [s.tag for s in protocol.subgroups.values() if s.tag is not None],
         workers=workers,
         progress=progress,
         max_pixels_per_image=protocol.inputs.max_pixels_per_image,
+        transform_multiple=loaded_size_multiple(protocol.inputs.transforms),
         read_timeout_s=data.read_timeout_s,
         only=None if retrieval is None else retrieval.files,
     )
