@@ -63,3 +63,24 @@ def write_demo_protocol(root: Path, manifest: object, *, n_resamples: int = 200,
     path = root / "protocol.yaml"
     path.write_text(yaml.safe_dump(protocol, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One sealed run of the demo protocol on 160 studies (patient split: an `evaluation` part), 50
+    resamples; shared by the tests that read a run folder (each spoils only a copy of it)."""
+    from sitecal.cli import main
+    from sitecal.demo import generate_demo
+
+    root = tmp_path_factory.mktemp("small-run")
+    manifest = generate_demo(root / "data", n_studies=160, seed=3)
+    protocol = write_demo_protocol(
+        root,
+        manifest,
+        n_resamples=50,
+        inputs={"num_workers": 0},
+        calibration={"min_group_size": 20, "split": PATIENT_SPLIT},
+    )
+    assert main(["run", str(protocol), "--no-progress", "--workers", "1"]) in (0, 1, 3)
+    (folder,) = (root / "reports").glob("demo-*")
+    return {"root": root, "folder": folder, "protocol": protocol, "manifest": manifest}

@@ -10,32 +10,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.conftest import PATIENT_SPLIT, TEST_PSEUDONYM_KEY, write_demo_protocol
+from tests.conftest import TEST_PSEUDONYM_KEY
 
 from sitecal._seal import COMPLETE, write_seal
 from sitecal.cli import main
-from sitecal.demo import generate_demo
 from sitecal.export_run import N_CHECK, export_run
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_folder(small_run: dict) -> Path:
     """A run of the demo protocol on 160 studies (patient split: an `evaluation` part), few resamples."""
-    root = tmp_path_factory.mktemp("export")
-    manifest = generate_demo(root / "data", n_studies=160, seed=3)
-    protocol = write_demo_protocol(
-        root,
-        manifest,
-        n_resamples=50,
-        inputs={"num_workers": 0},
-        calibration={"min_group_size": 20, "split": PATIENT_SPLIT},
-    )
-    code = main(["run", str(protocol), "--no-progress", "--workers", "1"])
-    assert code in (0, 1, 3)
-    (folder,) = (root / "reports").glob("demo-*")
-    return folder
+    return Path(small_run["folder"])
 
 
 def _copy(folder: Path, tmp_path: Path) -> Path:

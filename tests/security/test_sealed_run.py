@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import PATIENT_SPLIT, REPO, TEST_PSEUDONYM_KEY, write_demo_protocol
+from tests.conftest import REPO, TEST_PSEUDONYM_KEY
 
 from sitecal._seal import COMPLETE, EVALUATED, INCOMPLETE, SEAL, write_seal
 from sitecal.cli import main
-from sitecal.demo import generate_demo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -29,20 +28,10 @@ KEY = TEST_PSEUDONYM_KEY.encode()
 
 
 @pytest.fixture(scope="module")
-def sealed(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A run of the demo protocol on 160 studies (patient split), few resamples; and a scores file."""
-    root = tmp_path_factory.mktemp("sealed")
-    manifest = generate_demo(root / "data", n_studies=160, seed=3)
-    protocol = write_demo_protocol(
-        root,
-        manifest,
-        n_resamples=50,
-        inputs={"num_workers": 0},
-        calibration={"min_group_size": 20, "split": PATIENT_SPLIT},
-    )
-    assert main(["run", str(protocol), "--no-progress", "--workers", "1"]) in (0, 1, 3)
-    (folder,) = (root / "reports").glob("demo-*")
-    scores = root / "scores.csv"
+def sealed(small_run: dict) -> dict:
+    """The shared small run (tests.conftest.small_run), and a scores file for `sitecal apply`."""
+    folder = small_run["folder"]
+    scores = small_run["root"] / "scores.csv"
     with (folder / "predictions.csv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))[:5]
     columns = [c for c in rows[0] if c.startswith("logit:")]
@@ -50,7 +39,7 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         writer = csv.writer(fh)
         writer.writerow(["scanner", *columns])
         writer.writerows(["DRX Demo", *[r[c] for c in columns]] for r in rows)
-    return {"root": root, "folder": folder, "protocol": protocol, "scores": scores, "manifest": manifest}
+    return {**small_run, "scores": scores}
 
 
 def _copy(sealed: dict, tmp_path: Path) -> Path:
