@@ -534,17 +534,7 @@ def test_a_c_find_without_end_stops_at_the_match_limit(tmp_path: Path, here: Any
 @contextlib.contextmanager
 def huge_pdu_peer() -> Iterator[int]:
     """A socket answering the association request with a PDU that declares 2 GiB, then zeros."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
     stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=flood, args=(conn,), daemon=True).start()
 
     def flood(conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):
@@ -552,6 +542,24 @@ def huge_pdu_peer() -> Iterator[int]:
             conn.sendall(struct.pack(">BBL", 0x02, 0, 0x7FFF_FFFF))  # A-ASSOCIATE-AC of 2 GiB
             while not stop.is_set():
                 conn.sendall(b"\0" * 65536)
+
+    with _serving(flood, stop) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def _serving(handle: Any, stop: threading.Event) -> Iterator[int]:
+    """A loopback listener handing each connection to ``handle`` on a thread of its own; its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     try:
@@ -577,20 +585,13 @@ def trickling_relay(target: int) -> Iterator[int]:
 
     It trickles once the client has sent more than its first PDU (the association request).
     """
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
     stop = threading.Event()
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                client, _ = listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            backend = socket.create_connection(("127.0.0.1", target))
-            trickle = threading.Event()
-            threading.Thread(target=requests_, args=(client, backend, trickle), daemon=True).start()
-            threading.Thread(target=answers, args=(backend, client, trickle), daemon=True).start()
+    def relay(client: socket.socket) -> None:
+        backend = socket.create_connection(("127.0.0.1", target))
+        trickle = threading.Event()
+        threading.Thread(target=requests_, args=(client, backend, trickle), daemon=True).start()
+        answers(backend, client, trickle)
 
     def requests_(client: socket.socket, backend: socket.socket, trickle: threading.Event) -> None:
         seen = bytearray()
@@ -616,12 +617,8 @@ def trickling_relay(target: int) -> Iterator[int]:
         _shut(client, backend)
         backend.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield int(listener.getsockname()[1])
-    finally:
-        stop.set()
-        listener.close()
+    with _serving(relay, stop) as port:
+        yield port
 
 
 def _shut(*sockets: socket.socket) -> None:
