@@ -161,7 +161,7 @@ ALLOWED = {
         "sealed_run",
     },
     # simulates criteria with the evaluation's own rule and the statistics engine
-    "planning": {"protocol", "evaluation", "metrics", "stats"},
+    "planning": {"protocol", "evaluation", "metrics", "stats", "sealed_run"},
     # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
     "apply": {"calibration", "cohort", "metrics", "results", "sealed_run"},
     # a run's model and temperatures exported for deployment, checked on the run's studies found again by

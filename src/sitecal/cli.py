@@ -532,11 +532,13 @@ def _plan(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol).protocol
     if args.simulations < 20:
         raise _InputError(f"--simulations {args.simulations}: give at least 20 (200 for a plan to rely on).")
-    if args.from_run is not None:  # a run folder is evidence: verified before any of it is read
-        from sitecal.sealed_run import open_run
-
-        open_run(args.from_run, key_file=args.key)
-    models = plan_models(protocol, from_run=args.from_run, prevalence=args.prevalence, accuracy=args.accuracy)
+    models = plan_models(
+        protocol,
+        from_run=args.from_run,
+        prevalence=args.prevalence,
+        accuracy=args.accuracy,
+        key_file=args.key,
+    )
     sizes = parse_sizes(args.sizes)
     with tqdm(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
 

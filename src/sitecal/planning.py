@@ -53,6 +53,7 @@ from sitecal.evaluation._study_size import (
 )
 from sitecal.metrics import softmax
 from sitecal.protocol import AcceptanceCriterion, CalibrationSettings, Protocol
+from sitecal.sealed_run import open_run
 
 __all__ = [
     "ALL_STUDIES",
@@ -228,7 +229,7 @@ class StoredRun:
 def read_run(run_folder: Path) -> StoredRun:
     """Read what --from-run needs of a run folder; the only place planning reads one.
 
-    ``sitecal plan`` verifies the folder's seal before it calls this, so the files are the run's own.
+    :func:`plan_models` verifies the folder's seal before it calls this, so the files are the run's own.
     ``calibration.json`` is read by :func:`sitecal._io.read_json` (16 MiB, 64 levels); the two tables
     row by row (a cell at most the csv module's field limit, 128 kB), each problem named by its line.
 
@@ -466,12 +467,19 @@ def plan_models(
     from_run: Path | None,
     prevalence: str | None,
     accuracy: float | None,
+    key_file: Path | None = None,
 ) -> dict[str, StudyModel]:
-    """The models ``sitecal plan`` simulates: a run folder's, or the assumed one (the command's options)."""
+    """The models ``sitecal plan`` simulates: a run folder's, or the assumed one (the command's options).
+
+    A run folder is verified against its seal first (:func:`sitecal.sealed_run.open_run`; ``key_file``:
+    the site key, when it is not where the run's protocol says), so the plan is drawn from what the run
+    wrote; :func:`fitted_model` reads a folder so verified.
+    """
     classes = protocol.model.class_names
     if from_run is not None:
         if prevalence is not None or accuracy is not None:
             raise DataError("give either --from-run or --prevalence with --accuracy, not both")
+        open_run(from_run, key_file=key_file)
         return fitted_model(from_run)
     if prevalence is None or accuracy is None:
         raise DataError(
