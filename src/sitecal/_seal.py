@@ -75,6 +75,7 @@ __all__ = [
     "key_fingerprint",
     "mark_incomplete",
     "read_seal",
+    "reseal",
     "verify_seal",
     "write_seal",
 ]
@@ -114,6 +115,7 @@ class Seal:
     folder: Path
     state: State
     files: Mapping[str, str]
+    sizes: Mapping[str, int]
     key_fingerprint: str
 
     def read_bytes(self, name: str) -> bytes:
@@ -149,6 +151,29 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
     written or are being written again. With ``state="complete"`` the ``INCOMPLETE`` marker is removed
     after the seal is written.
     """
+    return _seal_files(folder, key, state=state, kept=None)
+
+
+def reseal(seal: Seal, key: bytes, *, state: State) -> Seal:
+    """Seal ``seal``'s folder again as ``state``, keeping the verified hashes of what it sealed.
+
+    The files ``seal`` verified (but the report's) keep the hashes verified, never read again, so that a
+    file edited since its check cannot slip into the new seal; the report's files are hashed now when
+    ``state`` is ``complete`` (they were just rendered from the verified ones) and left out when it is
+    ``evaluated``. ``sitecal report`` goes through here on either side of rendering.
+    """
+    kept = {name: (digest, seal.sizes[name]) for name, digest in seal.files.items() if not _rendered(name)}
+    return _seal_files(seal.folder, key, state=state, kept=kept)
+
+
+def _seal_files(
+    folder: Path, key: bytes, *, state: State, kept: Mapping[str, tuple[str, int]] | None
+) -> Seal:
+    """Write the seal of ``folder``.
+
+    With ``kept``, those files' (hash, size) are taken as given and only the report's files are read;
+    any other file found is left out, to be refused as added by the next check.
+    """
     files: dict[str, str] = {}
     sizes: dict[str, int] = {}
     growing: dict[str, dict[str, Any]] = {}
@@ -158,9 +183,11 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
         if name == RUN_LOG:
             size = path.stat().st_size
             growing[name] = {"bytes": size, "sha256": _sha256(path, limit=size)}
-        else:
+        elif kept is None or _rendered(name):
             sizes[name] = path.stat().st_size
             files[name] = _sha256(path)
+    for name, (digest, size) in (kept or {}).items():
+        files[name], sizes[name] = digest, size
     body: dict[str, Any] = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -176,7 +203,7 @@ def write_seal(folder: Path, key: bytes, *, state: State) -> Seal:
     )
     if state == COMPLETE:
         (folder / INCOMPLETE).unlink(missing_ok=True)
-    return Seal(folder=folder, state=state, files=files, key_fingerprint=body["key_fingerprint"])
+    return Seal(folder=folder, state=state, files=files, sizes=sizes, key_fingerprint=body["key_fingerprint"])
 
 
 def read_seal(folder: Path) -> dict[str, Any]:
@@ -277,7 +304,13 @@ def verify_seal(folder: Path, key: bytes, *, need: State = COMPLETE) -> Seal:
             f"{path}: not in the run's seal: added to the folder after the run. Remove it (or restore the "
             "folder the run wrote)."
         )
-    return Seal(folder=folder, state=state, files=files, key_fingerprint=seal["key_fingerprint"])
+    return Seal(
+        folder=folder,
+        state=state,
+        files=files,
+        sizes=seal["sizes"],
+        key_fingerprint=seal["key_fingerprint"],
+    )
 
 
 def _rendered(name: str) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from sitecal._hash_manifest import FileHashes, HashManifest, hash_files
 from sitecal._io import read_json
 from sitecal._pseudonym import Pseudonymizer
-from sitecal._seal import COMPLETE, EVALUATED, mark_incomplete, verify_seal, write_seal
+from sitecal._seal import COMPLETE, EVALUATED, mark_incomplete, reseal, verify_seal
 from sitecal.cohort import (
     UNKNOWN,
     UNMAPPED,
@@ -491,13 +491,16 @@ def render_run(folder: Path, key: bytes) -> Path:
         A stored document that is malformed, or whose verdict its own criteria do not give.
     """
     folder = Path(folder)
-    if verify_seal(folder, key, need=EVALUATED).state == COMPLETE:
+    seal = verify_seal(folder, key, need=EVALUATED)
+    if seal.state == COMPLETE:
         # back to 'evaluated' while the report files are rewritten: a crash midway leaves a folder that
         # says it is incomplete, never a complete seal over half-written files
         mark_incomplete(folder, "its report was being rendered again ('sitecal report') and did not finish")
-        write_seal(folder, key, state=EVALUATED)
+        reseal(seal, key, state=EVALUATED)
     pdf = render_stored(folder)
-    write_seal(folder, key, state=COMPLETE)
+    # the results rendered are still the sealed ones (none changed while the report was drawn), and the
+    # complete seal keeps their verified hashes: only the report's new files are read for it
+    reseal(verify_seal(folder, key, need=EVALUATED), key, state=COMPLETE)
     return pdf
 
 

@@ -246,6 +246,28 @@ def test_apply_takes_an_unverifiable_calibration_only_when_told_and_says_so(
     assert "temperature 1e-300 outside the range every fit keeps to, [0.05, 100]" in capsys.readouterr().err
 
 
+def test_a_result_edited_while_the_report_renders_is_never_sealed(
+    sealed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sitecal.stages
+
+    folder = _copy(sealed, tmp_path)
+    render = sitecal.stages.render_stored
+
+    def render_then_edit(where: Path) -> Path:
+        pdf = render(where)
+        _flip(where / "calibration.json")  # as a concurrent writer would, while the report is drawn
+        return pdf
+
+    monkeypatch.setattr(sitecal.stages, "render_stored", render_then_edit)
+    assert main(["report", str(folder)]) == 2
+    assert f"{folder / 'calibration.json'}: edited after the run sealed it" in capsys.readouterr().err
+    assert json.loads((folder / SEAL).read_text())["state"] == EVALUATED  # no complete seal over it
+    assert "rendered again ('sitecal report') and did not finish" in (folder / INCOMPLETE).read_text()
+    monkeypatch.undo()
+    assert main(_commands(sealed, folder, tmp_path)["export"]) == 2
+
+
 def test_an_evaluated_folder_is_incomplete_until_report_finishes_it(
     sealed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
