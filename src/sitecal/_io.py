@@ -24,6 +24,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "csv_cell",
+    "json_depth",
     "read_json",
     "unwritable_folder",
     "write_bytes_atomic",
@@ -207,7 +208,7 @@ def read_json(
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}). {remedy}") from None
-    depth = _json_depth(data)
+    depth = json_depth(data)
     if depth > max_depth:
         raise DataError(f"{path}: JSON nested {depth} levels deep, over the limit of {max_depth}. {remedy}")
     try:
@@ -218,13 +219,13 @@ def read_json(
         raise DataError(f"{path}: not valid JSON ({exc}). {remedy}") from None
 
 
-def _json_depth(data: bytes) -> int:
+def json_depth(data: bytes) -> int:
     r"""How deep the arrays and objects of JSON text nest: the most brackets open at once, outside strings.
 
     Counted without recursion, in linear time and memory (numpy prefix sums over chunks); brackets that do
     not match make no error here (json.loads reports them).
 
-    >>> _json_depth(rb'{"a": [1, {"b": "]]\\"}], "c": ["\\\"["]}'), _json_depth(b"7")
+    >>> json_depth(rb'{"a": [1, {"b": "]]\\"}], "c": ["\\\"["]}'), json_depth(b"7")
     (3, 0)
     """
     # escaped backslashes, then escaped quotes, become other bytes (pairs from the left, as JSON reads a

@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
-from sitecal._io import write_text_atomic
-from sitecal.errors import SealError
+from sitecal._io import read_json, write_text_atomic
+from sitecal.errors import DataError, SealError
 
 __all__ = [
     "COMPLETE",
@@ -221,20 +221,10 @@ def read_seal(folder: Path) -> dict[str, Any]:
             f"{path}: not found. {folder} is not a sealed sitecal run folder (a run older than the seal, or "
             "not a run folder): run the protocol again to get one whose files can be verified."
         )
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_SEAL_BYTES + 1)
-    except OSError as exc:
-        raise SealError(f"{path}: cannot read it ({exc.strerror or exc}).") from None
-    if len(data) > _MAX_SEAL_BYTES:
-        raise SealError(f"{path}: larger than {_MAX_SEAL_BYTES} bytes: not a seal sitecal wrote (edited?).")
-    try:
-        # a seal is three levels deep: deeper text is refused before the parser recurses into it
-        if _depth(data) > 4:
-            raise ValueError("nested deeper than a seal is")
-        seal = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise SealError(f"{path}: not a seal sitecal wrote ({exc}). Was it edited?") from None
+    try:  # the project's bounded reader: a regular file, its size, its depth before parsing
+        seal = read_json(path, max_bytes=_MAX_SEAL_BYTES, max_depth=4, remedy="Was the seal edited?")
+    except DataError as exc:
+        raise SealError(str(exc)) from None
     if not _well_formed(seal):
         raise SealError(f"{path}: not a seal sitecal wrote (its fields are not a seal's). Was it edited?")
     return dict(seal)
@@ -386,32 +376,6 @@ def _mac(key: bytes, body: Mapping[str, Any]) -> str:
     seal_key = hmac.digest(key, _SEAL_KEY_LABEL, "sha256")
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
     return hmac.digest(seal_key, text, "sha256").hex()
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _depth(data: bytes) -> int:
-    """The deepest nesting of ``[`` and ``{`` outside strings (no recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
 
 
 _HEX64 = frozenset("0123456789abcdef")

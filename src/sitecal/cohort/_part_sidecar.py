@@ -15,7 +15,6 @@ recursion, before the JSON parser recurses), with exactly the fields sitecal wri
 from __future__ import annotations
 
 import hmac
-import itertools
 import json
 import re
 from collections import Counter
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sitecal._dicomfile import NotRegularFile, open_regular
-from sitecal._io import write_json_atomic
+from sitecal._io import json_depth, write_json_atomic
 from sitecal.cohort._exclusion_codes import reason_code, reason_of
 from sitecal.cohort._records import UNITS, Exclusion, Unit
 from sitecal.errors import DataError
@@ -64,8 +63,6 @@ _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 #: A JSON string, or an unterminated one (a lone backslash last included) to the end of the text. It
 #: matches at every quote it meets and never backtracks (possessive), so the scan is linear: a text of
 #: escaped quotes cannot make it quadratic (a 1 MiB sidecar of any content is scanned in milliseconds).
-_STRINGS = re.compile(rb'"(?:[^"\\]++|\\(?:.|\Z))*+(?:"|\Z)', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _FIELDS = {
     "format",
     "mac",
@@ -169,22 +166,6 @@ def part_mac(network_key: bytes, document: Mapping[str, Any]) -> str:
     content = {name: value for name, value in document.items() if name != "mac"}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hmac.digest(key, canonical.encode("ascii"), "sha256").hex()
-
-
-def json_depth(data: bytes) -> int:
-    """How deep JSON ``data`` nests (arrays and objects), counted without parsing it.
-
-    Strings are removed first, so brackets inside them do not count; an unterminated string runs to the
-    end (the parser stops there too, having nested only as deep as the brackets before it).
-
-    Examples
-    --------
-    >>> json_depth(b'{"a": [1, {"b": "[[["}]}'), json_depth(b"[" * 100_000), json_depth(b"3")
-    (3, 100000, 0)
-    """
-    brackets = _STRINGS.sub(b"", data).translate(None, _NOT_BRACKETS)
-    steps = (1 if b in b"[{" else -1 for b in brackets)
-    return max(itertools.accumulate(steps), default=0)
 
 
 def read_sidecar(path: Path, *, network_key: bytes | None, fingerprint: str | None) -> Sidecar:
