@@ -104,13 +104,12 @@ def test_bootstrap_estimate_equals_the_function() -> None:
         labels,
         clusters=clusters,
         metrics=("ece_debiased", "oe_ratio", "ece"),
-        spec=BootstrapSpec(n_resamples=200, method="bca"),
+        spec=BootstrapSpec(n_resamples=200),
     )
     direct = debiased_expected_calibration_error(probs, labels)
     interval = res.get("ece_debiased", "p")
     assert interval.estimate == pytest.approx(direct, abs=1e-12)
     assert interval.low <= interval.estimate <= interval.high
-    assert res.jackknife is not None and np.all(np.isfinite(res.jackknife))
     # the weighted form with all weights 1 is the function too
     stat = metric_statistic("ece_debiased")
     assert stat(probs, labels, weights=np.ones((1, n)))[0] == pytest.approx(direct, abs=1e-12)

@@ -152,7 +152,7 @@ def test_several_cases_share_one_draw_of_the_permutations() -> None:
     groups = rng.choice(np.array(["a", "b", "c", "d"]), n)
     patients = rng.integers(0, 700, n)
     sets = [softmax(z), softmax(z / 1.6)]
-    cases = [(p, m) for m in ("ece", "nll", "ece_debiased", "accuracy") for p in sets]
+    cases = [(p, m) for m in ("ece", "nll", "brier", "accuracy") for p in sets]
     together = size_matched_flags_each(
         cases, y, groups, clusters=patients, min_group_size=20, n_permutations=120, seed=5
     )

@@ -220,6 +220,7 @@ def test_refit_bootstrap_applies_the_given_temperatures() -> None:
             y[held],
             fit_clusters=None,
             eval_clusters=None,
+            metrics=("nll",),
             spec=BootstrapSpec(n_resamples=60, method="bca"),
             log_temperature=0.0,
             log_temperature_replicates=s,

@@ -24,7 +24,7 @@ MetricFunction = Callable[[ArrayLike, ArrayLike, int], float]
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric: its name, how people read it, how to compute it, and where it may be used.
+    r"""One metric: its name, how people read it, how to compute it, and where it may be used.
 
     Attributes
     ----------
@@ -65,6 +65,14 @@ class Metric:
         criterion on it is judged on those.
     needs_every_class : bool
         Undefined (an error) unless every class occurs among the labels, as the AUROC.
+    squared : bool
+        Its weighted form gives the *signed* estimate :math:`\widehat D` of a squared error (the debiased
+        ECE's), which can be negative, and the metric is :math:`\sqrt{\max(\widehat D, 0)}`. The bootstrap
+        engines resample :math:`\widehat D` unclamped, recentre the replicates on the estimate (a resample
+        duplicates patients, so its replicates centre on the plug-in squared error, above
+        :math:`\widehat D` by the very noise term the estimate removes), and only then take the square
+        root, clipped at 0 (:func:`sitecal.stats.on_metric_scale`). BCa is refused for it: a clamped
+        estimate puts a point mass at 0 that collapses the BCa interval (``benchmarks/coverage_debiased.md``).
     """
 
     name: str
@@ -80,6 +88,7 @@ class Metric:
     criterion: bool = False
     recalibration: bool = False
     needs_every_class: bool = False
+    squared: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -99,6 +108,8 @@ class Metric:
                 "reported=True or recalibration=True when criterion=True: a criterion's metric must be "
                 "evaluated"
             )
+        if self.squared and not self.summable:
+            problems.append("a sum form when squared: the engines recentre the resampled sums' estimate")
         if not self.bounds[0] <= self.bounds[1]:
             problems.append("bounds (low, high) with low <= high")
         if problems:

@@ -22,7 +22,7 @@ Not here, because they are not functions of per-cluster sums: the calibration sl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -101,6 +101,8 @@ class SumForm:
     sparse_terms: SparseForm | None = None  # None: every column of ``row_terms`` for every row
     # the same terms as a program of the compiled refit loop (sitecal._kernels.PROGRAMS): (name, blocks)
     program: tuple[str, str] | None = None
+    # for a metric that is sqrt(max(D, 0)): the signed D from the sums, which the bootstrap engines resample
+    signed_from_sums: FromSums | None = None
 
     def __call__(self, name: str, n_bins: int) -> SumMetricStatistic:
         """The metric ``name`` in this form, with ``n_bins`` equal-width bins."""
@@ -127,6 +129,16 @@ class SumMetricStatistic:
     name: str
     form: SumForm = field(repr=False)
     n_bins: int = 15
+    signed: bool = False
+
+    def resampled(self) -> SumMetricStatistic:
+        r"""The statistic the bootstrap engines resample: the signed estimate, where the metric clamps one.
+
+        For the debiased ECE, :meth:`from_sums` then gives the signed squared estimate :math:`\widehat D`
+        (which can be negative) instead of :math:`\sqrt{\max(\widehat D, 0)}`; the engines take the
+        square root after recentring (:func:`sitecal.stats.on_metric_scale`). Any other metric: itself.
+        """
+        return self if self.form.signed_from_sums is None else replace(self, signed=True)
 
     def row_terms(self, probs: ArrayLike, labels: ArrayLike) -> NDArray[np.float64]:
         """Per-row terms ``t_i``, shape (N, J); column 0 is always the row count (all ones)."""
@@ -136,6 +148,8 @@ class SumMetricStatistic:
 
     def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
+        if self.signed and self.form.signed_from_sums is not None:
+            return self.form.signed_from_sums(sums, self.n_bins)
         return self.form.from_sums(sums, self.n_bins)
 
     def cluster_sums(
@@ -327,10 +341,15 @@ def _debiased_terms(
     return np.hstack([np.ones((n, 1)), counts, corrects, confidences])
 
 
-def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+def _debiased_squared(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    # the signed estimate of the squared error: the engines resample it unclamped and take the square root
+    # only after recentring (Metric.squared; sitecal.stats.on_metric_scale)
     b = n_bins
-    squared = debiased_squared_from_sums(sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :])
-    out: NDArray[np.float64] = np.sqrt(np.maximum(squared, 0.0))
+    return debiased_squared_from_sums(sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :])
+
+
+def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+    out: NDArray[np.float64] = np.sqrt(np.maximum(_debiased_squared(sums, n_bins), 0.0))
     return out
 
 
@@ -339,6 +358,7 @@ debiased_ece_sums = SumForm(
     _debiased_from_sums,
     partial(top_label_entries, parts="nac"),
     program=("top_label", "nac"),
+    signed_from_sums=_debiased_squared,
 )
 
 

@@ -175,12 +175,16 @@ ECE_DEBIASED = Metric(
     function=_ece_debiased,
     direction="lower",
     description=(
-        "debiased top-label calibration error (Kumar et al., 2019), equal-width bins: the square root of an "
-        "unbiased estimate of the squared (l2) error, clamped at 0; on the scale of ECE, and at least as "
-        "large as the l1 ECE it bounds"
+        "debiased top-label calibration error (Kumar et al., 2019), equal-width bins: the square root of "
+        "an unbiased estimate of the squared (l2) error, clamped at 0 for display (a clamped 0 means the "
+        "observed gaps are smaller than sampling noise, not that the error is 0). On the scale of ECE: "
+        "the l2 error bounds the l1 error from above, but the plug-in ECE estimate is biased upward on "
+        "small groups, so this estimate can be the smaller of the two. Its interval resamples the "
+        "unclamped squared estimate"
     ),
     bounds=_UNIT,
     weighted=debiased_ece_sums,
+    squared=True,
     reported=True,
     default=True,
     criterion=True,

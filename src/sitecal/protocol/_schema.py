@@ -189,6 +189,15 @@ class EvaluationSettings(_Strict):
         # that `sitecal check` refuses what `sitecal run` would
         comparable = metric_names(summable=True)
         for name in value:
+            if metric(name).squared:
+                allowed = ", ".join(
+                    n for n in metric_names(reported=True) if n in comparable and not metric(n).squared
+                )
+                raise ValueError(
+                    f"'{name}' cannot be compared between groups: its gaps would be differences of square "
+                    "roots of estimates clamped at 0, which have no valid interval. Keep it in "
+                    f"'evaluation.metrics' and compare groups on one of {allowed}"
+                )
             if name not in comparable:
                 allowed = ", ".join(n for n in metric_names(reported=True) if n in comparable)
                 raise ValueError(
@@ -360,6 +369,16 @@ class Protocol(_Strict):
                 "method bca with refit under calibration.split.by: crossfit is not available (its "
                 "acceleration would refit every fold without each patient); use method: percentile, or "
                 "refit: false",
+            )
+        squared = [m for m in self.evaluation.metrics if metric(m).squared]
+        if boot.method == "bca" and squared:
+            raise _ReferenceError(
+                ("evaluation", "bootstrap", "method"),
+                f"method bca is not valid for {', '.join(squared)}: the debiased ECE is the square root "
+                "of an estimate clamped at 0, and when it is clamped the BCa interval collapses to [0, 0] "
+                "even on groups beyond the margin (a group at 0.11 against a 0.10 margin passed 40 % of "
+                "the time at 50 studies). Use method: percentile (its recentred interval covers: "
+                "benchmarks/coverage_debiased.md), or leave ece_debiased out of evaluation.metrics",
             )
         _check_method(self)
         _check_compare(self)

@@ -27,6 +27,7 @@ from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
+from sitecal.stats._scale import tables_on_metric_scale
 from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 from sitecal.stats._term_sums import metrics_at_temperatures
@@ -253,6 +254,7 @@ def crossfit_bootstrap(
             row_cluster=eval_codes,
         )
         start = stop
+    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
     return CrossfitIntervals(
         metrics=names,
         prob_sets=PROB_SETS,

@@ -23,6 +23,7 @@ from sitecal.stats._drawn_sums import DrawnSums
 from sitecal.stats._evaluators import auto_chunk_size
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import ClusterPlan, Draws, make_plan, map_chunks
+from sitecal.stats._scale import SQUARED_METRICS
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DisparityResult", "disparity_intervals", "disparity_intervals_each"]
@@ -407,8 +408,15 @@ def checked_groups(
             f"Got shape {g.shape}."
         )
     statistic = metric_statistic(metric, n_bins=n_bins)
+    if statistic.name in SQUARED_METRICS:
+        allowed = ", ".join(repr(n) for n in metric_names(summable=True) if n not in SQUARED_METRICS)
+        raise DataError(
+            f"The 'metric' parameter of {func} cannot be {metric!r}: its gaps between groups would be "
+            "differences of square roots of estimates clamped at 0, which have no valid interval. Compare "
+            f"groups on {allowed}."
+        )
     if not isinstance(statistic, SumMetricStatistic):
-        allowed = ", ".join(repr(name) for name in metric_names(summable=True))
+        allowed = ", ".join(repr(name) for name in metric_names(summable=True) if name not in SQUARED_METRICS)
         raise DataError(
             f"The 'metric' parameter of {func} must be a metric with fixed bins that is a sum of per-row "
             f"terms ({allowed}): every group's value in every resample comes from per-patient sums. Got "

@@ -16,6 +16,7 @@ from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._evaluators import EvaluatorSet, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, make_plan, map_chunks
+from sitecal.stats._scale import check_method_for_metrics, resampled, tables_on_metric_scale
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
@@ -192,6 +193,7 @@ def bootstrap_metrics(
         raise DataError(
             f"The 'metrics' parameter of {func} must list each metric once. Got {tuple(metrics)!r}."
         )
+    check_method_for_metrics(spec.method, names, func=func)
     sets = tuple(str(k) for k in prob_sets)
     probs = {name: check_probs(prob_sets[name], func=func, name=f"prob_sets[{name!r}]") for name in prob_sets}
     n = next(iter(probs.values())).shape[0]
@@ -203,7 +205,7 @@ def bootstrap_metrics(
             )
         check_labels(labels, n=n, n_classes=p.shape[1], func=func)
     y = np.asarray(labels)
-    statistics: dict[str, Any] = {m: metric_statistic(m, n_bins=n_bins) for m in names}
+    statistics: dict[str, Any] = {m: resampled(metric_statistic(m, n_bins=n_bins)) for m in names}
     for key, statistic in (extra or {}).items():  # a loop over the further statistics
         if key in statistics or not isinstance(statistic, SufficientStatistic):
             raise DataError(
@@ -236,6 +238,7 @@ def bootstrap_metrics(
     jackknife = None
     if spec.method == "bca" and plan.n_clusters > 1:
         jackknife = _readonly(np.array([[e.jackknife(chunk) for e in row] for row in evaluators]))
+    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
     return MetricIntervals(
         metrics=names,
         prob_sets=sets,

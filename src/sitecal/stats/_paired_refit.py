@@ -25,6 +25,7 @@ from sitecal.errors import DataError
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, cluster_ids, draw_chunks, make_plan
+from sitecal.stats._scale import resampled, tables_on_metric_scale
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["Arms", "arm_interval", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
@@ -40,7 +41,7 @@ def statistics(func: str, metrics: Sequence[str], n_bins: int) -> list[Statistic
         )
     stats: list[Statistic] = []
     for name in metrics:
-        stat = metric_statistic(name, n_bins=n_bins)
+        stat = resampled(metric_statistic(name, n_bins=n_bins))
         if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
             raise DataError(
                 f"{func} cannot measure {name!r} under each resample's refitted probabilities (it recomputes "
@@ -194,6 +195,7 @@ def paired_arms(
                 not_converged[i] += int(np.count_nonzero(~np.asarray(refit.converged)))
             replicates[i, :, start:stop] = measure(stats, probs, ye, eval_weights)
         start = stop
+    estimates, replicates = tables_on_metric_scale([s.name for s in stats], estimates, replicates, axis=1)
     return Arms(
         fit_plan=design.fit_plan,
         eval_plan=design.eval_plan,

@@ -24,6 +24,7 @@ from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evalua
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
+from sitecal.stats._scale import check_method_for_metrics, resampled, tables_on_metric_scale
 from sitecal.stats._spec import BootstrapSpec
 from sitecal.stats._term_sums import RefitStatistic, metrics_at_temperatures
 
@@ -52,7 +53,7 @@ def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], l
     bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
     stats: list[RefitStatistic] = []
     for m in names:
-        stat = metric_statistic(m, n_bins=bins)
+        stat = resampled(metric_statistic(m, n_bins=bins))
         if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
             raise DataError(
                 f"The 'metrics' parameter of {func} must name metrics it can evaluate under each resample's "
@@ -173,6 +174,7 @@ def refit_bootstrap(
             f"({zf.shape[1]}). Got {ze.shape[1]}."
         )
     names, stats = _statistics(metrics, n_bins)
+    check_method_for_metrics(spec.method, names, func=func)
     given = _precomputed(log_temperature, log_temperature_replicates, log_temperature_jackknife, spec)
     solver: BatchedTemperatureSolver | None = None
     if given is None:
@@ -233,6 +235,7 @@ def refit_bootstrap(
         elif solver is not None:
             s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
         s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
+    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
     return RefitIntervals(
         metrics=names,
         prob_sets=PROB_SETS,
