@@ -201,22 +201,54 @@ def test_reml_and_dl_match_metafor_on_bcg_trials() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_hksj_interval_is_weighted_least_squares_with_estimated_scale(seed: int) -> None:
-    # HKSJ = WLS of the effects on a constant with weights 1 / (v_i + tau2) and the scale estimated:
-    # statsmodels' WLS standard error and t interval (k - 1 df) are the HKSJ ones
+def test_hksj_interval_is_weighted_least_squares_with_the_scale_floored_at_one(seed: int) -> None:
+    # plain HKSJ = WLS of the effects on a constant with weights 1 / (v_i + tau2) and the scale
+    # estimated (statsmodels' WLS standard error, t with k - 1 df); the modified HKSJ floors that scale
+    # at 1, so its SE is the larger of the WLS one and the fixed-scale (sum w*)^(-1/2)
     y, v = _random_data(seed)
     res = random_effects_meta_analysis(y, v, level=0.9)
     w_star = 1 / (v + res.tau2)
     fit = WLS(y, np.ones((y.size, 1)), weights=w_star).fit()
     assert res.estimate == pytest.approx(float(fit.params[0]), rel=1e-12, abs=1e-15)
-    assert res.standard_error == pytest.approx(float(fit.bse[0]), rel=1e-10)
-    low, high = fit.conf_int(alpha=0.1)[0]
-    assert (res.low, res.high) == pytest.approx((low, high), rel=1e-10, abs=1e-14)
+    fixed_scale = math.sqrt(1.0 / np.sum(w_star))
+    assert res.standard_error == pytest.approx(max(float(fit.bse[0]), fixed_scale), rel=1e-10)
+    crit = t_dist.ppf(0.95, y.size - 1)
+    assert (res.low, res.high) == pytest.approx(
+        (res.estimate - crit * res.standard_error, res.estimate + crit * res.standard_error), rel=1e-12
+    )
+    if fit.bse[0] >= fixed_scale:  # scale >= 1: the plain HKSJ interval, as statsmodels' WLS gives it
+        low, high = fit.conf_int(alpha=0.1)[0]
+        assert (res.low, res.high) == pytest.approx((low, high), rel=1e-10, abs=1e-14)
     np.testing.assert_allclose(res.weights, w_star / w_star.sum(), rtol=1e-12)
     # and the formula of the docstring, by hand
-    se_hk = math.sqrt(np.sum(w_star * (y - res.estimate) ** 2) / ((y.size - 1) * np.sum(w_star)))
-    assert res.standard_error == pytest.approx(se_hk, rel=1e-12)
-    assert res.high - res.estimate == pytest.approx(t_dist.ppf(0.95, y.size - 1) * se_hk, rel=1e-12)
+    q = np.sum(w_star * (y - res.estimate) ** 2) / (y.size - 1)
+    assert res.standard_error == pytest.approx(math.sqrt(max(1.0, q) / np.sum(w_star)), rel=1e-12)
+
+
+def test_modified_hksj_by_hand_when_the_effects_agree_closely() -> None:
+    # y = 0.1, 0.11, 0.09, 0.1 with v = 0.01, 0.02, 0.015, 0.01: REML tau2 = 0 (Q < df), so
+    # w* = 100, 50, 66.667, 100 (sum 316.667); pooled = (10 + 5.5 + 6 + 10) / 316.667 = 0.0994737;
+    # residuals 0.0005263, 0.0105263, -0.0094737, 0.0005263, so sum w* r^2 = 0.0000277 + 0.0055402
+    # + 0.0059834 + 0.0000277 = 0.0115789 and q = 0.0115789 / 3 = 0.0038596 < 1; plain HKSJ SE
+    # = sqrt(q / 316.667) = 0.0034912, the floored one sqrt(1 / 316.667) = 0.0561951; t_{3, 0.975}
+    # = 3.182446
+    y, v = np.array([0.1, 0.11, 0.09, 0.1]), np.array([0.01, 0.02, 0.015, 0.01])
+    res = random_effects_meta_analysis(y, v)
+    assert res.tau2 == 0.0
+    assert res.estimate == pytest.approx(0.0994737, abs=1e-7)
+    assert res.standard_error == pytest.approx(0.0561951, abs=1e-7)
+    assert res.high - res.estimate == pytest.approx(3.182446 * 0.0561951, abs=1e-6)
+    plain = _hksj_plain(y, 1.0 / v, res.estimate)
+    assert plain == pytest.approx(0.0034912, abs=1e-7) and plain < res.standard_error
+    # statsmodels' WLS with the scale estimated gives the plain SE, with the scale fixed at 1 the floor
+    fit = WLS(y, np.ones((4, 1)), weights=1.0 / v).fit()
+    assert plain == pytest.approx(float(fit.bse[0]), rel=1e-10)
+    fixed = WLS(y, np.ones((4, 1)), weights=1.0 / v).fit(cov_type="fixed scale")
+    assert res.standard_error == pytest.approx(float(fixed.bse[0]), rel=1e-10)
+
+
+def _hksj_plain(theta: np.ndarray, w_star: np.ndarray, estimate: float) -> float:
+    return math.sqrt(np.sum(w_star * (theta - estimate) ** 2) / ((theta.size - 1) * np.sum(w_star)))
 
 
 def test_hksj_standard_error_matches_metafor_knha_and_statsmodels() -> None:
@@ -262,9 +294,9 @@ def test_two_groups_have_no_prediction_interval(method: str) -> None:
     d = res.to_dict()
     json.dumps(d, allow_nan=False)
     assert d["prediction_low"] is None and d["prediction_high"] is None
-    if method == "reml":  # HKSJ with k = 2: t with 1 df, SE from the two residuals
+    if method == "reml":  # HKSJ with k = 2: t with 1 df, SE from the two residuals (scale floored at 1)
         w = 1 / (np.array([0.01, 0.02]) + res.tau2)
-        se = math.sqrt(np.sum(w * (np.array([0.1, 0.5]) - res.estimate) ** 2) / np.sum(w))
+        se = math.sqrt(max(1.0, np.sum(w * (np.array([0.1, 0.5]) - res.estimate) ** 2)) / np.sum(w))
         assert res.standard_error == pytest.approx(se, rel=1e-12)
         assert res.high - res.estimate == pytest.approx(t_dist.ppf(0.975, 1) * se, rel=1e-12)
         assert res.tau2 == pytest.approx(
