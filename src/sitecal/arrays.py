@@ -9,10 +9,17 @@ same PDF report a run writes (:meth:`ArrayEvaluation.render`).
 
 Like a run, it pools subgroup values of fewer than ``min_count_shown`` rows as ``other (n < k)``, and
 never writes a patient id: patients are only used to keep a patient's studies together.
+
+One answer per data set: the arrays are evaluated exactly as ``sitecal evaluate`` evaluates a predictions
+file holding the same rows (the study ids in its key column, the patient ids in ``data.patient_column``,
+the group columns, the same settings). Patients and studies are ordered by the split keys of their ids
+(:mod:`sitecal._split_key`), as the command line orders them, so both draw the same split or folds and
+the same resamples, and write the same numbers and verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -24,7 +31,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from sitecal.cohort.attributes import normalise_text, suppress_rare_values
+from sitecal._split_key import split_key
+from sitecal.cohort.attributes import UNKNOWN, attribute_value, suppress_rare_values
+from sitecal.cohort.mapping import UNMAPPED
 from sitecal.errors import DataError
 from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
 from sitecal.metrics import log_probabilities
@@ -98,15 +107,25 @@ class ArrayEvaluation:
     def render(self, folder: str | Path, *, title: str | None = None) -> Path:
         """Write the run folder's documents into ``folder`` and render ``report.pdf`` (+ ``report.dcm``).
 
-        The report is the one a run writes, drawn from the same stored documents; its provenance says
-        the model was not run by sitecal (its scores were given as arrays).
+        The report is the one a run writes, drawn from the same stored documents (:meth:`write`); its
+        provenance says the model was not run by sitecal (its scores were given as arrays).
+        """
+        from sitecal.stages import render_stored
+
+        return render_stored(self.write(folder, title=title))
+
+    def write(self, folder: str | Path, *, title: str | None = None) -> Path:
+        """Write the run folder's documents into ``folder``, without the report; returns ``folder``.
+
+        ``evaluation.json`` is written as a run writes it: the same numbers from the same rows give the
+        same bytes, but for the protocol's hash and the names of the listed studies (``row i`` here).
         """
         from sitecal import __version__
         from sitecal._io import write_json_atomic, write_text_atomic
         from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
         from sitecal.results import write_document
-        from sitecal.stages import REPORT_CONTEXT, calibration_document, render_stored, report_context
+        from sitecal.stages import REPORT_CONTEXT, calibration_document, report_context
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -151,7 +170,7 @@ class ArrayEvaluation:
         if title is not None:
             context["title"] = title
         write_json_atomic(folder / REPORT_CONTEXT, context)
-        return render_stored(folder)
+        return folder
 
 
 def evaluate_arrays(
@@ -161,6 +180,8 @@ def evaluate_arrays(
     logits: ArrayLike | None = None,
     probabilities: ArrayLike | None = None,
     patients: ArrayLike | None = None,
+    studies: ArrayLike | None = None,
+    key: str = "StudyInstanceUID",
     groups: Mapping[str, ArrayLike] | None = None,
     calibrate_by: str | None = None,
     acceptance: Sequence[Mapping[str, Any]] = (),
@@ -171,6 +192,7 @@ def evaluate_arrays(
     fit_fraction: float = 0.5,
     folds: int | None = None,
     fallback: str = "global",
+    calibration_min_group_size: int = 50,
     refit: bool = False,
     n_bins: int = 15,
     min_group_size: int = 30,
@@ -180,6 +202,12 @@ def evaluate_arrays(
     progress: bool = False,
 ) -> ArrayEvaluation:
     """Evaluate a model's calibration per subgroup from arrays, as a run does from DICOM.
+
+    The arrays give the ``evaluation.json`` that ``sitecal evaluate`` gives for a predictions file of the
+    same rows under the same settings (the file's keys in ``studies``, its patient column in
+    ``patients``), byte for byte but for the protocol's hash and the names of the listed studies: the
+    same split or folds, resamples, numbers and verdict. Patients and studies are ordered by the split
+    keys of their ids (:mod:`sitecal._split_key`), so the order of the arrays changes no number.
 
     Parameters
     ----------
@@ -192,7 +220,15 @@ def evaluate_arrays(
         (:func:`sitecal.metrics.log_probabilities`).
     patients : array_like, shape (N,), optional
         Patient of each study: a patient's studies stay together in the split and the bootstrap.
-        Default: each study is its own patient (the intervals then assume independent studies).
+        Default: each study is its own patient (the intervals then assume independent studies). Ids are
+        trimmed as a file's cells are; an empty id makes the study its own patient.
+    studies : array_like, shape (N,), optional
+        Each study's id, as a predictions file's key column would hold it (what ``key`` says): ids order
+        a patient's studies (and patients given none), so the numbers equal those of ``sitecal evaluate``
+        on a file of these rows. Never written; the document names studies by their row, ``row i``.
+        Default: the row numbers ``0`` to ``N - 1``.
+    key : {"StudyInstanceUID", "AccessionNumber"}
+        What ``studies`` holds (a protocol's ``data.key``).
     groups : mapping of str to array_like, optional
         Subgroup columns, e.g. ``{"site": sites, "scanner": scanners}``; names in lower case.
     calibrate_by : str, optional
@@ -213,6 +249,9 @@ def evaluate_arrays(
         What a calibration group with few fit studies gets (a protocol's ``calibration.fallback``):
         ``empirical_bayes`` shrinks every group's log temperature toward their mean, by how much the
         groups really differ.
+    calibration_min_group_size : int
+        Fewest fit studies a calibration group needs for its own temperature (a protocol's
+        ``calibration.min_group_size``, with its default); a smaller group gets ``fallback``.
     refit : bool
         Refit the temperatures in every bootstrap resample (a protocol's ``bootstrap.refit``), so the
         after-calibration intervals include their uncertainty.
@@ -255,15 +294,11 @@ def evaluate_arrays(
         raise DataError("scores hold NaN or infinity: every score must be a finite number.")
     if y.dtype.kind not in "iu" or (n and (y.min() < 0 or y.max() >= len(class_names))):
         raise DataError(f"labels must be class indices 0..{len(class_names) - 1}.")
-    columns = {key: np.asarray(value).astype(str) for key, value in (groups or {}).items()}
-    for key, value in columns.items():
+    columns = {name: np.asarray(value).astype(str) for name, value in (groups or {}).items()}
+    for column, value in columns.items():
         if value.shape != (n,):
-            raise DataError(f"groups['{key}'] has shape {value.shape}; give one value per label ({n}).")
-    patient_ids = (
-        np.array([f"row {i}" for i in range(n)]) if patients is None else np.asarray(patients).astype(str)
-    )
-    if patient_ids.shape != (n,):
-        raise DataError(f"patients has shape {patient_ids.shape}; give one id per label ({n}).")
+            raise DataError(f"groups['{column}'] has shape {value.shape}; give one value per label ({n}).")
+    order, patient_keys = _row_order(patients, studies, n, key=key)
     if calibrate_by is not None and calibrate_by not in columns:
         raise DataError(
             f"calibrate_by={calibrate_by!r} is not one of groups ({', '.join(columns) or 'none given'}): "
@@ -272,6 +307,7 @@ def evaluate_arrays(
     protocol = _protocol(
         class_names=class_names,
         groups=list(columns),
+        key=key,
         calibrate_by=calibrate_by,
         acceptance=acceptance,
         n_resamples=n_resamples,
@@ -281,6 +317,7 @@ def evaluate_arrays(
         fit_fraction=fit_fraction,
         folds=folds,
         fallback=fallback,
+        calibration_min_group_size=calibration_min_group_size,
         refit=refit,
         n_bins=n_bins,
         min_group_size=min_group_size,
@@ -288,16 +325,16 @@ def evaluate_arrays(
         name=name,
         intended_use=intended_use,
     )
-    rows = [{key: normalise_text(v[i]) for key, v in columns.items()} for i in range(n)]
-    shown = suppress_rare_values(rows, min_count_shown, keep=("unknown",))
-    digest = hashlib.sha256
+    # a predictions file's column values: normalised as a column subgroup's, rare ones pooled
+    rows = [{k: attribute_value(k, {k: str(v[i])}) for k, v in columns.items()} for i in range(n)]
+    shown = suppress_rare_values(rows, min_count_shown, keep=(UNKNOWN, UNMAPPED))
     data = EvaluationData(
-        logits=scores,
-        labels=y.astype(np.int64),
-        # patients are hashed: their ids only keep a patient's studies together and are never written
-        patient_keys=np.array([digest(p.encode()).hexdigest()[:16] for p in patient_ids]),
-        study_keys=np.array([f"row {i}" for i in range(n)]),
-        attributes={key: np.array([row[key] for row in shown], dtype=object) for key in columns},
+        logits=scores[order],
+        labels=y.astype(np.int64)[order],
+        # in memory only: the split keys order the split and the resamples, as the command line's do
+        patient_keys=patient_keys[order],
+        study_keys=np.array([f"row {i}" for i in order.tolist()]),
+        attributes={k: np.array([shown[i][k] for i in order.tolist()], dtype=object) for k in columns},
         class_names=list(class_names),
     )
     flow = {
@@ -311,12 +348,55 @@ def evaluate_arrays(
     }
     protocol_sha = hashlib.sha256(_protocol_yaml(protocol).encode()).hexdigest()
     outcome = evaluate(protocol, data, cohort_flow=flow, protocol_sha256=protocol_sha, progress=progress)
+    # the split back in the order of the arrays (the evaluation ran in split-key order)
+    fold = np.empty_like(outcome.split.fold)
+    fold[order] = outcome.split.fold
+    outcome = dataclasses.replace(outcome, split=dataclasses.replace(outcome.split, fold=fold))
     return ArrayEvaluation(
         outcome=outcome,
         protocol=protocol,
         scores="logits" if logits is not None else "probabilities",
         patients_given=patients is not None,
     )
+
+
+def _row_order(
+    patients: ArrayLike | None, studies: ArrayLike | None, n: int, *, key: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in the command line's order, and each row's patient split key (:mod:`sitecal._split_key`).
+
+    As ``sitecal evaluate`` reads a predictions file: a study's order is the split key of its id (of
+    kind ``study`` for a StudyInstanceUID, else the key's name); a patient's, the split key of their id,
+    or their study's for a study without a patient; rows are sorted by (patient, study). Returns the
+    permutation, shape (N,), and the split keys in the arrays' order, shape (N,).
+    """
+    if key not in ("StudyInstanceUID", "AccessionNumber"):
+        raise DataError(
+            "The 'key' parameter of evaluate_arrays must be 'StudyInstanceUID' or 'AccessionNumber'. "
+            f"Got {key!r}."
+        )
+    study_ids = [str(i) for i in range(n)] if studies is None else _ids(studies, n, "studies")
+    if any(not s for s in study_ids) or len(set(study_ids)) != n:
+        raise DataError(
+            "studies must hold a distinct, non-empty id per label (a predictions file's key column); "
+            "leave it out to order studies by their row."
+        )
+    kind = "study" if key == "StudyInstanceUID" else key
+    study_orders = [split_key(kind, s) for s in study_ids]
+    patient_ids = [""] * n if patients is None else _ids(patients, n, "patients")
+    patient_orders = [
+        split_key("patient", p) if p else study for p, study in zip(patient_ids, study_orders, strict=True)
+    ]
+    order = sorted(range(n), key=lambda i: (patient_orders[i], study_orders[i]))
+    return np.array(order, dtype=np.int64), np.array(patient_orders)
+
+
+def _ids(values: ArrayLike, n: int, name: str) -> list[str]:
+    """Ids as a file's trimmed cells, one per label."""
+    ids = np.asarray(values).astype(str)
+    if ids.shape != (n,):
+        raise DataError(f"{name} has shape {ids.shape}; give one id per label ({n}).")
+    return [s.strip() for s in ids.tolist()]
 
 
 def _scores(logits: ArrayLike | None, probabilities: ArrayLike | None) -> np.ndarray:
@@ -334,6 +414,7 @@ def _protocol(
     *,
     class_names: Sequence[str],
     groups: list[str],
+    key: str,
     calibrate_by: str | None,
     acceptance: Sequence[Mapping[str, Any]],
     n_resamples: int,
@@ -343,6 +424,7 @@ def _protocol(
     fit_fraction: float,
     folds: int | None,
     fallback: str,
+    calibration_min_group_size: int,
     refit: bool,
     n_bins: int,
     min_group_size: int,
@@ -356,11 +438,11 @@ def _protocol(
         "name": name,
         "intended_use": intended_use,
         "model": {"name": "model given as arrays", "class_names": list(class_names)},
-        "data": {"predictions": "arrays"},
+        "data": {"predictions": "arrays", "key": key},
         "subgroups": {key: {"column": key} for key in groups},
         "calibration": {
             "per": calibrate_by,
-            "min_group_size": min(50, max(1, min_group_size)),
+            "min_group_size": calibration_min_group_size,
             "fallback": fallback,
             "split": (
                 {"by": "patient", "seed": split_seed, "fit_fraction": fit_fraction}
