@@ -84,9 +84,10 @@ def test_each_resample_repeats_the_whole_shrinkage(data: tuple[np.ndarray, ...])
             res.log_temperature_replicates[:, b], expected.shrunk[0], rtol=0, atol=1e-8
         )
         assert res.tau2_replicates[b] == pytest.approx(expected.tau2[0], rel=1e-6, abs=1e-12)
+        np.testing.assert_allclose(res.weight_replicates[:, b], expected.weight[0], rtol=1e-6, atol=1e-9)
 
 
-def test_the_interval_of_a_small_group_is_narrower_than_its_own_fit_bootstrap(
+def test_the_interval_of_a_small_group_lies_between_the_shrunk_spread_and_its_own_fit(
     data: tuple[np.ndarray, ...],
 ) -> None:
     z, y, g, p = data
@@ -96,9 +97,35 @@ def test_the_interval_of_a_small_group_is_narrower_than_its_own_fit_bootstrap(
     rows = g == "D"
     own = bootstrap_temperature(z[rows], y[rows], clusters=p[rows], spec=spec).temperature
     assert eb.low < eb.estimate < eb.high
-    assert (eb.high - eb.low) < 0.75 * (own.high - own.low)
+    # narrower than the group's own-fit interval (it borrows from the others) ...
+    assert (eb.high - eb.low) < own.high - own.low
+    # ... and wider than the plain spread of the shrunk estimate, which leaves out the shrinkage bias
+    shrunk = np.quantile(np.exp(res.log_temperature_replicates[3]), [0.025, 0.975])
+    assert (eb.high - eb.low) > 1.2 * (shrunk[1] - shrunk[0])
     # the shrinkage varies between resamples: tau² is re-estimated, not held at the point value
     assert np.ptp(res.tau2_replicates) > 0 and np.ptp(res.mean_replicates) > 0
+
+
+def test_interval_replicates_add_the_spread_of_the_shrinkage_bias(data: tuple[np.ndarray, ...]) -> None:
+    # s*_{g,b} + (1 - w_{g,b}) tau_b eps_{g,b}, eps from the documented stream of its own
+    z, y, g, p = data
+    spec = BootstrapSpec(n_resamples=50, seed=8)
+    res = bootstrap_group_temperatures(z, y, g, clusters=p, spec=spec)
+    eps = np.random.default_rng(np.random.SeedSequence(8).spawn(2)[1]).standard_normal((4, 50))
+    expected = (
+        res.log_temperature_replicates + (1 - res.weight_replicates) * np.sqrt(res.tau2_replicates) * eps
+    )
+    np.testing.assert_allclose(res.interval_replicates, expected, rtol=0, atol=1e-15)
+    assert np.all((res.weight_replicates >= 0) & (res.weight_replicates <= 1))
+    # the printed interval is the percentile interval of exp(interval_replicates)
+    for i, name in enumerate(res.groups):  # a loop over groups
+        t = res.temperature(name)
+        low, high = np.quantile(np.exp(res.interval_replicates[i]), [0.025, 0.975])
+        assert (t.low, t.high) == pytest.approx((low, high), rel=1e-14)
+        assert t.estimate == pytest.approx(math.exp(res.log_temperature[i]), rel=1e-15)
+    # deterministic given the seed
+    again = bootstrap_group_temperatures(z, y, g, clusters=p, spec=BootstrapSpec(n_resamples=50, seed=8))
+    np.testing.assert_array_equal(again.interval_replicates, res.interval_replicates)
 
 
 def test_deterministic_and_chunk_free(data: tuple[np.ndarray, ...]) -> None:
