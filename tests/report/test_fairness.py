@@ -110,7 +110,10 @@ def test_section_prints_the_ranking_spreads_and_small_groups(tmp_path: Path, eva
         "+0.200] *",
         "2 Sex: F 200 0.070 [0.060, 0.090] +0.009 [-0.020, +0.030] +0.039 not compared",
         "3 Sex: M 220 0.060 [0.050, 0.080] -0.009 [-0.030, +0.020] +0.021 not compared",
-        "4 Scanner: A 300 0.050 [0.040, 0.070] -0.040 [-0.070, -0.010] -0.010 -0.080 [-0.100, -0.020] *",
+        # A's interval excludes 0 but it is not flagged: why, beside the gap (its gap -0.040 is below the
+        # size-matched reference -0.010, and only a higher ECE gap is tested)
+        "4 Scanner: A 300 0.050 [0.040, 0.070] -0.040 [-0.070, -0.010] not flagged: no higher than random "
+        "sets of its size (-0.010) -0.010 -0.080 [-0.100, -0.020] *",
     ]
     positions = [text.find(row) for row in rows]
     assert -1 not in positions, (positions, text)

@@ -35,8 +35,9 @@ def png_dpi(path: Path) -> tuple[float, float]:
 
 def test_report_figures_exist_and_are_at_least_200_dpi(report: ReportArtifacts) -> None:
     names = [p.name for p in report.figures]
-    # the flow diagram, the forest plot, the overall diagram and one per scanner (the calibration attribute)
-    assert names[:3] == ["flow.png", "forest_ece.png", "reliability_overall.png"]
+    # the flow diagram, a forest plot per judged metric (ECE and NLL criteria), the overall diagram and one
+    # per scanner (the calibration attribute)
+    assert names[:4] == ["flow.png", "forest_ece.png", "forest_nll.png", "reliability_overall.png"]
     assert len([n for n in names if n.startswith("reliability_scanner_")]) == 5
     for path in report.figures:
         assert path.is_file() and path.parent == report.pdf.parent / "figures"

@@ -32,7 +32,7 @@ SECTIONS = [
     "Site",
     "Sex",
     "Age band",
-    "Calibration error by subgroup",
+    "Judged metrics by subgroup",
     "Reliability diagrams",
     "Fairness",
     "Acceptance criteria",
@@ -87,20 +87,24 @@ def test_a_scanner_groups_numbers_are_printed_as_stored(raw: dict[str, Any], tex
         for line in table[table.index(group["group"]) : table.index(following["group"])].splitlines()
     ]
     expected = [group["group"], "n = 282 studies", "169 patients", "T = 1.769"]
-    names = {"ece": "ECE", "nll": "NLL", "brier": "Brier score", "accuracy": "Accuracy"}
+    names = {"ece": "ECE (plug-in)", "nll": "NLL", "brier": "Brier score", "accuracy": "Accuracy"}
+
+    def shown(e: dict[str, Any], *, signed: bool = False) -> str:
+        outside = not e["low"] <= e["estimate"] <= e["high"]  # marked, never altered
+        return format_interval(e["estimate"], e["low"], e["high"], signed=signed) + (" †" if outside else "")
+
     for metric in ev["metrics"]:
         entry = group["metrics"][metric]
         expected.append(names[metric])
-        expected += [
-            format_interval(entry[s]["estimate"], entry[s]["low"], entry[s]["high"])
-            for s in ("before", "after")
-        ]
-        d = entry["difference"]
-        expected.append(format_interval(d["estimate"], d["low"], d["high"], signed=True))
+        expected += [shown(entry[s]) for s in ("before", "after")]
+        expected.append(shown(entry["difference"], signed=True))
     assert cells == expected
     # by hand, from the fixture: ECE before {estimate 0.1227, low 0.0919, high 0.171}, 3 decimals each;
+    # ECE after {0.0291, 0.0303, 0.086}: the estimate below its own interval, marked †;
     # the change {-0.0936, -0.1149, -0.0241} signed; T 1.7688 -> 1.769
-    assert cells[5:8] == ["0.123 [0.092, 0.171]", "0.029 [0.030, 0.086]", "-0.094 [-0.115, -0.024]"]
+    assert cells[5:8] == ["0.123 [0.092, 0.171]", "0.029 [0.030, 0.086] †", "-0.094 [-0.115, -0.024]"]
+    # the mark's legend line is under the table
+    assert "† the estimate lies outside its own interval" in table[: table.index("By site")]
 
 
 def test_verdicts_are_shown(raw: dict[str, Any], report: ReportArtifacts, text: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from reportlab.platypus import CondPageBreak, Flowable, Paragraph, Spacer
 from sitecal.metrics.registry import METRICS
 
 from ._inputs import ReportInputs, get
+from ._same_groups import Twin, same_groups
 from ._styles import Palette, Styles
 from ._text import NOT_RECORDED, para_text, words
 
@@ -75,6 +76,7 @@ class Context:
     #: numbers of the headings built so far, for cross-references: {"Results": "5", "Results/Overall": "5.1"}
     headings: dict[str, str] = field(default_factory=dict)
     chapter: str = ""
+    _twins: dict[tuple[str, str], Twin] | None = field(default=None, repr=False)
 
     @property
     def evaluation(self) -> Mapping[str, Any]:
@@ -144,19 +146,21 @@ class Context:
     def head(self, text: str, *, right: bool = False) -> Paragraph:
         return Paragraph(para_text(text), self.styles.cell_head_num if right else self.styles.cell_head)
 
-    def table_block(self, title: str, body: Flowable) -> list[Flowable]:
-        """Return a numbered table title (markup) kept with its table, then space below.
+    def table_block(self, title: str, body: Flowable, *, legend: Sequence[str] = ()) -> list[Flowable]:
+        """Return a numbered table title (markup) kept with its table, its legend lines, then space below.
 
         A long table (more than :data:`_LONG_TABLE` rows) is not kept whole with its title, which would
         push it to the next page and leave this one blank: it starts where it is, split with its header
         repeated, provided there is room for the title and a few rows (else a page break first).
+        ``legend``: lines of plain text printed under the table (the marks its cells use).
         """
         label = self.next_table()
         caption = f"<b>{label}.</b> {title}"
+        notes = [Paragraph(para_text(line), self.styles.note) for line in legend]
         if getattr(body, "_nrows", 0) > _LONG_TABLE:
             loose = self.styles.table_title.clone("table_title_loose", keepWithNext=0)
-            return [CondPageBreak(_ROOM_FOR_START), Paragraph(caption, loose), body, Spacer(1, 9)]
-        return [Paragraph(caption, self.styles.table_title), body, Spacer(1, 9)]
+            return [CondPageBreak(_ROOM_FOR_START), Paragraph(caption, loose), body, *notes, Spacer(1, 9)]
+        return [Paragraph(caption, self.styles.table_title), body, *notes, Spacer(1, 9)]
 
     def verdict_cell(self, verdict: object, *, size: float | None = None) -> Paragraph:
         word, ink, _ = verdict_text(verdict)
@@ -179,6 +183,23 @@ class Context:
     @staticmethod
     def lower_is_better(metric: object) -> bool:
         return str(metric) not in _HIGHER_IS_BETTER
+
+    def twin(self, attribute: object, group: object) -> Twin | None:
+        """The earlier group that holds the same studies as this one (:mod:`._same_groups`), or None."""
+        if self._twins is None:
+            self._twins = same_groups(self.evaluation)
+        return self._twins.get((str(attribute), str(group)))
+
+    def twin_text(self, twin: Twin) -> str:
+        """``same 585 studies as Scanner: DRX Demo`` (markup; names escaped)."""
+        where = (
+            "all studies"
+            if twin.attribute == "overall"
+            else f"{para_text(self.attribute_label(twin.attribute))}: {para_text(twin.group, max_chars=40)}"
+        )
+        count = f"{twin.n:,} " if isinstance(twin.n, int) else ""
+        basis = " (identical sizes, reliability curves and estimates)" if twin.basis == "statistics" else ""
+        return f"same {count}studies as {where}{basis}"
 
     def level(self) -> float | None:
         """The evaluation's interval level, or None where not recorded as a share in (0, 1)."""

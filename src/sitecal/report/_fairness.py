@@ -7,29 +7,76 @@ from typing import Any
 
 from reportlab.platypus import Flowable, Paragraph
 
+from sitecal.metrics.registry import METRICS
+
 from ._context import Context
 from ._inputs import get
+from ._marks import Marks
 from ._styles import Palette, table
 from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text
 from ._wording import word
 
-__all__ = ["fairness", "ranked_gaps"]
+__all__ = ["fairness", "ranked_gaps", "why_not_flagged"]
+
+#: Which way is better for each metric of the registry ("target": a signed metric, tested both ways).
+DIRECTIONS = {m.name: m.direction for m in METRICS}
 
 _STAGES = ("after", "before")
 NOT_COMPARED = "not compared"
 
 
-def _interval(entry: object, *, signed: bool = False) -> str:
+def _interval(
+    entry: object, *, signed: bool = False, marks: Marks | None = None, metric: str | None = None
+) -> str:
     if not isinstance(entry, Mapping):
         return NOT_RECORDED
+    if marks is not None:
+        return marks.interval(entry, signed=signed, metric=metric)
     return format_interval(entry.get("estimate"), entry.get("low"), entry.get("high"), signed=signed)
 
 
-def _gap(entry: object, flagged: object) -> str:
-    """A group − rest difference with its interval, starred when the group is flagged."""
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
+
+
+def why_not_flagged(
+    metric: str, entry: object, flagged: object, expected: object, adjusted_p: object
+) -> str | None:
+    """Why a gap whose interval excludes 0 is not flagged (plain text), or None where there is no such gap.
+
+    An interval that excludes 0 is not the test: the flag compares the gap with those of random patient
+    sets of the group's size (whose mean is ``expected``), after the max-T adjustment (``adjusted_p``). A
+    calibration error or score is tested on its worse side only, so a gap at or below the size-matched
+    reference cannot be flagged; a signed metric (direction "target") is tested both ways.
+    """
+    if flagged is not False or not isinstance(entry, Mapping):
+        return None
+    est, low, high = (_number(entry.get(k)) for k in ("estimate", "low", "high"))
+    if est is None or low is None or high is None or low <= 0.0 <= high:
+        return None
+    direction = DIRECTIONS.get(metric, "lower")
+    reference = _number(expected)
+    if direction != "target" and reference is not None:
+        worse = est > reference if direction == "lower" else est < reference
+        if not worse:
+            side = "higher" if direction == "lower" else "lower"
+            shown = format_value(reference, signed=True)
+            return f"not flagged: no {side} than random sets of its size ({shown})"
+    p = _number(adjusted_p)
+    shown = f" (adjusted p {p:.2g})" if p is not None else ""
+    return f"not flagged: as random sets of its size{shown}"
+
+
+def _gap(entry: object, flagged: object, marks: Marks, reason: str | None = None) -> str:
+    """A group − rest difference with its interval (markup), starred when flagged, else why not."""
     if entry is None:
         return NOT_COMPARED
-    return _interval(entry, signed=True) + (" *" if flagged is True else "")
+    text = para_text(_interval(entry, signed=True, marks=marks)) + (" *" if flagged is True else "")
+    if reason:
+        text += f'<br/><font color="{Palette.muted.hexval()}"><i>{para_text(reason)}</i></font>'
+    return text
 
 
 def _expected(value: object) -> str:
@@ -46,8 +93,9 @@ def ranked_gaps(disparities: Mapping[str, Any], metric: str) -> list[dict[str, A
     """Every judged (attribute, group) with its gap to the rest after calibration, largest gap first.
 
     Rows carry ``attribute``, ``group``, ``n``, ``value`` (the group's metric after), ``after`` and
-    ``before`` (the group − rest entries), ``expected_after`` (the gap of a random patient set of the
-    group's size) and ``flagged_after`` / ``flagged_before``. Ties and missing estimates sort by
+    ``before`` (the group − rest entries), ``expected_after`` / ``expected_before`` (the gap of a random
+    patient set of the group's size), ``flagged_after`` / ``flagged_before`` and ``adjusted_p_after`` /
+    ``adjusted_p_before``. Ties and missing estimates sort by
     attribute, then group.
     """
     rows = []
@@ -64,8 +112,11 @@ def ranked_gaps(disparities: Mapping[str, Any], metric: str) -> list[dict[str, A
                     "after": gap,
                     "before": get(before, "versus_rest", group),
                     "expected_after": get(after, "expected_gap", group),
+                    "expected_before": get(before, "expected_gap", group),
                     "flagged_after": get(after, "flagged", group),
                     "flagged_before": get(before, "flagged", group),
+                    "adjusted_p_after": get(after, "adjusted_p", group),
+                    "adjusted_p_before": get(before, "adjusted_p", group),
                 }
             )
     return sorted(rows, key=_rank_key)
@@ -160,16 +211,28 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
         ]
     ]
     extra: list[tuple[Any, ...]] = []
-    for rank, row in enumerate(rows_data, 1):
+    marks = Marks()
+    # a group that holds the same studies as an earlier one is shown once, on the earlier one's row
+    shown = [row for row in rows_data if ctx.twin(row["attribute"], row["group"]) is None]
+    also: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows_data:
+        twin = ctx.twin(row["attribute"], row["group"])
+        if twin is not None:
+            also.setdefault((twin.attribute, twin.group), []).append(row)
+    for rank, row in enumerate(shown, 1):
+        who = f"{para_text(ctx.attribute_label(row['attribute']))}: {para_text(row['group'])}"
+        for other in also.get((row["attribute"], str(row["group"])), []):
+            who += f"<br/><i>{_also_text(ctx, row, other)}</i>"
+        reasons = _reasons(metric, row)
         rows.append(
             [
                 ctx.cell(str(rank), style=num),
-                ctx.cell(f"{ctx.attribute_label(row['attribute'])}: {row['group']}"),
+                ctx.p(who, ctx.styles.cell),
                 ctx.cell(format_count(row["n"]), style=num),
-                ctx.cell(_interval(row["value"]), style=num),
-                ctx.cell(_gap(row["after"], row["flagged_after"]), style=num),
+                ctx.cell(_interval(row["value"], marks=marks, metric=metric), style=num),
+                ctx.p(_gap(row["after"], row["flagged_after"], marks, reasons["after"]), num),
                 ctx.cell(_expected(row["expected_after"]), style=num),
-                ctx.cell(_gap(row["before"], row["flagged_before"]), style=num),
+                ctx.p(_gap(row["before"], row["flagged_before"], marks, reasons["before"]), num),
             ]
         )
         if row["flagged_after"] is True:
@@ -180,8 +243,56 @@ def _ranked_table(ctx: Context, disparities: Mapping[str, Any], metric: str, nam
         f"calibration (a positive gap: the group is {direction} than the rest). * and shading: flagged, "
         "the gap differs from that of random patient sets of the group's size after the max-T adjustment."
     )
-    widths = [w * 0.05, w * 0.21, w * 0.06, w * 0.18, w * 0.19, w * 0.12, w * 0.19]
-    return ctx.table_block(title, table(rows, widths, extra=extra))
+    legend = marks.legend()
+    if any(reason for row in rows_data for reason in _reasons(metric, row).values()):
+        legend.append(
+            "not flagged: the gap's interval excludes 0, but the flag compares it with the gaps of random "
+            "patient sets of the group's size: 'as random sets' when it is within their variation (adjusted "
+            "p above the level), 'no worse than random sets' when it lies on the side that is not tested."
+        )
+    if also:
+        basis = {
+            twin.basis
+            for rows in also.values()
+            for r in rows
+            if (twin := ctx.twin(r["attribute"], r["group"]))
+        }
+        legend.append(
+            "= a group of another attribute that holds the same studies, shown once on this row"
+            + (
+                " (identified by identical sizes, reliability curves and estimates: this evaluation.json "
+                "records no group membership)."
+                if "statistics" in basis
+                else "."
+            )
+        )
+    widths = [w * 0.05, w * 0.18, w * 0.05, w * 0.19, w * 0.21, w * 0.10, w * 0.22]
+    return ctx.table_block(title, table(rows, widths, extra=extra), legend=legend)
+
+
+def _reasons(metric: str, row: Mapping[str, Any]) -> dict[str, str | None]:
+    """Why each stage's gap of a ranked row is not flagged, where its interval excludes 0."""
+    return {
+        stage: why_not_flagged(
+            metric, row[stage], row[f"flagged_{stage}"], row[f"expected_{stage}"], row[f"adjusted_p_{stage}"]
+        )
+        for stage in ("after", "before")
+    }
+
+
+def _also_text(ctx: Context, row: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """The note on a row for a group of another attribute with the same studies (markup)."""
+    text = (
+        f"= {para_text(ctx.attribute_label(other['attribute']))}: {para_text(other['group'])}, the same "
+        f"{format_count(other['n'])} studies"
+    )
+    if other["flagged_after"] is True and row["flagged_after"] is True:
+        text += "; flagged as both"
+    elif other["flagged_after"] is True:
+        text += f"; flagged as a {para_text(ctx.attribute_label(other['attribute']).lower())} group only"
+    elif row["flagged_after"] is True:
+        text += f"; flagged as a {para_text(ctx.attribute_label(row['attribute']).lower())} group only"
+    return text
 
 
 def _alpha(ctx: Context) -> str:

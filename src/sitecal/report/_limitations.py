@@ -18,9 +18,10 @@ from reportlab.platypus import Flowable, Paragraph
 from ._cohort import format_share
 from ._context import Context
 from ._inputs import get
+from ._marks import Marks, is_clamped, near_margin
 from ._model_outputs import ONE_PER_STUDY, flow_without_dicom, predictions_record, read_from_file_text
 from ._styles import table
-from ._text import NOT_RECORDED, format_count, format_interval, format_value, name_text, para_text, words
+from ._text import NOT_RECORDED, format_count, format_value, name_text, para_text, words
 from ._wording import margin_text, word
 
 __all__ = ["DEIDENTIFIED_TAGS", "limitations"]
@@ -92,9 +93,12 @@ def _widest(ctx: Context) -> list[Flowable]:
             ctx.head("Width", right=True),
         ]
     ]
+    marks = Marks()
     for metric in ctx.evaluation.get("metrics") or []:
         found = []
         for attribute, group in _groups(ctx.evaluation):
+            if ctx.twin(attribute, group.get("group")) is not None:
+                continue  # the same studies as a group listed before: once
             after = get(group, "metrics", metric, "after") or {}
             low, high = _number(get(after, "low")), _number(get(after, "high"))
             if low is not None and high is not None:
@@ -106,10 +110,7 @@ def _widest(ctx: Context) -> list[Flowable]:
                     ctx.cell(ctx.metric_name(metric)),
                     ctx.p(_group_name(ctx, attribute, group), ctx.styles.cell),
                     ctx.cell(format_count(group.get("n")), style=ctx.styles.cell_num),
-                    ctx.cell(
-                        format_interval(after.get("estimate"), after.get("low"), after.get("high")),
-                        style=ctx.styles.cell_num,
-                    ),
+                    ctx.cell(marks.interval(after, metric=metric), style=ctx.styles.cell_num),
                     ctx.cell(format_value(width), style=ctx.styles.cell_num),
                 ]
             )
@@ -131,6 +132,7 @@ def _widest(ctx: Context) -> list[Flowable]:
         *ctx.table_block(
             f"Widest {ctx.level_text()} intervals after calibration, {_WIDEST} per metric, evaluation split.",
             table(rows, [w * 0.14, w * 0.38, w * 0.1, w * 0.26, w * 0.12]),
+            legend=marks.legend(),
         ),
     ]
 
@@ -151,15 +153,23 @@ def _inconclusive(ctx: Context) -> list[Flowable]:
                     f"{para_text(criterion.get('id'))} needs "
                     f"{para_text(ctx.metric_name(str(criterion.get('metric'))))} "
                     f"{para_text(margin_text(criterion))}; its estimate and interval "
-                    f"{format_interval(result.get('estimate'), result.get('low'), result.get('high'))} "
+                    f"{para_text(_figure(result, criterion))} "
                     f"straddle the margin (n = {format_count(result.get('n'))}), so the data show neither "
-                    f"that it meets the criterion nor that it misses it. {_more_studies(result)}",
+                    f"that it meets the criterion nor that it misses it. {_more_studies(result, criterion)}",
                 )
             )
     return out
 
 
-def _more_studies(result: Mapping[str, Any]) -> str:
+def _figure(result: Mapping[str, Any], criterion: Mapping[str, Any]) -> str:
+    """The judged estimate and interval, a clamped one in words (plain text)."""
+    text = Marks().interval(result, metric=criterion.get("metric"))
+    if is_clamped(criterion.get("metric"), result.get("estimate")):
+        text += " (clamped at 0: the observed gaps are smaller than sampling noise)"
+    return text
+
+
+def _more_studies(result: Mapping[str, Any], criterion: Mapping[str, Any]) -> str:
     """What more studies would do, with the planned size where the run planned one (Study size)."""
     size = result.get("study_size")
     n = result.get("n")
@@ -172,10 +182,16 @@ def _more_studies(result: Mapping[str, Any]) -> str:
             "calibrated (Study size): more studies alone may not settle it."
         )
     if needed > n:
-        return (
-            f"A calibrated group like it would need about {format_count(needed)} evaluation studies to pass "
-            "at least 80% of the time (Study size)."
+        text = (
+            f"A perfectly calibrated group like it would need about {format_count(needed)} evaluation "
+            "studies to pass at least 80% of the time (Study size)"
         )
+        if near_margin(result, criterion):
+            return (
+                f"{text}; this group's estimate lies near the margin, so more studies may not settle it: its "
+                "interval would narrow around a value close to the margin."
+            )
+        return f"{text}."
     return (
         f"A calibrated group like it passes at least 80% of the time with {format_count(needed)} studies "
         "(Study size), fewer than it has: its calibration may be worse than the margin allows."

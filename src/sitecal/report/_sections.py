@@ -11,12 +11,12 @@ from reportlab.platypus import Flowable, PageBreak, Paragraph, Spacer, Table, Ta
 from ._context import Context, verdict_text
 from ._governance import GOVERNANCE_FIELDS, draft_fields
 from ._inputs import get
+from ._marks import Marks, near_margin
 from ._model_outputs import flow_without_dicom, predictions_record, read_from_file_text, weights_text
 from ._styles import Palette, table
 from ._text import (
     NOT_RECORDED,
     format_count,
-    format_interval,
     format_utc,
     name_text,
     para_text,
@@ -174,6 +174,7 @@ def title_page(ctx: Context) -> list[Flowable]:
         rows: list[list[Any]] = [
             [ctx.head("Acceptance criterion"), ctx.head("Groups that do not pass"), ctx.head("Verdict")]
         ]
+        marks = Marks()
         for criterion in criteria:
             rows.append(
                 [
@@ -183,7 +184,7 @@ def title_page(ctx: Context) -> list[Flowable]:
                         + f"{para_text(margin_text(criterion))}</font>",
                         ctx.styles.cell,
                     ),
-                    ctx.p(_not_passing(ctx, criterion), ctx.styles.cell),
+                    ctx.p(_not_passing(ctx, criterion, marks), ctx.styles.cell),
                     ctx.verdict_cell(criterion["verdict"]),
                 ]
             )
@@ -193,8 +194,9 @@ def title_page(ctx: Context) -> list[Flowable]:
                 "<b>Acceptance criteria at a glance</b> (estimate [interval] of each group that does not "
                 f"pass; the intervals are two-sided {ctx.level_text()}"
                 + (
-                    "; <i>needed</i>: the evaluation studies a calibrated group like it would need for an "
-                    "80% chance to pass, where it has fewer (Acceptance criteria, Study size)"
+                    "; <i>needed</i>: the evaluation studies a group like it would need for an 80% chance "
+                    "to pass if it were perfectly calibrated, where it has fewer; a group whose estimate is "
+                    "near the margin may stay inconclusive with more (Acceptance criteria, Study size)"
                     if isinstance(ev.get("planning"), Mapping)
                     else ""
                 )
@@ -202,6 +204,7 @@ def title_page(ctx: Context) -> list[Flowable]:
                 ctx.styles.small,
             ),
             table(rows, [ctx.width * 0.42, ctx.width * 0.4, ctx.width * 0.18]),
+            *[ctx.p(para_text(line), ctx.styles.note) for line in marks.legend()],
         ]
     warnings = ev.get("warnings") or []
     if warnings:
@@ -213,24 +216,27 @@ def title_page(ctx: Context) -> list[Flowable]:
     return story
 
 
-def _not_passing(ctx: Context, criterion: Mapping[str, Any]) -> str:
+def _not_passing(ctx: Context, criterion: Mapping[str, Any], marks: Marks) -> str:
     """The criterion's failing and inconclusive groups with their figures (reportlab markup)."""
     parts = []
     for result in criterion.get("results") or []:
         verdict = result.get("verdict")
         if verdict not in ("fail", "inconclusive"):
             continue
-        figure = format_interval(result.get("estimate"), result.get("low"), result.get("high"))
+        figure = para_text(marks.interval(result, metric=criterion.get("metric")))
         name = (
             "all studies" if criterion.get("scope") in (None, "overall") else name_text(result.get("group"))
         )
         size = result.get("study_size")
         needed = size.get("needed") if verdict == "inconclusive" and isinstance(size, Mapping) else None
-        planned = (
-            f"; n = {format_count(result.get('n'))}, about {format_count(needed)} needed"
-            if isinstance(needed, int) and isinstance(result.get("n"), int) and needed > result["n"]
-            else ""
-        )
+        planned = ""
+        if isinstance(needed, int) and isinstance(result.get("n"), int) and needed > result["n"]:
+            planned = (
+                f"; n = {format_count(result.get('n'))}; about {format_count(needed)} needed if it were "
+                "perfectly calibrated"
+            )
+            if near_margin(result, criterion):
+                planned += ", but its estimate is near the margin, so more studies may not settle it"
         parts.append(f"{name}: {figure} ({para_text(verdict)}{planned})")
     if not parts:
         unjudged = sum(r.get("verdict") == "insufficient data" for r in criterion.get("results") or [])

@@ -25,13 +25,14 @@ from matplotlib.patches import Patch
 
 from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError
-from sitecal.metrics.registry import ECE
+from sitecal.metrics.registry import ECE, METRICS
 
 from ._fonts import figure_fonts
 from ._inputs import get
-from ._text import format_interval, format_value, plot_text
+from ._marks import CLAMPED_METRICS, Marks
+from ._text import format_value, plot_text
 
-__all__ = ["FIGURE_DPI", "forest_figure", "reliability_figure", "save_png"]
+__all__ = ["FIGURE_DPI", "criterion_metrics", "forest_figure", "reliability_figure", "save_png"]
 
 FIGURE_DPI = 200
 """Resolution of the PNG files; figures are drawn at print size, so this is also the printed dpi."""
@@ -42,6 +43,9 @@ BEFORE_FILL = "#d9d9d9"
 AFTER_FILL = "#b7cde3"
 THRESHOLD = "#a61c1c"
 INK = "#222222"
+
+#: The printed label of each metric of the registry, by name.
+METRIC_LABELS = {m.name: m.label for m in METRICS}
 
 _SMALL = 7.0
 _LABEL = 8.0
@@ -148,7 +152,7 @@ def reliability_figure(
         ece = get(group, "metrics", ECE.name, stage)
         heading = label
         if isinstance(ece, Mapping):
-            heading += "   ECE " + format_interval(ece.get("estimate"), ece.get("low"), ece.get("high"))
+            heading += "   ECE (plug-in) " + Marks().interval(ece)  # † where outside its interval
         top.set_title(heading, fontsize=_LABEL, loc="left", color=INK)
         top.grid(axis="y", lw=0.3, color="0.85", zorder=0)
         _style_axis(top)
@@ -183,28 +187,60 @@ def reliability_figure(
     return fig
 
 
-def _criterion_margins(evaluation: Mapping[str, Any], metric: str) -> list[tuple[float, str, str]]:
-    """``(margin, criterion ids, scope)`` for every margin end of the criteria on ``metric``."""
-    found: dict[tuple[float, str], list[str]] = {}
+def _criterion_margins(evaluation: Mapping[str, Any], metric: str) -> list[tuple[float, str, str, str]]:
+    """``(margin, criterion ids, scope, stage)`` for every margin end of the criteria on ``metric``."""
+    found: dict[tuple[float, str, str], list[str]] = {}
     for criterion in get(evaluation, "acceptance") or []:
-        if get(criterion, "metric") != metric or get(criterion, "stage") not in ("before", "after"):
+        stage = get(criterion, "stage")
+        if get(criterion, "metric") != metric or stage not in ("before", "after"):
             continue
         scope = str(get(criterion, "scope") or "overall")
         for key in ("lower_margin", "upper_margin"):
             value = get(criterion, key)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                found.setdefault((float(value), scope), []).append(str(get(criterion, "id") or "criterion"))
-    return sorted((value, ", ".join(ids), scope) for (value, scope), ids in found.items())
+                ids = found.setdefault((float(value), scope, str(stage)), [])
+                ids.append(str(get(criterion, "id") or "criterion"))
+    return sorted((value, ", ".join(ids), scope, stage) for (value, scope, stage), ids in found.items())
+
+
+def criterion_metrics(evaluation: Mapping[str, Any]) -> list[str]:
+    """The metrics of the groups' tables that an acceptance criterion judges, in the criteria's order.
+
+    A criterion on a stage (before or after calibration) of a metric every group carries; the slope,
+    intercept and O:E criteria are judged on the recalibration analysis and are not among them.
+    """
+    reported = [str(m) for m in get(evaluation, "metrics") or []]
+    found: list[str] = []
+    for criterion in get(evaluation, "acceptance") or []:
+        metric = get(criterion, "metric")
+        if metric in reported and get(criterion, "stage") in ("before", "after") and metric not in found:
+            found.append(str(metric))
+    return found
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
 
 
 @figure_fonts
-def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, width_in: float = 6.7) -> Figure:
+def forest_figure(
+    evaluation: Mapping[str, Any],
+    *,
+    metric: str = ECE.name,
+    width_in: float = 6.7,
+    same_as: Mapping[tuple[str, str], str] | None = None,
+) -> Figure:
     """Draw a forest plot of one metric for every group, before and after calibration, with intervals.
 
     Rows are "All studies" and then each subgroup attribute in the order of ``evaluation.subgroups``.
     Each acceptance criterion on this metric (stage before or after) adds a vertical line at each end of
-    its margin, drawn only across the rows of the groups it judges.
-    Groups flagged ``small`` are marked with an asterisk.
+    its margin, drawn only across the rows of the groups it judges, and named with its stage in the
+    legend. Groups flagged ``small`` are marked with an asterisk. A debiased ECE clamped at 0 (its
+    squared-error estimate was negative: below sampling noise) is drawn as a triangle at 0, not as an
+    estimate of 0. A group listed in ``same_as`` holds the same studies as an earlier row: its row
+    carries that text instead of its points, so the same studies are drawn once.
 
     Parameters
     ----------
@@ -214,11 +250,15 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
         Key in each group's ``metrics``.
     width_in : float, default 6.7
         Printed width in inches; the height grows with the number of groups.
+    same_as : Mapping, optional
+        ``{(attribute, group): text}`` for the groups drawn elsewhere (plain text, e.g.
+        ``"same studies as Scanner: DRX Demo"``).
 
     Returns
     -------
     matplotlib.figure.Figure
     """
+    same_as = same_as or {}
     labels_of = get(evaluation, "attribute_labels") or {}
     blocks: list[tuple[str, str, list[Mapping[str, Any]]]] = [("overall", "Overall", [evaluation["overall"]])]
     for attribute, groups in evaluation["subgroups"].items():
@@ -229,35 +269,56 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
                 list(groups),
             )
         )
-    rows: list[tuple[str, Mapping[str, Any] | None]] = []
+    rows: list[tuple[str, Mapping[str, Any] | None, str | None]] = []
     block_rows: dict[str, tuple[int, int]] = {}  # scope -> (first, last) row index of its groups
     for scope, heading, groups in blocks:
-        rows.append((heading, None))
+        rows.append((heading, None, None))
         block_rows[scope] = (len(rows), len(rows) + len(groups) - 1)
         for g in groups:
             mark = " *" if get(g, "small") else ""
-            rows.append((f"{plot_text(g['group'], max_chars=34)}  (n = {g['n']}){mark}", g))
-    height = 0.75 + 0.205 * len(rows)
+            twin = same_as.get((scope, str(g.get("group"))))
+            rows.append((f"{plot_text(g['group'], max_chars=34)}  (n = {g['n']}){mark}", g, twin))
+    height = 0.85 + 0.205 * len(rows)
     fig = Figure(figsize=(width_in, height), dpi=FIGURE_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     y = np.arange(len(rows))[::-1].astype(float)
     x_max = 0.0
-    for (_, row), yi in zip(rows, y, strict=True):
+    clamped_any = False
+    clamp_metric = metric in CLAMPED_METRICS
+    for (_, row, twin), yi in zip(rows, y, strict=True):
         if row is None:
+            continue
+        if twin is not None:
+            ax.text(
+                0.0,
+                yi,
+                f"  {plot_text(twin, max_chars=70)}",
+                fontsize=6.3,
+                va="center",
+                color="0.35",
+                style="italic",
+            )
             continue
         for stage, ink, dy, marker, face in (
             ("before", BEFORE, 0.17, "o", "white"),
             ("after", AFTER, -0.17, "s", AFTER),
         ):
             s = get(row, "metrics", metric, stage) or {}
-            est, low, high = s.get("estimate"), s.get("low"), s.get("high")
-            if isinstance(low, int | float) and isinstance(high, int | float):
+            est, low, high = _number(s.get("estimate")), _number(s.get("low")), _number(s.get("high"))
+            if low is not None and high is not None:
                 ax.plot([low, high], [yi + dy, yi + dy], color=ink, lw=1.0, solid_capstyle="butt")
-                x_max = max(x_max, float(high))
-            if isinstance(est, int | float):
+                x_max = max(x_max, high)
+            if est is None:
+                continue
+            if clamp_metric and est == 0.0:  # clamped: below noise, not an estimate of 0
+                clamped_any = True
+                ax.plot(
+                    [0.0], [yi + dy], marker="<", ms=4.2, mfc=face, mec=ink, mew=0.9, ls="", clip_on=False
+                )
+            else:
                 ax.plot([est], [yi + dy], marker=marker, ms=3.6, mfc=face, mec=ink, mew=0.9, ls="")
-                x_max = max(x_max, float(est))
+            x_max = max(x_max, est)
     handles: list[Any] = [
         Line2D(
             [],
@@ -274,41 +335,53 @@ def forest_figure(evaluation: Mapping[str, Any], *, metric: str = ECE.name, widt
             [], [], color=AFTER, marker="s", mfc=AFTER, mec=AFTER, ms=3.6, lw=1.0, label="after calibration"
         ),
     ]
-    for i, (threshold, ids, scope) in enumerate(_criterion_margins(evaluation, metric)):
+    if clamped_any:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=INK,
+                marker="<",
+                mfc="white",
+                mec=INK,
+                ms=4.2,
+                ls="",
+                label="clamped at 0: below sampling noise",
+            )
+        )
+    for i, (threshold, ids, scope, stage) in enumerate(_criterion_margins(evaluation, metric)):
         if scope not in block_rows or block_rows[scope][1] < block_rows[scope][0]:
             continue  # a scope with no rows: the criterion judges nothing drawn here
         style = ("--", ":", "-.")[i % 3]
         first, last = block_rows[scope]
         # only across the rows the criterion judges
-        ax.vlines(threshold, y[last] - 0.45, y[first] + 0.45, color=THRESHOLD, lw=0.9, ls=style, zorder=1)
+        ax.vlines(threshold, y[last] - 0.45, y[first] + 0.45, color=THRESHOLD, lw=1.2, ls=style, zorder=1)
         handles.append(
             Line2D(
                 [],
                 [],
                 color=THRESHOLD,
-                lw=0.9,
+                lw=1.2,
                 ls=style,
-                label=f"margin {format_value(threshold)} ({plot_text(ids, max_chars=40)})",
+                label=f"margin {format_value(threshold)} on {stage} calibration "
+                f"({plot_text(ids, max_chars=40)})",
             )
         )
         x_max = max(x_max, threshold)
-    for (_, row), yi in zip(rows, y, strict=True):
+    for (_, row, _), yi in zip(rows, y, strict=True):
         if row is None and yi < y[0]:
             ax.axhline(yi + 0.5, color="0.8", lw=0.5, zorder=0)
-    ax.set_yticks(y, labels=[label for label, _ in rows])
-    for tick, (_, row) in zip(ax.get_yticklabels(), rows, strict=True):
+    ax.set_yticks(y, labels=[label for label, _, _ in rows])
+    for tick, (_, row, _) in zip(ax.get_yticklabels(), rows, strict=True):
         tick.set_fontweight("bold" if row is None else "normal")
     ax.set_ylim(y[-1] - 0.7, y[0] + 0.7)
     ax.set_xlim(0.0, max(x_max * 1.06, 1e-3))
     ax.tick_params(axis="y", length=0)
-    ax.set_xlabel(
-        f"{metric.upper() if len(metric) <= 4 else metric} (estimate and interval)", fontsize=_LABEL
-    )
+    ax.set_xlabel(f"{plot_text(METRIC_LABELS.get(metric, metric))} (estimate and interval)", fontsize=_LABEL)
     ax.grid(axis="x", lw=0.3, color="0.88", zorder=0)
     _style_axis(ax)
-    ax.legend(
-        handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize=6.5, frameon=False
-    )
+    # a figure legend outside the axes: constrained layout sizes it once, so every draw is the same
+    fig.legend(handles=handles, loc="outside upper center", ncols=2, fontsize=6.5, frameon=False)
     return fig
 
 

@@ -36,6 +36,7 @@ from sitecal import __version__
 from sitecal._io import write_bytes_atomic
 
 from . import (
+    _acceptance,
     _cohort,
     _crosswalk,
     _data,
@@ -78,7 +79,7 @@ BUILDERS: tuple[Builder, ...] = (
     _methods.fitted_calibration,
     _results.results,
     _fairness.fairness,
-    _results.acceptance,
+    _acceptance.acceptance,
     _limitations.limitations,
     _sensitivity.sensitivity,
     _records.provenance,
