@@ -139,6 +139,12 @@ def _auroc_sklearn(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> float:
     return float(roc_auc_score(labels, probs, multi_class="ovr", average="macro"))
 
 
+def _signed_gap_numpy(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> float:
+    """Mean top-label confidence minus accuracy, by hand (netcal and torchmetrics have no signed version)."""
+    conf, correct = _top_label(probs, labels)
+    return float(conf.sum() / len(conf) - correct.sum() / len(conf))
+
+
 def _oe_hand(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> float:
     p, y = _event(probs, labels)
     return float(y.sum() / p.sum())
@@ -153,6 +159,7 @@ REFERENCES: dict[str, tuple[Reference, float]] = {
     "ece_debiased": (_debiased_loop, 1e-12),
     "ece_debiased_mass": (lambda p, y, b: _debiased_loop(p, y, b, mass=True), 1e-12),
     "oe_ratio": (_oe_hand, 1e-12),
+    "calibration_gap": (_signed_gap_numpy, 1e-12),
     # relplot (the authors' code) on the top-label (confidence, correct) pairs; it rounds to a grid and
     # resolves the bandwidth only to 2^-10: 3e-3 on errors near 0.4 (test_smooth_ece.py: 5e-4 at one width)
     "smooth_ece": (
@@ -233,6 +240,13 @@ def test_filters_and_flags() -> None:
     assert set(names(summable=True)) <= set(names(bootstrappable=True)) == set(METRIC_NAMES)
     assert METRIC_NAMES == names(bootstrappable=True)
     assert {m.name for m in METRICS if m.direction == "higher"} == {"accuracy", "auroc"}
+    # compared between groups: a sum of per-study terms without a clamped root; signed ones two-sided
+    assert names(comparable=True) == ("ece", "calibration_gap", "oe_ratio", "nll", "brier", "accuracy")
+    assert all(metric(m).summable and not metric(m).squared for m in names(comparable=True))
+    assert {m for m in names(comparable=True) if metric(m).direction == "target"} == {
+        "calibration_gap",
+        "oe_ratio",
+    }
     assert metric("Brier").label == "Brier score"  # names match case-insensitively, as options do
 
 
@@ -253,6 +267,7 @@ def test_unknown_name_is_refused_with_a_guess() -> None:
         ({"default": True}, "reported=True when default=True"),
         ({"direction": "target"}, "a target exactly when the direction is 'target'"),
         ({"bounds": (1.0, 0.0)}, "bounds (low, high) with low <= high"),
+        ({"comparable": True}, "a sum form (weighted=SumForm) and squared=False when comparable"),
     ],
 )
 def test_an_inconsistent_entry_is_refused_at_import(changes: dict[str, object], needs: str) -> None:
@@ -271,12 +286,16 @@ def test_an_inconsistent_entry_is_refused_at_import(changes: dict[str, object], 
 def test_the_consumers_read_the_registry() -> None:
     from sitecal.evaluation._sensitivity import LOSO_METRICS
     from sitecal.protocol import EvaluationSettings
-    from sitecal.protocol._base import CriterionMetricName, MetricName
+    from sitecal.protocol._base import CriterionMetricName, DisparityMetricName, MetricName
     from sitecal.report._context import Context
     from sitecal.stats import DEFAULT_METRICS
 
     assert typing.get_args(MetricName) == names(reported=True)
     assert typing.get_args(CriterionMetricName) == names(criterion=True)
+    # disparity_metrics: the comparable names, and the reported ones the schema refuses with a reason
+    assert typing.get_args(DisparityMetricName) == tuple(
+        m for m in ALL if m in names(comparable=True) + names(reported=True)
+    )
     assert tuple(EvaluationSettings().metrics) == names(default=True) == DEFAULT_METRICS == LOSO_METRICS
     for m in METRICS:
         assert Context.metric_name(m.name) == m.label

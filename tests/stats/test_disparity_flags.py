@@ -98,6 +98,26 @@ def test_a_miscalibrated_group_is_flagged_and_the_others_are_not() -> None:
     assert both.flagged["g300"] and both.adjusted_p["g300"] >= res.adjusted_p["g300"]
 
 
+@pytest.mark.parametrize("metric", ["calibration_gap", "oe_ratio"])
+def test_a_signed_metric_flags_either_side(metric: str) -> None:
+    # a signed metric has no worse side: an over-confident group (calibration gap above the rest's, O:E
+    # below) and an under-confident one (labels drawn at T = 1 / 1.8) are both flagged, two-sided
+    rng = np.random.default_rng(5)
+    groups = np.repeat(["over", "plain", "timid"], 400)
+    logits = rng.normal(0.0, 1.6, size=(1200, 3))
+    truth = softmax(logits)
+    truth[:400] = softmax(logits[:400], temperature=1.8)
+    truth[800:] = softmax(logits[800:], temperature=1 / 1.8)
+    labels = (rng.uniform(size=(1200, 1)) > truth.cumsum(axis=1)).sum(axis=1)
+    res = size_matched_flags(
+        softmax(logits), labels, groups, clusters=None, metric=metric, n_permutations=300
+    )
+    assert res.alternative == "two-sided"  # whatever was asked: "worse" is the default
+    assert res.flagged == {"over": True, "plain": False, "timid": True}
+    sign = 1.0 if metric == "calibration_gap" else -1.0  # O:E is below 1 where over-confident
+    assert sign * res.gap["over"] > 0.05 and sign * res.gap["timid"] < -0.05
+
+
 def test_accuracy_is_worse_when_lower() -> None:
     probs, labels, groups = _calibrated((150, 200, 300), seed=8)
     labels = labels.copy()

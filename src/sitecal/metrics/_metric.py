@@ -65,6 +65,13 @@ class Metric:
         criterion on it is judged on those.
     needs_every_class : bool
         Undefined (an error) unless every class occurs among the labels, as the AUROC.
+    comparable : bool
+        May be listed in a protocol's ``evaluation.disparity_metrics``: each group against the rest of the
+        cohort, with paired intervals of the gap and size-matched permutation flags. Needs a sum form
+        (:attr:`summable`: every group's value in every resample and permutation comes from per-patient
+        sums) and no clamped square root (not :attr:`squared`: differences of clamped roots have no valid
+        interval). Need not be ``reported``: a ``"target"`` metric (the signed calibration gap, O:E) is
+        compared two-sided, a gap on either side of the rest's.
     squared : bool
         Its weighted form gives the *signed* estimate :math:`\widehat D` of a squared error (the debiased
         ECE's), which can be negative, and the metric is :math:`\sqrt{\max(\widehat D, 0)}`. The bootstrap
@@ -89,6 +96,7 @@ class Metric:
     recalibration: bool = False
     needs_every_class: bool = False
     squared: bool = False
+    comparable: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,6 +118,12 @@ class Metric:
             )
         if self.squared and not self.summable:
             problems.append("a sum form when squared: the engines recentre the resampled sums' estimate")
+        if self.comparable and (not self.summable or self.squared):
+            problems.append(
+                "a sum form (weighted=SumForm) and squared=False when comparable: the gaps between groups "
+                "and their flags come from per-patient sums, and differences of clamped roots have no "
+                "valid interval"
+            )
         if not self.bounds[0] <= self.bounds[1]:
             problems.append("bounds (low, high) with low <= high")
         if problems:

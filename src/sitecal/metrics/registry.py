@@ -11,6 +11,8 @@ a metric is one entry in :data:`METRICS`.
 ('ece', 'ece_debiased', 'smooth_ece', 'nll', 'brier', 'accuracy')
 >>> names(default=True)
 ('ece', 'ece_debiased', 'nll', 'brier', 'accuracy')
+>>> names(comparable=True)
+('ece', 'calibration_gap', 'oe_ratio', 'nll', 'brier', 'accuracy')
 >>> m = metric("brier")
 >>> m.label, m.direction, m.bootstrappable
 ('Brier score', 'lower', True)
@@ -31,6 +33,7 @@ from sitecal.metrics._debiased import debiased_expected_calibration_error
 from sitecal.metrics._metric import Direction, Metric, MetricFunction
 from sitecal.metrics._ranking import auroc
 from sitecal.metrics._scores import accuracy, brier_score, negative_log_likelihood
+from sitecal.metrics._signed_gap import signed_calibration_gap, signed_gap_sums
 from sitecal.metrics._smooth import smooth_ece
 from sitecal.metrics._statistics import (
     MassECEStatistic,
@@ -50,6 +53,7 @@ __all__ = [
     "ACCURACY",
     "AUROC",
     "BRIER",
+    "CALIBRATION_GAP",
     "CLASSWISE_ECE",
     "ECE",
     "ECE_DEBIASED",
@@ -100,6 +104,10 @@ def _smooth_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
     return smooth_ece(probs, labels)
 
 
+def _calibration_gap(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
+    return signed_calibration_gap(probs, labels)
+
+
 def _oe_ratio(probs: ArrayLike, labels: ArrayLike, n_bins: int) -> float:
     return observed_expected_ratio(probs, labels)
 
@@ -141,6 +149,7 @@ ECE = Metric(
     reported=True,
     default=True,
     criterion=True,
+    comparable=True,
 )
 ECE_MASS = Metric(
     name="ece_mass",
@@ -213,6 +222,21 @@ SMOOTH_ECE = Metric(
     reported=True,
     criterion=True,
 )
+CALIBRATION_GAP = Metric(
+    name="calibration_gap",
+    label="Calibration gap (confidence − accuracy)",
+    function=_calibration_gap,
+    direction="target",
+    target=0.0,
+    description=(
+        "signed top-label calibration gap: mean confidence minus accuracy (positive: over-confident, "
+        "negative: under-confident); a mean of per-study terms, so not biased by group size, but blind to "
+        "errors that cancel across confidence levels"
+    ),
+    bounds=(-1.0, 1.0),
+    weighted=signed_gap_sums,
+    comparable=True,
+)
 OE_RATIO = Metric(
     name="oe_ratio",
     label="O:E",
@@ -224,6 +248,7 @@ OE_RATIO = Metric(
     weighted=oe_ratio_sums,
     criterion=True,
     recalibration=True,
+    comparable=True,
 )
 SLOPE = Metric(
     name="slope",
@@ -267,6 +292,7 @@ NLL = Metric(
     reported=True,
     default=True,
     criterion=True,
+    comparable=True,
 )
 BRIER = Metric(
     name="brier",
@@ -279,6 +305,7 @@ BRIER = Metric(
     reported=True,
     default=True,
     criterion=True,
+    comparable=True,
 )
 ACCURACY = Metric(
     name="accuracy",
@@ -291,6 +318,7 @@ ACCURACY = Metric(
     reported=True,
     default=True,
     criterion=True,
+    comparable=True,
 )
 
 #: Every metric, in registry order (the order of every list derived from it).
@@ -302,6 +330,7 @@ METRICS: tuple[Metric, ...] = (
     ECE_DEBIASED,
     ECE_DEBIASED_MASS,
     SMOOTH_ECE,
+    CALIBRATION_GAP,
     OE_RATIO,
     SLOPE,
     INTERCEPT,
@@ -323,6 +352,7 @@ def names(
     bootstrappable: bool | None = None,
     summable: bool | None = None,
     default: bool | None = None,
+    comparable: bool | None = None,
 ) -> tuple[str, ...]:
     """Names of the metrics with the given properties (None: either), in registry order.
 
@@ -336,6 +366,7 @@ def names(
         "bootstrappable": bootstrappable,
         "summable": summable,
         "default": default,
+        "comparable": comparable,
     }
     return tuple(m.name for m in METRICS if all(v is None or getattr(m, k) is v for k, v in wanted.items()))
 
@@ -360,7 +391,8 @@ def metric_statistic(name: str, *, n_bins: int = 15) -> WeightedStatistic:
         ``"classwise_ece"`` class-wise with equal-width bins, ``"mce"`` top-label MCE with
         equal-width bins, ``"ece_debiased"`` the debiased top-label l2 error
         (:func:`~sitecal.metrics.debiased_expected_calibration_error`) with equal-width bins from
-        per-bin counts, correct and confidence sums, ``"oe_ratio"``
+        per-bin counts, correct and confidence sums, ``"calibration_gap"`` the signed top-label gap
+        (mean confidence minus accuracy) from the per-bin sums of correctness minus confidence, ``"oe_ratio"``
         (:func:`~sitecal.metrics.observed_expected_ratio`, ``event="auto"``) a ratio of two sums,
         ``"smooth_ece"`` the top-label smooth ECE with its bandwidth refitted under every weighting
         (binned on the exact function's grid and smoothed by FFT: within 1e-5 of

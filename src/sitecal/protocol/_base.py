@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sitecal.metrics.registry import METRICS
 from sitecal.metrics.registry import names as metric_names
 
 if TYPE_CHECKING:
     MetricName = str
     CriterionMetricName = str
+    DisparityMetricName = str
 else:
     # Literal types built from the metric registry, so that the schema's enum and pydantic's messages
     # ("Input should be 'ece', 'nll', ...") list exactly the registry's names, in its order.
@@ -21,6 +23,12 @@ else:
     MetricName = Literal[metric_names(reported=True)]
     #: A name an acceptance criterion may judge.
     CriterionMetricName = Literal[metric_names(criterion=True)]
+    #: A name ``evaluation.disparity_metrics`` may hold: a metric compared between groups (``comparable``),
+    #: or a reported one, which the schema's check then refuses with the reason (a clamped square root, or
+    #: no sum form) rather than as an unknown name.
+    DisparityMetricName = Literal[
+        tuple(m.name for m in METRICS if m.comparable or m.reported)  # registry order
+    ]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 # The identifier policy for subgroup tags. A subgroup's values are printed in cohort.csv, evaluation.json,

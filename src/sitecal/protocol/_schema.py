@@ -13,6 +13,7 @@ from sitecal.metrics.registry import names as metric_names
 from sitecal.protocol._base import (
     _NAME_PATTERN,
     CriterionMetricName,
+    DisparityMetricName,
     MetricName,
     _at_most,
     _check_reference,
@@ -175,7 +176,7 @@ class EvaluationSettings(_Strict):
     n_bins: int = Field(default=15, ge=1)
     min_group_size: int = Field(default=30, ge=1)
     subgroups: list[str] | None = Field(default=None, description="subgroups to report; default: all")
-    disparity_metrics: list[MetricName] = Field(
+    disparity_metrics: list[DisparityMetricName] = Field(
         default_factory=lambda: list(_ECE_ONLY), description="metrics whose gaps between groups get intervals"
     )
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
@@ -183,23 +184,19 @@ class EvaluationSettings(_Strict):
 
     @field_validator("disparity_metrics")
     @classmethod
-    def _comparable(cls, value: list[MetricName]) -> list[MetricName]:
+    def _comparable(cls, value: list[DisparityMetricName]) -> list[DisparityMetricName]:
         # the gaps between groups and the size-matched flags are evaluated from per-patient sums of each
-        # group (thousands of permutations per group); a metric that is not such a sum is refused here, so
-        # that `sitecal check` refuses what `sitecal run` would
-        comparable = metric_names(summable=True)
+        # group (thousands of permutations per group); a metric the registry does not mark comparable is
+        # refused here, so that `sitecal check` refuses what `sitecal run` would
+        allowed = ", ".join(metric_names(comparable=True))
         for name in value:
             if metric(name).squared:
-                allowed = ", ".join(
-                    n for n in metric_names(reported=True) if n in comparable and not metric(n).squared
-                )
                 raise ValueError(
                     f"'{name}' cannot be compared between groups: its gaps would be differences of square "
                     "roots of estimates clamped at 0, which have no valid interval. Keep it in "
                     f"'evaluation.metrics' and compare groups on one of {allowed}"
                 )
-            if name not in comparable:
-                allowed = ", ".join(n for n in metric_names(reported=True) if n in comparable)
+            if not metric(name).comparable:
                 raise ValueError(
                     f"'{name}' cannot be compared between groups: the gaps between groups and their flags "
                     f"are computed from per-patient sums of each group's terms, and {metric(name).label} is "

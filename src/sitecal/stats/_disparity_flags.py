@@ -133,7 +133,10 @@ def size_matched_flags(
     alternative : {"worse", "two-sided"}, default "worse"
         "worse": flag only groups whose gap lies on the metric's worse side of the reference (higher for
         an error, lower for accuracy): the question "for whom are the probabilities not honest";
-        "two-sided": a group better than the rest is flagged too.
+        "two-sided": a group better than the rest is flagged too. A signed metric (direction
+        ``"target"``: the calibration gap, O:E) has no worse side and is always tested two-sided (an
+        over-confident group and an under-confident one both differ from the rest); its
+        :attr:`GroupFlags.alternative` says so.
 
     Returns
     -------
@@ -366,8 +369,11 @@ def _flags(
     """The max-T adjusted p-values and flags from the observed and permuted gaps of one case."""
     expected = permuted[:, cols].mean(axis=0)
     spread = permuted[:, cols].std(axis=0, ddof=1)
+    direction = registry_metric(metric).direction
+    if direction == "target":  # a signed metric (calibration gap, O:E) has no worse side: either way
+        alternative = "two-sided"
     # standardised so that larger is worse (or farther, two-sided)
-    sign = -1.0 if registry_metric(metric).direction == "higher" else 1.0
+    sign = -1.0 if direction == "higher" else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         z = sign * (observed[cols] - expected) / spread
         z_perm = sign * (permuted[:, cols] - expected) / spread
