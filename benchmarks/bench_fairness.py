@@ -25,7 +25,7 @@ at 5 %), with its Wilson 95 % interval, and the power on the planted group.
 
 Run from the repository root::
 
-    python benchmarks/bench_fairness.py            # 600 replications: about 6 minutes on 2 cores (10 min of CPU)
+    python benchmarks/bench_fairness.py            # 600 replications: 7 minutes on 2 cores
     python benchmarks/bench_fairness.py --quick   # 20 replications, 200 permutations: a smoke run
 """
 
