@@ -183,7 +183,7 @@ def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
     tmp_path: Path, demo_protocol_text: str
 ) -> None:
     # gaps between groups are computed from per-patient sums; the smooth ECE is not one
-    text = demo_protocol_text.replace("disparity_metrics: [ece, nll]", "disparity_metrics: [ece, smooth_ece]")
+    text = demo_protocol_text.replace("disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [ece, smooth_ece]")
     path = _write(tmp_path, text)
     with pytest.raises(ProtocolError) as info:
         load_protocol(path)
@@ -192,7 +192,8 @@ def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
         f"{path}:{line}: evaluation.disparity_metrics: 'smooth_ece' cannot be compared between groups: the "
         "gaps between groups and their flags are computed from per-patient sums of each group's terms, and "
         "Smooth ECE is not a sum of per-study terms (its kernel bandwidth is refitted in every resample). "
-        "Keep it in 'evaluation.metrics' and compare groups on one of ece, ece_debiased, nll, brier, accuracy"
+        "Keep it in 'evaluation.metrics' and compare groups on one of ece, calibration_gap, oe_ratio, nll, brier, "
+        "accuracy"
     ) in str(info.value)
 
 

@@ -229,8 +229,9 @@ def test_heterogeneity_matches_combine_effects_and_a_written_out_variance(
     assert meta["tau2"] == pytest.approx(tau2, abs=1e-7)
     w = 1.0 / (v + meta["tau2"])
     pooled = float(np.sum(w * theta) / w.sum())
-    # Hartung-Knapp: the weighted residual variance, t with k - 1 = 2 df
-    se_hk = math.sqrt(float(np.sum(w * (theta - pooled) ** 2)) / (2 * float(w.sum())))
+    # Hartung-Knapp with the max(1, q) floor: the weighted residual variance, never below the fixed-scale
+    # one, t with k - 1 = 2 df
+    se_hk = math.sqrt(max(1.0, float(np.sum(w * (theta - pooled) ** 2)) / 2) / float(w.sum()))
     t = float(student_t.ppf(0.975, 2))
     assert meta["pooled_oe"] == pytest.approx(math.exp(pooled), rel=1e-9)
     assert (meta["pooled_oe_low"], meta["pooled_oe_high"]) == pytest.approx(

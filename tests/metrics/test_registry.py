@@ -309,6 +309,7 @@ def test_the_consumers_read_the_registry() -> None:
 NOT_METRIC_NAMES: dict[str, tuple[set[str], str]] = {
     "metrics/_calibration_error.py": ({"accuracy"}, "ReliabilityCurve's per-bin accuracy field"),
     "report/figures.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
+    "report/_same_groups.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
     "evaluation/_group_intervals.py": ({"accuracy"}, "the reliability curve's per-bin accuracy field"),
     "metrics/_clinical.py": ({"slope", "intercept"}, "fields of CalibrationSlopeIntercept.to_dict"),
     "metrics/_recalibration.py": (

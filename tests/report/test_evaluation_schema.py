@@ -42,6 +42,14 @@ def _no_scanner_criterion(p: dict[str, Any]) -> None:
     p["acceptance"].append({"id": "accuracy-unreachable", "metric": "accuracy", "above": 0.999})
 
 
+def _bca_without_debiased(p: dict[str, Any]) -> None:
+    """BCa is refused for the debiased ECE: its metric list and the scanner criterion judge the Brier score."""
+    p["evaluation"]["metrics"] = _ALL_METRICS
+    for criterion in p["acceptance"]:
+        if criterion["metric"] == "ece_debiased":
+            criterion.update(metric="brier", below=0.5)
+
+
 def _no_subgroups(p: dict[str, Any]) -> None:
     p["subgroups"], p["acceptance"] = {}, []
 
@@ -67,7 +75,7 @@ VARIANTS: dict[str, tuple[dict[str, dict[str, Any]], Callable[[dict[str, Any]], 
                 "disparity_metrics": _ALL_METRICS,
             },
         },
-        None,
+        _bca_without_debiased,
     ),
     # one half split (the demo cross-fits), where scanners of about 30 fit studies fall back to the global T
     "insufficient-data": (
@@ -190,7 +198,8 @@ def test_the_variants_reach_every_optional_shape(documents: dict[str, Document])
         for s in by_stage.values()
     ]
     assert any(s.get("note") == "too_few_groups" for s in stages) and any("range" in s for s in stages)
-    assert {s["metric"] for s in stages if "metric" in s} == set(_ALL_METRICS)
+    # the demo protocol's disparity metrics add the signed calibration gap to the variants' four
+    assert {s["metric"] for s in stages if "metric" in s} == {*_ALL_METRICS, "calibration_gap"}
     verdicts = {d["verdict"] for d in documents.values()}
     assert verdicts == {"pass", "fail", "inconclusive", "insufficient data"}
     assert {a["scope"] for d in documents.values() for a in d["acceptance"] if not a["results"]} == {"site"}

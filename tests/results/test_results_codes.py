@@ -30,6 +30,7 @@ from sitecal.stats._intervals import INTERVAL_REASONS
 NAME_FIELDS = {
     "ProtocolRef.name": "the protocol's name",
     "ProtocolRef.sha256": "a hex digest",
+    "GroupResult.membership": "a hex fingerprint of the group's evaluation rows",
     "Evaluation.class_names": "the model's classes",
     "Evaluation.calibration_attribute": "a subgroup attribute",
     "Evaluation.metrics": "metric names of the registry",

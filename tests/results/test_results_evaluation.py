@@ -31,7 +31,9 @@ def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[
     # criterion moved to the debiased ECE (which it now reports), the disparities gained their
     # size-matched flags and the site heterogeneity moved to REML with Hartung-Knapp; the demo protocol
     # gained its slope criterion; schema_version 4 records the split's folds (null for one split); the
-    # judged rows gained their planned study size (and the document its planning settings)
+    # judged rows gained their planned study size (and the document its planning settings); the debiased
+    # ECE's interval became the recentred one (its upper ends and the planned sizes moved), the site
+    # meta-analysis's Hartung-Knapp interval gained its max(1, q) floor, and every group its membership
     # Compared to 1e-12 rather than byte for byte: numpy's OpenBLAS picks its kernels by CPU (DYNAMIC_ARCH),
     # and another machine's kernels sum in another order, which moves the last bits of a least-squares
     # fit (measured: up to about 1e-15 relative; no reported digit moved)
@@ -143,6 +145,7 @@ def test_the_document_keeps_its_key_order(outcomes: dict[str, Any]) -> None:
         "metrics",
         "reliability",
         "temperature_source",
+        "membership",
     ]
     assert list(doc["characteristics"]["overall"]["classes"][0]) == ["class", "count", "share"]
 

@@ -20,7 +20,13 @@ from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_metho
 from sitecal.evaluation._acceptance import PASS, combine, judge
 from sitecal.evaluation._characteristics import cohort_characteristics, highest_confidence_errors
 from sitecal.evaluation._compare import compare_recalibration
-from sitecal.evaluation._disparities import attribute_disparities, attribute_flags, refit_temperatures
+from sitecal.evaluation._disparities import (
+    attribute_disparities,
+    attribute_flags,
+    refit_after_flags,
+    refit_temperatures,
+)
+from sitecal.evaluation._group_identity import membership_digest
 from sitecal.evaluation._group_intervals import (
     FitRows,
     add_method_uncertainty,
@@ -246,7 +252,8 @@ def evaluate(
     overall: GroupResult | None = None
     # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
     oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
-    for (attribute, group, _), (entry, oe) in zip(plan, grouped, strict=True):  # a loop over groups
+    for (attribute, group, mask), (entry, oe) in zip(plan, grouped, strict=True):  # a loop over groups
+        entry = dataclasses.replace(entry, membership=membership_digest(mask))
         oe_intervals[attribute, group] = oe
         if attribute == OVERALL:
             overall = entry
@@ -267,6 +274,15 @@ def evaluate(
 
     held_attributes = {name: data.attributes[name][held] for name in attributes}
     flags = attribute_flags(held_attributes, prob_sets, labels, patients, protocol=protocol, spec=spec)
+    own_temperatures = all(entry.source == "own" for entry in temperatures.groups.values())
+    if per in flags and cal.method == "temperature" and split.method == "patient" and own_temperatures:
+        flags[per] = refit_after_flags(
+            flags[per],
+            (logits, labels, held_attributes[per], patients),
+            (data.logits[fit], data.labels[fit], cal_groups[fit], data.patient_keys[fit]),
+            protocol=protocol,
+            spec=spec,
+        )
 
     def compared(name: str) -> dict[str, DisparityStages]:
         return attribute_disparities(

@@ -326,7 +326,10 @@ def _empirical_bayes_text(cal: Mapping[str, Any], per: str) -> str:
         "the weight changes continuously with size, so the protocol's minimum group size is not used. A "
         "fit on a bound of T, with no curvature or from a single patient gets weight 0. Why: a size "
         "threshold makes a group's temperature jump when one study crosses it, and a fixed pull toward "
-        f"the global temperature does not learn from the data how much the {unit}s really differ."
+        f"the global temperature does not learn from the data how much the {unit}s really differ. "
+        f"Each {unit}'s temperature interval includes the spread of the pull toward exp(μ); in "
+        "simulations it contained a group's true temperature in 93–96 % of cases for groups of 200–300 "
+        "studies and 89–96 % for groups of 30–120 studies whose temperatures differ."
     )
 
 

@@ -145,7 +145,8 @@ WORDS: dict[str, Callable[[Fields], str]] = {
     "log_oe": lambda f: "log(O/E), O/E = accuracy / mean top-label confidence",
     "cluster_robust_delta_method": lambda f: "cluster-robust (patient) delta-method variance of log(O/E)",
     "reml_hartung_knapp": lambda f: (
-        "random effects, tau² by REML, Hartung-Knapp interval (t, k - 1 df), prediction interval for a "
+        "random effects, tau² by REML, Hartung-Knapp interval (max(1, q) modification, t, k - 1 df), "
+        "prediction interval for a "
         "new site (t, k - 2 df); Q tested against chi-squared with k - 1 df"
     ),
     "dersimonian_laird": lambda f: (

@@ -161,6 +161,10 @@ class GroupResult(Record):
         Under another method than temperature scaling (the document's ``calibration_method``), on the
         calibration groups: 'own' fit, 'global_fallback' (too few fit studies: the global fit) or 'global'
         (one fit for all); ``refit`` then says whether the method was refitted in every resample.
+    membership : str or None
+        A fingerprint of the group's evaluation rows (``sitecal.evaluation.membership_digest``: 16 hex
+        digits of a hash of their positions, no identifier): equal across groups of different attributes
+        means the same studies, which the report shows once. Absent in documents written before it.
     """
 
     attribute: str
@@ -175,6 +179,7 @@ class GroupResult(Record):
     reliability: OrAbsent[Reliability] = None
     temperature_source: OrAbsent[TemperatureSource] = None
     calibration_source: OrAbsent[Literal["own", "global_fallback", "global"]] = None
+    membership: OrAbsent[Annotated[str, Constraint(pattern="^[0-9a-f]{16}$")]] = None
 
     def _problems(self) -> Iterator[tuple[str, str]]:
         if self.calibration_source is not None:

@@ -22,6 +22,7 @@ from sitecal.stats._disparity_refit import (
     refit_disparity_intervals,
     refit_disparity_stages,
 )
+from sitecal.stats._disparity_refit_flags import refit_size_matched_flags
 from sitecal.stats._empirical_bayes import GroupTemperatureIntervals, bootstrap_group_temperatures
 from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic
 from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_meta_analysis
@@ -63,6 +64,7 @@ __all__ = [
     "refit_disparity_intervals",
     "refit_disparity_stages",
     "refit_method_bootstrap",
+    "refit_size_matched_flags",
     "size_matched_flags",
     "size_matched_flags_attributes",
     "size_matched_flags_each",
