@@ -252,8 +252,11 @@ def evaluate(
     overall: GroupResult | None = None
     # each group's top-label O/E before and after, on its resamples: the sensitivity analyses' intervals
     oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
+    # each evaluated row's rank by (patient, logits): the groups' fingerprints do not depend on row order
+    row_rank = np.empty(len(labels), dtype=np.int64)
+    row_rank[np.lexsort((*logits.T[::-1], patients))] = np.arange(len(labels))
     for (attribute, group, mask), (entry, oe) in zip(plan, grouped, strict=True):  # a loop over groups
-        entry = dataclasses.replace(entry, membership=membership_digest(mask))
+        entry = dataclasses.replace(entry, membership=membership_digest(row_rank[mask]))
         oe_intervals[attribute, group] = oe
         if attribute == OVERALL:
             overall = entry
