@@ -19,9 +19,9 @@ from sitecal.evaluation._acceptance import combine, group_verdict, judge
 from sitecal.protocol import AcceptanceCriterion
 
 NAN = math.nan
-BELOW = AcceptanceCriterion(id="ece-below", metric="ece", below=0.05)
+BELOW = AcceptanceCriterion(id="ece-below", metric="ece_debiased", below=0.05)
 ABOVE = AcceptanceCriterion(id="acc-above", metric="accuracy", above=0.7)
-WITHIN = AcceptanceCriterion(id="slope-within", metric="ece", within=(0.8, 1.25))
+WITHIN = AcceptanceCriterion(id="slope-within", metric="ece_debiased", within=(0.8, 1.25))
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,8 @@ def test_a_criterion_takes_the_worst_of_its_groups(verdicts: list[Any], expected
 
 def _group(name: str, n: int, low: float, estimate: float, high: float, *, small: bool = False) -> Any:
     interval = SimpleNamespace(estimate=estimate, low=low, high=high)
-    return SimpleNamespace(group=name, n=n, small=small, metrics={"ece": SimpleNamespace(after=interval)})
+    metrics = {"ece_debiased": SimpleNamespace(after=interval)}
+    return SimpleNamespace(group=name, n=n, small=small, metrics=metrics)
 
 
 def test_judge_records_each_groups_interval_margin_and_level() -> None:
@@ -84,7 +85,7 @@ def test_judge_records_each_groups_interval_margin_and_level() -> None:
             _group("C", 20, 0.0, 0.01, 0.02, small=True),  # clears, but too small to be judged
         ]
     }
-    criterion = AcceptanceCriterion(id="c", metric="ece", below=0.05, scope="scanner")
+    criterion = AcceptanceCriterion(id="c", metric="ece_debiased", below=0.05, scope="scanner")
     judged = judge(criterion, overall, groups, 0.9)
     assert [(r.group, r.verdict) for r in judged.results] == [
         ("A", PASS),
@@ -94,11 +95,12 @@ def test_judge_records_each_groups_interval_margin_and_level() -> None:
     assert (judged.results[1].estimate, judged.results[1].low, judged.results[1].high) == (0.045, 0.03, 0.07)
     assert judged.verdict == INCONCLUSIVE
     assert (judged.rule, judged.lower_margin, judged.upper_margin, judged.level) == ("below", None, 0.05, 0.9)
-    within = judge(AcceptanceCriterion(id="w", metric="ece", within=(0.0, 0.05)), overall, groups, 0.95)
+    inside = AcceptanceCriterion(id="w", metric="ece_debiased", within=(0.0, 0.05))
+    within = judge(inside, overall, groups, 0.95)
     assert (within.rule, within.lower_margin, within.upper_margin) == ("within", 0.0, 0.05)
     assert within.verdict == PASS and [r.group for r in within.results] == ["All studies"]
     nowhere = judge(
-        AcceptanceCriterion(id="n", metric="ece", below=0.05, scope="site"), overall, groups, 0.95
+        AcceptanceCriterion(id="n", metric="ece_debiased", below=0.05, scope="site"), overall, groups, 0.95
     )
     assert nowhere.results == () and nowhere.verdict == INSUFFICIENT
 
@@ -117,7 +119,7 @@ def test_judge_records_each_groups_interval_margin_and_level() -> None:
 )
 def test_a_criterion_gives_one_well_formed_margin(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        AcceptanceCriterion.model_validate({"id": "c", "metric": "ece", **fields})
+        AcceptanceCriterion.model_validate({"id": "c", "metric": "ece_debiased", **fields})
     assert message in str(caught.value)
 
 
@@ -160,7 +162,7 @@ WITHIN_SLOPE = AcceptanceCriterion(id="s", metric="slope", within=(0.8, 1.25))
 
 def test_a_group_without_an_estimate_is_insufficient_data_and_written_as_null() -> None:
     overall = _group("All studies", 900, math.nan, math.nan, math.nan)
-    judged = judge(AcceptanceCriterion(id="c", metric="ece", below=0.05), overall, {}, 0.95)
+    judged = judge(AcceptanceCriterion(id="c", metric="ece_debiased", below=0.05), overall, {}, 0.95)
     (row,) = judged.results
     assert row.verdict == INSUFFICIENT and (row.estimate, row.low, row.high) == (None, None, None)
     assert judged.to_dict()["results"][0]["estimate"] is None  # evaluation.json holds no NaN

@@ -52,7 +52,9 @@ def test_check_refuses_what_run_would_refuse(tmp_path: Path, capsys: pytest.Capt
     # a metric the group comparisons cannot evaluate: refused when the protocol is read, by check and run
     path = _protocol_with_inputs(tmp_path)
     path.write_text(
-        path.read_text().replace("disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [smooth_ece]")
+        path.read_text().replace(
+            "disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [smooth_ece]"
+        )
     )
     for command in (["check", str(path)], ["run", str(path), "--no-progress"]):
         assert main(command) == 2

@@ -62,15 +62,22 @@ def test_every_scanner_has_its_own_temperature(full_demo: tuple) -> None:
     }
 
 
-def test_each_scanner_has_fewer_studies_than_its_planned_size_which_the_readme_quotes(
+def test_four_scanners_pass_and_the_one_near_the_margin_is_inconclusive_as_the_readme_says(
     full_demo: tuple,
 ) -> None:
-    """README: the Needed n column puts the per-scanner margin at 600 to 800 evaluation studies."""
+    """README: four scanners pass, DRX Demo (estimate about 0.08) is inconclusive; Needed n 400 to 600."""
     folder, manifest = full_demo
     evaluation = json.loads((folder / "evaluation.json").read_text())
     (criterion,) = [c for c in evaluation["acceptance"] if c["scope"] == "scanner"]
     needed = {r["group"]: r["study_size"]["needed"] for r in criterion["results"]}
     assert set(needed) == set(manifest.scanners)
-    assert (min(needed.values()), max(needed.values())) == (600, 800)
-    assert all(r["n"] < needed[r["group"]] for r in criterion["results"])
+    assert (min(needed.values()), max(needed.values())) == (400, 600)
+    verdicts = {r["group"]: r["verdict"] for r in criterion["results"]}
+    assert verdicts == {s: "inconclusive" if s == "DRX Demo" else "pass" for s in manifest.scanners}
+    (drx,) = [r for r in criterion["results"] if r["group"] == "DRX Demo"]
+    assert 0.07 < drx["estimate"] < 0.10 < drx["high"]
+    assert (
+        min(r["n"] for r in criterion["results"]) >= 240 and max(r["n"] for r in criterion["results"]) < 600
+    )
+    assert evaluation["verdict"] == "inconclusive"
     assert evaluation["planning"]["n_simulations"] == 100 and evaluation["planning"]["target_power"] == 0.8

@@ -170,20 +170,34 @@ def test_governance_statement_must_be_text_and_field_names_are_checked(
         load_protocol(path)
 
 
-def test_smooth_ece_may_be_reported_and_judged(tmp_path: Path, demo_protocol_text: str) -> None:
-    text = demo_protocol_text.replace(
-        "metrics: [ece, ece_debiased, nll, brier, accuracy]", "metrics: [ece, smooth_ece, accuracy]"
-    ).replace("    metric: ece_debiased\n", "    metric: smooth_ece\n")
-    p = load_protocol(_write(tmp_path, text)).protocol
-    assert p.evaluation.metrics == ["ece", "smooth_ece", "accuracy"]
-    assert p.acceptance[0].metric == "smooth_ece"
+def test_smooth_ece_may_be_reported_but_not_judged(tmp_path: Path, demo_protocol_text: str) -> None:
+    reported = demo_protocol_text.replace(
+        "metrics: [ece, ece_debiased, nll, brier, accuracy]",
+        "metrics: [ece, ece_debiased, smooth_ece, accuracy]",
+    )
+    p = load_protocol(_write(tmp_path, reported)).protocol
+    assert p.evaluation.metrics == ["ece", "ece_debiased", "smooth_ece", "accuracy"]
+    for name, label in (("smooth_ece", "Smooth ECE"), ("ece", "ECE")):
+        judged = reported.replace("    metric: ece_debiased\n", f"    metric: {name}\n")
+        path = _write(tmp_path, judged)
+        with pytest.raises(ProtocolError) as info:
+            load_protocol(path)
+        line = _line_of(judged, f"    metric: {name}\n".strip())
+        assert (
+            f"{path}:{line}: acceptance.0.metric: '{name}' cannot be judged against a margin: the "
+            f"{label} is a plug-in estimate, biased upward on small groups, and its interval does not "
+            "contain the true value (for a calibrated group, never), so a criterion on it fails good "
+            "groups. Judge calibration on 'ece_debiased'"
+        ) in str(info.value)
 
 
 def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
     tmp_path: Path, demo_protocol_text: str
 ) -> None:
     # gaps between groups are computed from per-patient sums; the smooth ECE is not one
-    text = demo_protocol_text.replace("disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [ece, smooth_ece]")
+    text = demo_protocol_text.replace(
+        "disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [ece, smooth_ece]"
+    )
     path = _write(tmp_path, text)
     with pytest.raises(ProtocolError) as info:
         load_protocol(path)
@@ -192,8 +206,8 @@ def test_smooth_ece_is_refused_as_a_disparity_metric_with_its_line(
         f"{path}:{line}: evaluation.disparity_metrics: 'smooth_ece' cannot be compared between groups: the "
         "gaps between groups and their flags are computed from per-patient sums of each group's terms, and "
         "Smooth ECE is not a sum of per-study terms (its kernel bandwidth is refitted in every resample). "
-        "Keep it in 'evaluation.metrics' and compare groups on one of ece, calibration_gap, oe_ratio, nll, brier, "
-        "accuracy"
+        "Keep it in 'evaluation.metrics' and compare groups on one of ece, calibration_gap, oe_ratio, nll, "
+        "brier, accuracy"
     ) in str(info.value)
 
 

@@ -43,7 +43,7 @@ CASES: dict[str, dict[str, Any]] = {
         "seed": 11,
         "split_seed": 5,
         "refit": True,
-        "acceptance": [{"id": "ece", "metric": "ece", "below": 0.2, "scope": "site"}],
+        "acceptance": [{"id": "ece", "metric": "ece_debiased", "below": 0.2, "scope": "site"}],
     },
     "crossfit, refit": {
         "calibrate_by": "site",

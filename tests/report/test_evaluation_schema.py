@@ -43,7 +43,7 @@ def _no_scanner_criterion(p: dict[str, Any]) -> None:
 
 
 def _bca_without_debiased(p: dict[str, Any]) -> None:
-    """BCa is refused for the debiased ECE: its metric list and the scanner criterion judge the Brier score."""
+    """BCa is refused for the debiased ECE: drop it from the metrics; the scanner criterion judges Brier."""
     p["evaluation"]["metrics"] = _ALL_METRICS
     for criterion in p["acceptance"]:
         if criterion["metric"] == "ece_debiased":

@@ -124,6 +124,7 @@ def test_the_protocol_refuses_bca_with_the_debiased_ece_and_its_gaps(tmp_path) -
     with pytest.raises(ProtocolError, match="method bca is not valid for ece_debiased"):
         load_protocol(bca)
     gaps = tmp_path / "gaps.yaml"
-    gaps.write_text(text.replace("disparity_metrics: [ece, calibration_gap, nll]", "disparity_metrics: [ece_debiased]"))
+    demo_line = "disparity_metrics: [ece, calibration_gap, nll]"
+    gaps.write_text(text.replace(demo_line, "disparity_metrics: [ece_debiased]"))
     with pytest.raises(ProtocolError, match="'ece_debiased' cannot be compared between groups"):
         load_protocol(gaps)

@@ -7,7 +7,7 @@ interval at level L is a one-sided bound at (1 + L) / 2: ``below: 0.05`` judged 
 passes a group whose one-sided 97.5 % upper bound is below 0.05.
 
 >>> from sitecal.protocol import AcceptanceCriterion
->>> c = AcceptanceCriterion(id="slope", metric="ece", within=(0.8, 1.25))
+>>> c = AcceptanceCriterion(id="slope", metric="slope", within=(0.8, 1.25))
 >>> [group_verdict(c, 1.0, lo, hi) for lo, hi in [(0.9, 1.1), (0.6, 0.7), (0.7, 1.1)]]
 ['pass', 'fail', 'inconclusive']
 """
@@ -45,7 +45,7 @@ def group_verdict(criterion: AcceptanceCriterion, estimate: float, low: float, h
     """One group's verdict from its estimate and interval ``[low, high]`` against the criterion's margin.
 
     >>> from sitecal.protocol import AcceptanceCriterion
-    >>> below = AcceptanceCriterion(id="ece", metric="ece", below=0.05)
+    >>> below = AcceptanceCriterion(id="ece", metric="ece_debiased", below=0.05)
     >>> [group_verdict(below, 0.03, lo, hi) for lo, hi in [(0.01, 0.04), (0.06, 0.09), (0.02, 0.07)]]
     ['pass', 'fail', 'inconclusive']
     >>> group_verdict(below, 0.03, float("nan"), 0.04)

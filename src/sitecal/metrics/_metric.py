@@ -57,7 +57,11 @@ class Metric:
         In the protocol's default ``evaluation.metrics`` (when it lists none) and recomputed by the
         leave-one-site-out analysis (so it must be ``reported``).
     criterion : bool
-        May be named in an acceptance criterion (so it must be ``reported``, or ``recalibration``).
+        May be named in an acceptance criterion (so it must be ``reported``, or ``recalibration``): its
+        interval covers the true value at the sizes sites have, so judging it against a margin is valid.
+        Not the plug-in ECE nor the smooth ECE: biased upward on small groups, their intervals do not
+        contain a calibrated group's true value at all (``benchmarks/coverage_ece.md``,
+        ``coverage_smooth_ece.md``), so a criterion on them fails good groups.
     recalibration : bool
         Estimated for every group before and after calibration by the recalibration analysis (the
         logistic fit of the correct-prediction event: slope, intercept, O:E), with that analysis's

@@ -148,7 +148,6 @@ ECE = Metric(
     weighted=ece_sums,
     reported=True,
     default=True,
-    criterion=True,
     comparable=True,
 )
 ECE_MASS = Metric(
@@ -220,7 +219,6 @@ SMOOTH_ECE = Metric(
     bounds=_UNIT,
     weighted=SmoothECEStatistic,
     reported=True,
-    criterion=True,
 )
 CALIBRATION_GAP = Metric(
     name="calibration_gap",
@@ -357,7 +355,7 @@ def names(
     """Names of the metrics with the given properties (None: either), in registry order.
 
     >>> names(criterion=True)
-    ('ece', 'ece_debiased', 'smooth_ece', 'oe_ratio', 'slope', 'intercept', 'nll', 'brier', 'accuracy')
+    ('ece_debiased', 'oe_ratio', 'slope', 'intercept', 'nll', 'brier', 'accuracy')
     """
     wanted = {
         "reported": reported,

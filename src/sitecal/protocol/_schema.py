@@ -242,6 +242,20 @@ class AcceptanceCriterion(_Strict):
     within: tuple[float, float] | None = None
     scope: str = "overall"
 
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _judgeable(cls, name: Any) -> Any:
+        if isinstance(name, str) and name in metric_names(reported=True) and not metric(name).criterion:
+            raise ValueError(
+                f"'{name}' cannot be judged against a margin: the {metric(name).label} is a plug-in "
+                "estimate, biased upward on small groups, and its interval does not contain the true "
+                "value (for a calibrated group, never), so a criterion on it fails good groups. Judge "
+                "calibration on "
+                "'ece_debiased', whose interval covers (benchmarks/coverage_debiased.md), and keep "
+                f"'{name}' in evaluation.metrics to report it"
+            )
+        return name
+
     @model_validator(mode="before")
     @classmethod
     def _no_statistic(cls, data: Any) -> Any:
