@@ -30,6 +30,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+from _wilson import wilson_text
 
 N_BINS = 15
 MARGIN2 = 0.01  # 0.10 squared
@@ -84,14 +85,6 @@ def truth(t: float) -> float:
     return float(parts(terms(probs, labels).sum(axis=0)[None, :])[0][0])
 
 
-def wilson(k: int, n: int) -> str:
-    z = 1.959963984540054
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return f"{100 * p:.1f} % [{100 * max(centre - half, 0):.1f}, {100 * min(centre + half, 1):.1f}]"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -130,8 +123,8 @@ def main() -> None:
             for k in names:
                 c = counts[k]
                 print(
-                    f"| {case} | {np.sqrt(max(true_d, 0)):.4f} | {n} | {k} | {wilson(c[0], reps)} | "
-                    f"{wilson(c[1], reps)} | {wilson(c[2], reps)} |",
+                    f"| {case} | {np.sqrt(max(true_d, 0)):.4f} | {n} | {k} | {wilson_text(c[0], reps)} | "
+                    f"{wilson_text(c[1], reps)} | {wilson_text(c[2], reps)} |",
                     flush=True,
                 )
 

@@ -32,11 +32,11 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from _wilson import wilson_text
 
 from sitecal.calibration import fit_temperature
 from sitecal.metrics import expected_calibration_error, softmax
@@ -152,18 +152,8 @@ def _after(args: tuple[int, float, int, bool]) -> dict[str, tuple[bool, bool]]:
     return {k: (any(f.flagged.values()), f.flagged["g0"]) for k, f in zip(keys, flags, strict=True)}
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion k / n."""
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def _rate(hits: list[bool]) -> str:
-    k, n = int(sum(hits)), len(hits)
-    low, high = wilson(k, n)
-    return f"{k / n * 100:.1f} % [{low * 100:.1f}, {high * 100:.1f}]"
+    return wilson_text(int(sum(hits)), len(hits))
 
 
 def _planted_ece() -> float:

@@ -45,6 +45,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from _wilson import wilson
 
 CLASSES = 3
 MU = math.log(1.5)
@@ -55,14 +56,6 @@ DESIGNS = {
     8: (30, 30, 50, 80, 120, 200, 300, 300),
 }
 Z975 = 1.959964
-
-
-def wilson(hits: float, n: int, z: float = Z975) -> tuple[float, float]:
-    """95 % Wilson score interval of a proportion ``hits / n``."""
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def cell(rate: float, n: int) -> str:

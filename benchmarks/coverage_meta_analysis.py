@@ -43,6 +43,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from _wilson import wilson
 from scipy.special import ndtr
 from scipy.stats import t as student_t
 
@@ -57,14 +58,6 @@ def variances(pattern: str, k: int) -> np.ndarray:
     if pattern == "equal":
         return np.full(k, 0.01)
     return np.exp(np.linspace(math.log(0.002), math.log(0.04), k))
-
-
-def wilson(hits: float, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95 % Wilson score interval of a proportion ``hits / n``."""
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def cell(rate: float, n: int) -> str:
