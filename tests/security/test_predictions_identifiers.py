@@ -258,15 +258,37 @@ def test_the_cohort_refuses_a_free_column_holding_an_identifier(tmp_path: Path) 
         )
 
 
+def _pdf_text(pdf: Path) -> str:
+    return subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def _outputs(folder: Path) -> dict[str, str]:
-    """Every file of a run folder as text (bytes read leniently), the PDF also through poppler."""
+    """Every file of a run folder as text: text files as read (bytes leniently), the PDF through poppler,
+    and report.dcm as its header's elements and its encapsulated PDF's text.
+
+    Compressed binary content (the PDF's streams, PNG figures) is not searched as bytes: a three-letter
+    name occurs in a megabyte of compressed bytes by chance (about once in 16 million positions).
+    """
+    import pydicom
+
+    binary = {".pdf", ".dcm", ".png", ".parquet"}
     texts = {
-        str(p.relative_to(folder)): p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file()
+        str(p.relative_to(folder)): p.read_bytes().decode("latin-1")
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix not in binary
     }
     for pdf in folder.glob("*.pdf"):
-        texts[f"{pdf.name} (pdftotext)"] = subprocess.run(
-            ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
-        ).stdout
+        texts[f"{pdf.name} (pdftotext)"] = _pdf_text(pdf)
+    for dcm in folder.glob("*.dcm"):
+        ds = pydicom.dcmread(dcm)
+        inner = folder / f".{dcm.stem}-encapsulated.pdf"
+        inner.write_bytes(bytes(ds.EncapsulatedDocument))
+        texts[f"{dcm.name} (encapsulated PDF, pdftotext)"] = _pdf_text(inner)
+        inner.unlink()
+        del ds.EncapsulatedDocument
+        texts[f"{dcm.name} (header)"] = str(ds)
     return texts
 
 
