@@ -38,7 +38,7 @@ def test_a_clamped_debiased_ece_is_never_printed_as_zero() -> None:
     assert marks.interval({"estimate": 0.0, "low": 0.0, "high": 0.1}, metric="ece") == "0.000 [0.000, 0.100]"
     assert marks.legend() == [LEGEND["clamped"]]
     assert "cannot distinguish the error from 0" in LEGEND["clamped"]
-    assert "upper bound of its interval is the largest error the data allow" in LEGEND["clamped"]
+    assert "the upper bound of its interval is the largest error the data allow" in LEGEND["clamped"]
 
 
 def test_an_estimate_outside_its_interval_is_marked_not_altered() -> None:
@@ -142,7 +142,7 @@ def test_the_results_show_the_judged_metric_clamped_values_and_identical_groups_
     text = _flat(render_section(tmp_path, results, ev))
     assert "ECE (plug-in)" in text and "ECE (plug-in) is biased upward in small groups" in text
     assert "< noise [0.000, 0.110]" in text and "0.000 [0.000, 0.110]" not in text
-    assert text.count("< noise: a debiased ECE clamped at 0.") >= 1
+    assert text.count("< noise: a debiased ECE clamped at 0 (its squared-error estimate was negative)") >= 1
     # the site that holds the Philips scanner's studies is shown once, with a pointer
     assert "The same 238 studies as Scanner: Philips DigitalDiagnost C90: its metrics are shown there" in text
     # one forest plot, of the judged metric, with a caption that says what is drawn
@@ -174,7 +174,7 @@ def test_the_acceptance_table_prints_the_clamped_value_in_words(tmp_path: Path, 
     ev = _with_debiased(parts)
     text = _flat(render_section(tmp_path, acceptance, ev))
     assert "Siemens Ysio Max 259 < noise [0.000, 0.110] below 0.1" in text
-    assert "< noise: a debiased ECE clamped at 0." in text
+    assert "< noise: a debiased ECE clamped at 0 (its squared-error estimate was negative)" in text
 
 
 def test_the_methods_and_guide_no_longer_say_the_debiased_value_is_at_least_the_plug_in(

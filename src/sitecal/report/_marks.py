@@ -58,10 +58,9 @@ OUTSIDE = "†"
 #: The legend line of each mark (plain text: callers escape it for reportlab).
 LEGEND = {
     "clamped": (
-        f"{CLAMPED}: a debiased ECE clamped at 0. Its unbiased estimate of the squared calibration error "
-        "was negative (the observed gaps between accuracy and confidence are smaller than sampling "
-        "noise), so the data cannot distinguish the error from 0; this is not a measured error of 0. The "
-        "upper bound of its interval is the largest error the data allow."
+        f"{CLAMPED}: a debiased ECE clamped at 0 (its squared-error estimate was negative): the data "
+        "cannot distinguish the error from 0, not a measured 0; the upper bound of its interval is the "
+        "largest error the data allow."
     ),
     "outside": (
         f"{OUTSIDE} the estimate lies outside its own interval. A percentile bootstrap interval lies where "
