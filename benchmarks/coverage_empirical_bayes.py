@@ -46,6 +46,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 from _wilson import wilson
+from coverage_temperature import sample as temperature_sample
 
 CLASSES = 3
 MU = math.log(1.5)
@@ -64,12 +65,7 @@ def cell(rate: float, n: int) -> str:
 
 
 def sample(n: int, t_true: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    z = rng.normal(size=(n, CLASSES)) * 3.0
-    z[np.arange(n), rng.integers(0, CLASSES, n)] += 2.0
-    e = np.exp(z / t_true - (z / t_true).max(axis=1, keepdims=True))
-    p = e / e.sum(axis=1, keepdims=True)
-    y = (p.cumsum(axis=1) > rng.random((n, 1))).argmax(axis=1)
-    return z, y
+    return temperature_sample(n, t_true, rng, classes=CLASSES)
 
 
 def replication(args: tuple[int, float, int, int]) -> tuple[list[list[float]], list[float]]:

@@ -38,9 +38,12 @@ import numpy as np
 CLASSES = 5
 
 
-def sample(n: int, t_true: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    z = rng.normal(size=(n, CLASSES)) * 3.0
-    z[np.arange(n), rng.integers(0, CLASSES, n)] += 2.0
+def sample(
+    n: int, t_true: float, rng: np.random.Generator, classes: int = CLASSES
+) -> tuple[np.ndarray, np.ndarray]:
+    """Logits of ``classes`` classes (one raised at random) and labels drawn at temperature ``t_true``."""
+    z = rng.normal(size=(n, classes)) * 3.0
+    z[np.arange(n), rng.integers(0, classes, n)] += 2.0
     e = np.exp(z / t_true - (z / t_true).max(axis=1, keepdims=True))
     p = e / e.sum(axis=1, keepdims=True)
     y = (p.cumsum(axis=1) > rng.random((n, 1))).argmax(axis=1)

@@ -17,16 +17,14 @@ classes).
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal._validation import check_labels, check_probs
-from sitecal.metrics._binning import assign_bins, bin_edges
 from sitecal.metrics._calibration_error import top_label
-from sitecal.metrics._class_major import top_label_entries
-from sitecal.metrics._statistics import SumForm
+from sitecal.metrics._statistics import ece_sums
 
 __all__ = ["signed_calibration_gap", "signed_gap_sums"]
 
@@ -58,20 +56,9 @@ def signed_calibration_gap(probs: ArrayLike, labels: ArrayLike) -> float:
     return float(np.mean(confidence - correct))
 
 
-# The sum form keeps the ECE's per-bin blocks of (correct - confidence) (the compiled refit loop's
-# ``("top_label", "g")`` program): their total over the bins is the signed gap's numerator, so the
-# refit and permutation engines evaluate it in the same pass as the ECE family, whatever ``n_bins``.
-
-
-def _terms(
-    probs: NDArray[np.float64], labels: NDArray[np.int64], n_bins: int, func: str
-) -> NDArray[np.float64]:
-    n = probs.shape[0]
-    confidence, correct = top_label(probs, labels)
-    index = assign_bins(confidence, bin_edges(np.empty(0), n_bins, "width"))
-    gaps = np.zeros((n, n_bins))
-    gaps[np.arange(n), index] = correct - confidence
-    return np.hstack([np.ones((n, 1)), gaps])
+# The sum form keeps the ECE's terms, (1, per-bin correct - confidence) (and so the compiled refit loop's
+# ``("top_label", "g")`` program): their total over the bins is the signed gap's numerator, so the refit and
+# permutation engines evaluate it in the same pass as the ECE family, whatever ``n_bins``.
 
 
 def _from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
@@ -81,6 +68,4 @@ def _from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
 
 #: The signed gap as ``g(sum_i w_i t_i)``: ``t_i`` = (1, per-bin correct - confidence), ``g`` = minus the
 #: blocks' total over the count.
-signed_gap_sums = SumForm(
-    _terms, _from_sums, partial(top_label_entries, parts="g"), program=("top_label", "g")
-)
+signed_gap_sums = replace(ece_sums, from_sums=_from_sums)
