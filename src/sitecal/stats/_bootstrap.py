@@ -12,7 +12,7 @@ from sitecal.errors import DataError
 from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import make_plan, map_chunks
-from sitecal.stats._scale import SQUARED_METRICS, check_method_for_metrics, on_metric_scale, resampled
+from sitecal.stats._scale import check_method_for_metrics, on_metric_scale, resampled
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec, Method, validated_options
 
 __all__ = ["Statistic", "as_data", "bootstrap_interval"]
@@ -128,17 +128,14 @@ def bootstrap_interval(
     arrays = as_data(data, func=func)
     plan = make_plan(arrays[0].shape[0], clusters, strata, func=func)
     name = getattr(statistic, "name", "")  # a registry metric's statistic; any other callable has none
-    if name in SQUARED_METRICS:
-        check_method_for_metrics(how, [name], func=func)
-        statistic = resampled(statistic)
-    evaluator = make_evaluator(statistic, arrays, plan)
+    check_method_for_metrics(how, [name], func=func)
+    evaluator = make_evaluator(resampled(statistic), arrays, plan)
     chunk = chunk or auto_chunk_size([evaluator], plan, b)
     estimate = evaluator.estimate()
     threads = BootstrapSpec(workers=workers).n_workers
     chunks = map_chunks(evaluator.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
     replicates = np.concatenate([values for _, _, values in chunks])
-    if name in SQUARED_METRICS:
-        estimate, replicates = on_metric_scale(name, estimate, replicates)
+    estimate, replicates = on_metric_scale(name, estimate, replicates)  # as computed, but the debiased ECE
     jackknife = evaluator.jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
     return interval_result(
         estimate,
