@@ -52,8 +52,11 @@ def test_the_dimse_routes_give_the_folder_routes_numbers(
     assert record["service"] == f"{AE_TITLE}@127.0.0.1:{pacs.server.dicom_port} (C-FIND, C-{route.upper()})"
     # one association for the query and one a worker: never more than max_connections fetching at once
     assert 2 <= record["connections"] <= 1 + 4
-    # the study search, then per study an image-level C-FIND and one study-level retrieval
-    assert record["requests"] == 1 + 2 * studies
+    # the study search, then per study an image-level C-FIND and one study-level retrieval; a study asked
+    # again after a transient failure (a PACS still indexing answers "no instance" for a moment: seen once
+    # on a loaded machine) costs its failed request(s) again, one or two, and is counted as asked again
+    again = record["studies_asked_again"]
+    assert 1 + 2 * studies + again <= record["requests"] <= 1 + 2 * (studies + again)
     assert leaks(pacs.accepted, [by_pacs.folder, loaded.pacs_store / "index.json"]) == []
     # the report's Data section says where the studies came from and what the query returned
     text = " ".join(" ".join(p.extract_text() for p in PdfReader(by_pacs.report_pdf).pages).split())
