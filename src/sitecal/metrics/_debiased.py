@@ -11,7 +11,12 @@ from sitecal._validation import check_int, check_labels, check_option, check_pro
 from sitecal.metrics._binning import Binning, bin_edges, binned_sums
 from sitecal.metrics._calibration_error import BINNINGS, top_label
 
-__all__ = ["debiased_expected_calibration_error", "debiased_squared_from_sums"]
+__all__ = [
+    "debiased_expected_calibration_error",
+    "debiased_squared_from_sums",
+    "debiased_squared_se_from_sums",
+    "plugin_squared_from_sums",
+]
 
 
 def debiased_squared_from_sums(
@@ -31,6 +36,65 @@ def debiased_squared_from_sums(
         gap = accuracy - sum_confidence / safe
         variance = accuracy * (1.0 - accuracy) / (safe - 1.0)
         per_bin = np.where(usable, count * (gap * gap - variance), 0.0)
+        out: NDArray[np.float64] = per_bin.sum(axis=1) / total
+    return out
+
+
+def debiased_squared_se_from_sums(
+    count: NDArray[np.float64], sum_correct: NDArray[np.float64], sum_confidence: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    r"""Standard error of :func:`debiased_squared_from_sums`, from the same sums: (B, n_bins) each -> (B,).
+
+    Given the bin counts and independent rows, :math:`\widehat D = \sum_b p_b (\hat g_b^2 - \hat v_b)`
+    with :math:`p_b = n_b / N` has variance :math:`\sum_b p_b^2 [4 g_b^2 s_b^2 / n_b + 2 s_b^4 / (n_b
+    (n_b - 1))]` (:math:`s_b^2` the correctness variance of bin b, :math:`g_b` its gap; the second term
+    is the variance of a debiased square at :math:`g_b = 0`). The gaps are not known one by one, so the
+    first term spreads :math:`\max(\widehat D, 0)` evenly over the bins:
+    :math:`4 \max(\widehat D, 0) \sum_b p_b s_b^2 / N`. Bins with ``count < 2`` add nothing, as in
+    :math:`\widehat D`. Measured on 400 samples of 300 (``tests/stats/test_scale.py``): within 10 % of
+    the estimate's spread for miscalibrated models, about 20 % above it for a calibrated one (where
+    :math:`\max(\widehat D, 0) > 0` in half the samples adds a first term whose true value is 0). The
+    bootstrap engines only *studentise* by it (:mod:`sitecal.stats._scale`): the
+    resampled patients set the interval's scale, so the ignored clustering and the rough first term do
+    not enter the interval as they would a normal one.
+
+    >>> import numpy as np
+    >>> # one bin of 5 with 2 correct, mean confidence 0.86: s2 = 0.4 * 0.6 * 5/4 = 0.3, D = 0.1516
+    >>> se = debiased_squared_se_from_sums(np.array([[5.0]]), np.array([[2.0]]), np.array([[4.3]]))
+    >>> round(float(se[0]), 6), round((4 * 0.1516 * 0.3 / 5 + 2 * 0.3**2 / (5 * 4)) ** 0.5, 6)
+    (0.213035, 0.213035)
+    """
+    total = count.sum(axis=1)
+    usable = count >= 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        safe = np.where(usable, count, 2.0)
+        accuracy = sum_correct / safe
+        s2 = np.where(usable, accuracy * (1.0 - accuracy) * safe / (safe - 1.0), 0.0)
+        share = np.where(usable, safe / total[:, None], 0.0)
+        null = (2.0 * share * share * s2 * s2 / (safe * (safe - 1.0))).sum(axis=1)
+        d = debiased_squared_from_sums(count, sum_correct, sum_confidence)
+        spread = (share * s2).sum(axis=1)
+        out: NDArray[np.float64] = np.sqrt(4.0 * np.maximum(d, 0.0) * spread / total + null)
+    return out
+
+
+def plugin_squared_from_sums(
+    count: NDArray[np.float64], sum_correct: NDArray[np.float64], sum_confidence: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    r"""The plug-in squared binned l2 error :math:`\sum_b (n_b / N) (\bar y_b - \bar c_b)^2`: (B,).
+
+    What :func:`debiased_squared_from_sums` estimates, evaluated on the sample itself: the true value in
+    the bootstrap's world, where the population is the sample, and so the centre of its studentised
+    replicates (:mod:`sitecal.stats._scale`). Every non-empty bin counts.
+
+    >>> import numpy as np
+    >>> round(float(plugin_squared_from_sums(np.array([[5.0]]), np.array([[2.0]]), np.array([[4.3]]))[0]), 4)
+    0.2116
+    """
+    total = count.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        filled = count > 0
+        per_bin = np.where(filled, (sum_correct - sum_confidence) ** 2 / np.where(filled, count, 1.0), 0.0)
         out: NDArray[np.float64] = per_bin.sum(axis=1) / total
     return out
 

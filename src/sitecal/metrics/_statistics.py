@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -40,7 +41,11 @@ from sitecal.metrics._class_major import (
     top_label_entries,
 )
 from sitecal.metrics._clinical import event_outcome
-from sitecal.metrics._debiased import debiased_squared_from_sums
+from sitecal.metrics._debiased import (
+    debiased_squared_from_sums,
+    debiased_squared_se_from_sums,
+    plugin_squared_from_sums,
+)
 from sitecal.metrics._scores import accuracy_terms, brier_terms, nll_terms
 from sitecal.metrics._smooth_weighted import SmoothECEStatistic
 
@@ -101,8 +106,12 @@ class SumForm:
     sparse_terms: SparseForm | None = None  # None: every column of ``row_terms`` for every row
     # the same terms as a program of the compiled refit loop (sitecal._kernels.PROGRAMS): (name, blocks)
     program: tuple[str, str] | None = None
-    # for a metric that is sqrt(max(D, 0)): the signed D from the sums, which the bootstrap engines resample
+    # for a metric that is sqrt(max(D, 0)): the signed D from the sums, which the bootstrap engines resample,
+    # and its two companions for the studentised interval (sitecal.stats._scale): D's standard error and
+    # the plug-in squared error (the bootstrap world's true value), each from the same sums
     signed_from_sums: FromSums | None = None
+    se_from_sums: FromSums | None = None
+    plug_from_sums: FromSums | None = None
 
     def __call__(self, name: str, n_bins: int) -> SumMetricStatistic:
         """The metric ``name`` in this form, with ``n_bins`` equal-width bins."""
@@ -129,16 +138,25 @@ class SumMetricStatistic:
     name: str
     form: SumForm = field(repr=False)
     n_bins: int = 15
-    signed: bool = False
+    part: Literal["metric", "signed", "se", "plug"] = "metric"
 
     def resampled(self) -> SumMetricStatistic:
         r"""The statistic the bootstrap engines resample: the signed estimate, where the metric clamps one.
 
         For the debiased ECE, :meth:`from_sums` then gives the signed squared estimate :math:`\widehat D`
         (which can be negative) instead of :math:`\sqrt{\max(\widehat D, 0)}`; the engines take the
-        square root after recentring (:func:`sitecal.stats.on_metric_scale`). Any other metric: itself.
+        square root after studentising (:func:`sitecal.stats.on_metric_scale`). Any other metric: itself.
         """
-        return self if self.form.signed_from_sums is None else replace(self, signed=True)
+        return self if self.form.signed_from_sums is None else replace(self, part="signed")
+
+    def companions(self) -> tuple[SumMetricStatistic, ...]:
+        """The resampled estimate's standard error and plug-in value, for its studentised interval.
+
+        Empty for a metric without them (every metric but the debiased ECE).
+        """
+        if self.form.se_from_sums is None or self.form.plug_from_sums is None:
+            return ()
+        return replace(self, part="se"), replace(self, part="plug")
 
     def row_terms(self, probs: ArrayLike, labels: ArrayLike) -> NDArray[np.float64]:
         """Per-row terms ``t_i``, shape (N, J); column 0 is always the row count (all ones)."""
@@ -148,9 +166,12 @@ class SumMetricStatistic:
 
     def from_sums(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
         """Compute the metric from weighted sums of the terms, row-wise: shape (B, J) -> (B,)."""
-        if self.signed and self.form.signed_from_sums is not None:
-            return self.form.signed_from_sums(sums, self.n_bins)
-        return self.form.from_sums(sums, self.n_bins)
+        chosen = {
+            "signed": self.form.signed_from_sums,
+            "se": self.form.se_from_sums,
+            "plug": self.form.plug_from_sums,
+        }.get(self.part)
+        return (chosen or self.form.from_sums)(sums, self.n_bins)
 
     def cluster_sums(
         self, probs: ArrayLike, labels: ArrayLike, cluster_of_row: NDArray[np.int64], n_clusters: int
@@ -341,11 +362,19 @@ def _debiased_terms(
     return np.hstack([np.ones((n, 1)), counts, corrects, confidences])
 
 
-def _debiased_squared(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
-    # the signed estimate of the squared error: the engines resample it unclamped and take the square root
-    # only after recentring (Metric.squared; sitecal.stats.on_metric_scale)
-    b = n_bins
-    return debiased_squared_from_sums(sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :])
+def _debiased_part(
+    part: Callable[[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]],
+) -> FromSums:
+    def from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
+        b = n_bins
+        return part(sums[:, 1 : 1 + b], sums[:, 1 + b : 1 + 2 * b], sums[:, 1 + 2 * b :])
+
+    return from_sums
+
+
+# the signed estimate of the squared error: the engines resample it unclamped and take the square root only
+# after studentising (Metric.squared; sitecal.stats.on_metric_scale)
+_debiased_squared = _debiased_part(debiased_squared_from_sums)
 
 
 def _debiased_from_sums(sums: NDArray[np.float64], n_bins: int) -> NDArray[np.float64]:
@@ -359,6 +388,8 @@ debiased_ece_sums = SumForm(
     partial(top_label_entries, parts="nac"),
     program=("top_label", "nac"),
     signed_from_sums=_debiased_squared,
+    se_from_sums=_debiased_part(debiased_squared_se_from_sums),
+    plug_from_sums=_debiased_part(plugin_squared_from_sums),
 )
 
 

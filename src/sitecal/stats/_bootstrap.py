@@ -9,10 +9,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal.errors import DataError
-from sitecal.stats._evaluators import PreparedStatistic, SufficientStatistic, auto_chunk_size, make_evaluator
+from sitecal.stats._evaluators import (
+    EvaluatorSet,
+    PreparedStatistic,
+    SufficientStatistic,
+    auto_chunk_size,
+    make_evaluator,
+)
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import make_plan, map_chunks
-from sitecal.stats._scale import check_method_for_metrics, on_metric_scale, resampled
+from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec, Method, validated_options
 
 __all__ = ["Statistic", "as_data", "bootstrap_interval"]
@@ -129,17 +135,19 @@ def bootstrap_interval(
     plan = make_plan(arrays[0].shape[0], clusters, strata, func=func)
     name = getattr(statistic, "name", "")  # a registry metric's statistic; any other callable has none
     check_method_for_metrics(how, [name], func=func)
-    evaluator = make_evaluator(resampled(statistic), arrays, plan)
-    chunk = chunk or auto_chunk_size([evaluator], plan, b)
-    estimate = evaluator.estimate()
+    rows = engine_rows([name], [resampled(statistic)])  # and the studentised interval's companions
+    evaluators = EvaluatorSet([make_evaluator(stat, arrays, plan) for stat in rows.statistics])
+    chunk = chunk or auto_chunk_size(evaluators.sized, plan, b)
+    estimates = evaluators.estimates(plan.n_clusters)
     threads = BootstrapSpec(workers=workers).n_workers
-    chunks = map_chunks(evaluator.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
-    replicates = np.concatenate([values for _, _, values in chunks])
-    estimate, replicates = on_metric_scale(name, estimate, replicates)  # as computed, but the debiased ECE
-    jackknife = evaluator.jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
+    chunks = map_chunks(evaluators.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
+    replicates = np.concatenate([values for _, _, values in chunks], axis=1)
+    # as computed, but the debiased ECE
+    estimates, replicates = rows.on_metric_scale(estimates, replicates)
+    jackknife = evaluators.evaluators[0].jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
     return interval_result(
-        estimate,
-        replicates,
+        float(estimates[0]),
+        replicates[0],
         jackknife,
         spec=BootstrapSpec(n_resamples=b, level=lvl, method=how, seed=s),
         n=plan.n,

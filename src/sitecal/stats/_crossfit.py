@@ -27,7 +27,7 @@ from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
-from sitecal.stats._scale import tables_on_metric_scale
+from sitecal.stats._scale import engine_rows
 from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 from sitecal.stats._term_sums import metrics_at_temperatures
@@ -187,7 +187,9 @@ def crossfit_bootstrap(
         )
     ff = _folds(fit_folds, zf.shape[0], k, "fit_folds", func)
     fe = _folds(eval_folds, ze.shape[0], k, "eval_folds", func)
-    names, stats = _statistics(metrics, n_bins)
+    names, plain = _statistics(metrics, n_bins)
+    rows_of = engine_rows(names, plain)  # and the studentised interval's companions
+    stats = rows_of.statistics
 
     patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
     if patients.shape[0] != zf.shape[0] + ze.shape[0]:
@@ -234,7 +236,7 @@ def crossfit_bootstrap(
         auto_chunk_size(before.sized, eval_plan, b),
     )
     s_rep = np.empty(b)
-    replicates = np.empty((len(names), 2, b))
+    replicates = np.empty((len(stats), 2, b))
     start = 0
     refits = SolverSet([deployed, *fold_solvers], plan.n_clusters)
     patient_of_cluster = np.arange(plan.n_clusters, dtype=np.int64)  # the plan's clusters are the patients
@@ -254,7 +256,7 @@ def crossfit_bootstrap(
             row_cluster=eval_codes,
         )
         start = stop
-    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
+    estimates, replicates = rows_of.on_metric_scale(estimates, replicates)
     return CrossfitIntervals(
         metrics=names,
         prob_sets=PROB_SETS,

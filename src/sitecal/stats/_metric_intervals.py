@@ -16,7 +16,7 @@ from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._evaluators import EvaluatorSet, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._resample import Draws, make_plan, map_chunks
-from sitecal.stats._scale import check_method_for_metrics, resampled, tables_on_metric_scale
+from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
@@ -214,16 +214,18 @@ def bootstrap_metrics(
             )
         statistics[key] = statistic
     names = tuple(statistics)
+    rows = engine_rows(names, [statistics[m] for m in names])
     plan = make_plan(n, clusters, strata, func=func)
-    evaluators = [[make_evaluator(statistics[m], (probs[s], y), plan) for s in prob_sets] for m in names]
+    evaluators = [[make_evaluator(stat, (probs[s], y), plan) for s in prob_sets] for stat in rows.statistics]
     # the sum statistics share one pass over each chunk's draws; the others are evaluated one by one
     together = EvaluatorSet([e for row in evaluators for e in row])
     chunk = spec.chunk_size or auto_chunk_size(together.sized, plan, spec.n_resamples)
-    estimates = together.estimates(plan.n_clusters).reshape(len(names), len(sets))
-    replicates = np.empty((len(names), len(sets), spec.n_resamples))
+    n_rows = len(rows.statistics)
+    estimates = together.estimates(plan.n_clusters).reshape(n_rows, len(sets))
+    replicates = np.empty((n_rows, len(sets), spec.n_resamples))
 
     def chunk_replicates(draws: Draws) -> NDArray[np.float64]:
-        return together.replicates(draws).reshape(len(names), len(sets), draws.size)
+        return together.replicates(draws).reshape(n_rows, len(sets), draws.size)
 
     chunks = map_chunks(
         chunk_replicates,
@@ -237,8 +239,9 @@ def bootstrap_metrics(
         replicates[:, :, start:stop] = values
     jackknife = None
     if spec.method == "bca" and plan.n_clusters > 1:
-        jackknife = _readonly(np.array([[e.jackknife(chunk) for e in row] for row in evaluators]))
-    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
+        own = evaluators[: len(names)]  # the metrics' rows (BCa is refused where there are companions)
+        jackknife = _readonly(np.array([[e.jackknife(chunk) for e in row] for row in own]))
+    estimates, replicates = rows.on_metric_scale(estimates, replicates)
     return MetricIntervals(
         metrics=names,
         prob_sets=sets,

@@ -25,7 +25,7 @@ from sitecal.errors import DataError
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, cluster_ids, draw_chunks, make_plan
-from sitecal.stats._scale import resampled, tables_on_metric_scale
+from sitecal.stats._scale import engine_rows, resampled
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = ["Arms", "arm_interval", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
@@ -180,11 +180,13 @@ def paired_arms(
         return made
 
     ones = np.ones((1, ze.shape[0]))
-    estimates = np.stack([measure(stats, arm_probabilities(a, None, 1)[0], ye, ones)[:, 0] for a in arms])
+    rows = engine_rows([s.name for s in stats], stats)  # and the studentised interval's companions
+    measured = rows.statistics
+    estimates = np.stack([measure(measured, arm_probabilities(a, None, 1)[0], ye, ones)[:, 0] for a in arms])
 
     b = spec.n_resamples
     chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // max(ze.shape[0] * ze.shape[1], 1)))
-    replicates = np.empty((len(arms), len(stats), b))
+    replicates = np.empty((len(arms), len(measured), b))
     not_converged = [0] * len(arms)
     start = 0
     for fit_weights, eval_weights in design.draws(spec.seed, b, chunk):  # a loop over chunks of resamples
@@ -193,9 +195,9 @@ def paired_arms(
             probs, *refits = arm_probabilities(arm, fit_weights, eval_weights.shape[0])
             for refit in refits:  # a loop over the arm's fits (one, or one per fold)
                 not_converged[i] += int(np.count_nonzero(~np.asarray(refit.converged)))
-            replicates[i, :, start:stop] = measure(stats, probs, ye, eval_weights)
+            replicates[i, :, start:stop] = measure(measured, probs, ye, eval_weights)
         start = stop
-    estimates, replicates = tables_on_metric_scale([s.name for s in stats], estimates, replicates, axis=1)
+    estimates, replicates = rows.on_metric_scale(estimates, replicates, axis=1)
     return Arms(
         fit_plan=design.fit_plan,
         eval_plan=design.eval_plan,

@@ -24,7 +24,7 @@ from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evalua
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
-from sitecal.stats._scale import check_method_for_metrics, resampled, tables_on_metric_scale
+from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapSpec
 from sitecal.stats._term_sums import RefitStatistic, metrics_at_temperatures
 
@@ -175,6 +175,7 @@ def refit_bootstrap(
         )
     names, stats = _statistics(metrics, n_bins)
     check_method_for_metrics(spec.method, names, func=func)
+    rows = engine_rows(names, stats)  # and the studentised interval's companions
     given = _precomputed(log_temperature, log_temperature_replicates, log_temperature_jackknife, spec)
     solver: BatchedTemperatureSolver | None = None
     if given is None:
@@ -187,8 +188,10 @@ def refit_bootstrap(
         fit = fit_validated(zf, yf, tol=1e-10, max_iter=100, low=low, high=high)
         s0 = given[0]
     before_probs = softmax(ze)
-    before = EvaluatorSet([make_evaluator(stat, (before_probs, ye), eval_plan) for stat in stats])
-    after_at_s0 = metrics_at_temperatures(stats, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[:, 0]
+    before = EvaluatorSet([make_evaluator(stat, (before_probs, ye), eval_plan) for stat in rows.statistics])
+    after_at_s0 = metrics_at_temperatures(rows.statistics, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[
+        :, 0
+    ]
     estimates = np.stack([before.estimates(eval_plan.n_clusters), after_at_s0], axis=1)
 
     b = spec.n_resamples
@@ -197,7 +200,7 @@ def refit_bootstrap(
         auto_chunk_size(before.sized, eval_plan, b),
     )
     s_rep = np.empty(b)
-    replicates = np.empty((len(names), 2, b))
+    replicates = np.empty((len(rows.statistics), 2, b))
     n_exact = n_bound = 0
     max_err = 0.0
     start = 0
@@ -218,7 +221,7 @@ def refit_bootstrap(
             max_err = max(max_err, float(sol.error_bound.max()))
         replicates[:, 0, start:stop] = before.replicates(eval_draws)
         replicates[:, 1, start:stop] = metrics_at_temperatures(
-            stats,
+            rows.statistics,
             ze,
             ye,
             s_rep[start:stop],
@@ -235,7 +238,7 @@ def refit_bootstrap(
         elif solver is not None:
             s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
         s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
-    estimates, replicates = tables_on_metric_scale(names, estimates, replicates)
+    estimates, replicates = rows.on_metric_scale(estimates, replicates)
     return RefitIntervals(
         metrics=names,
         prob_sets=PROB_SETS,
