@@ -25,8 +25,11 @@ below 1e-4 on the squared scale); after calibration, at the temperature that min
 draws. Each rate has its Wilson 95 % interval. ``--bins`` compares numbers of bins (the estimand is
 then each binning's own binned error; the cases keep the T and d found for 15 bins).
 
-``--rule old`` adds, before calibration, the interval of the previous release (the percentile of the
-clamped replicates, not recentred) on the same resamples.
+The reported interval is the studentised bootstrap (``sitecal.stats._scale``). ``--rule old`` adds,
+before calibration and on the same resamples, the two earlier rules: the previous release's recentred
+percentile interval (``D* - (mean D* - D)``) and the one before it (the percentile of the clamped
+replicates). After calibration the previous release's rows are the earlier run of this script: the
+seeds (``1000 n + r``), samples and resamples are the same.
 
 Run:  python benchmarks/coverage_debiased.py                (R = 300, n = 50, 100, 300, 1000, B = 1000)
       python benchmarks/coverage_debiased.py --quick        (R = 30, n = 100, 300, B = 200)
@@ -139,10 +142,11 @@ def one(
         )
         got = res.get("ece_debiased", "p")
         out = [(got.low, got.high)]
-        if old:  # the previous release: percentiles of the clamped replicates, not recentred
-            clamped = np.sqrt(np.maximum(res.replicates[1, 0], 0.0))
-            lo, hi = np.quantile(clamped, [0.025, 0.975])
-            out.append((float(lo), float(hi)))
+        if old:  # the previous release (recentred) and the one before it (clamped, not recentred)
+            signed, d = res.replicates[1, 0], float(res.estimates[1, 0])
+            for values in (signed - (signed.mean() - d), signed):  # a loop over the two earlier rules
+                lo, hi = np.quantile(np.sqrt(np.maximum(values, 0.0)), [0.025, 0.975])
+                out.append((float(lo), float(hi)))
         return out
     if stage == "crossfit":  # the n studies both fit (on the other folds) and evaluated, 5 folds
         folds = patients(n) % 5  # patients nest in folds
@@ -215,7 +219,8 @@ def main() -> None:
             cases.append(solve(0.11, stage, big))
         title = {"before": "before calibration", "after": "after calibration, one split (refit)"}
         print(f"## {title.get(stage, 'after calibration, 5-fold cross-fitting (refit)')}\n")
-        rules = ["reported"] + (["previous release"] if args.rule == "old" and stage == "before" else [])
+        earlier = ["recentred (previous release)", "clamped (release before)"]
+        rules = ["studentised (reported)"] + (earlier if args.rule == "old" and stage == "before" else [])
         print("| bins | case | true l2 | n | rule | coverage | truth above interval | PASS | FAIL |")
         print("|---:|---|---:|---:|---|---|---|---|---|")
         for n_bins in args.bins:

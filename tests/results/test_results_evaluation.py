@@ -34,6 +34,8 @@ def test_the_typed_path_writes_the_bytes_the_dict_literals_wrote(outcomes: dict[
     # judged rows gained their planned study size (and the document its planning settings); the debiased
     # ECE's interval became the recentred one (its upper ends and the planned sizes moved), the site
     # meta-analysis's Hartung-Knapp interval gained its max(1, q) floor, and every group its membership
+    # fingerprint; then the debiased ECE's interval became the studentised bootstrap (its upper ends and the
+    # planned sizes moved again, nothing else)
     # Compared to 1e-12 rather than byte for byte: numpy's OpenBLAS picks its kernels by CPU (DYNAMIC_ARCH),
     # and another machine's kernels sum in another order, which moves the last bits of a least-squares
     # fit (measured: up to about 1e-15 relative; no reported digit moved)

@@ -79,10 +79,10 @@ class Metric:
     squared : bool
         Its weighted form gives the *signed* estimate :math:`\widehat D` of a squared error (the debiased
         ECE's), which can be negative, and the metric is :math:`\sqrt{\max(\widehat D, 0)}`. The bootstrap
-        engines resample :math:`\widehat D` unclamped, recentre the replicates on the estimate (a resample
-        duplicates patients, so its replicates centre on the plug-in squared error, above
-        :math:`\widehat D` by the very noise term the estimate removes), and only then take the square
-        root, clipped at 0 (:func:`sitecal.stats.on_metric_scale`). BCa is refused for it: a clamped
+        engines resample :math:`\widehat D` unclamped with its standard error and studentise the
+        replicates (the bootstrap-t: a resample's replicates centre on the plug-in squared error, above
+        :math:`\widehat D` by the very noise term the estimate removes, and spread as for that larger
+        error), and only then take the square root, clipped at 0 (:func:`sitecal.stats.on_metric_scale`). BCa is refused for it: a clamped
         estimate puts a point mass at 0 that collapses the BCa interval (``benchmarks/coverage_debiased.md``).
     """
 
@@ -121,7 +121,7 @@ class Metric:
                 "evaluated"
             )
         if self.squared and not self.summable:
-            problems.append("a sum form when squared: the engines recentre the resampled sums' estimate")
+            problems.append("a sum form when squared: the engines studentise the resampled sums' estimate")
         if self.comparable and (not self.summable or self.squared):
             problems.append(
                 "a sum form (weighted=SumForm) and squared=False when comparable: the gaps between groups "

@@ -388,7 +388,7 @@ class Protocol(_Strict):
                 f"method bca is not valid for {', '.join(squared)}: the debiased ECE is the square root "
                 "of an estimate clamped at 0, and when it is clamped the BCa interval collapses to [0, 0] "
                 "even on groups beyond the margin (a group at 0.11 against a 0.10 margin passed 40 % of "
-                "the time at 50 studies). Use method: percentile (its recentred interval covers: "
+                "the time at 50 studies). Use method: percentile (its studentised interval covers: "
                 "benchmarks/coverage_debiased.md), or leave ece_debiased out of evaluation.metrics",
             )
         _check_method(self)
