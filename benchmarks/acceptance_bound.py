@@ -1,6 +1,6 @@
 """The most any rule deciding on the debiased ECE can pass: the oracle bound for "below 0.10" at a size.
 
-Why this exists: issue "Verdicts valid under every option" asks that a calibrated group of 300 evaluation
+Why this exists: the goal set for sitecal's default criterion is that a calibrated group of 300 evaluation
 studies pass "debiased ECE (15 bins) below 0.10" at least 80 % of the time while a group at 0.11 passes at
 most 5 % of the time and a group at the margin fails at most 2.5 %. Any rule that decides from the
 estimate D (the debiased squared error), however its interval is built, passes a group when D falls below
@@ -13,8 +13,8 @@ group under three oracle rules:
 - ``2.5 % at the margin``: c = the 2.5 % quantile of D for a group at 0.10 (what a 95 % interval's upper
   end spends: a one-sided 97.5 % bound, the convention of every sitecal criterion);
 - ``5 % at the margin``: c = its 5 % quantile (a 90 % interval's upper end, as in TOST at 5 %);
-- ``5 % at 0.11``: c = the 5 % quantile for a group at 0.11 (all of the issue's consumer risk, spent at
-  exactly that case: the loosest rule its targets allow).
+- ``5 % at 0.11``: c = the 5 % quantile for a group at 0.11 (all of that consumer risk, spent at exactly
+  that case: the loosest rule the goal allows).
 
 "after" is one split: the temperature fitted on n further studies, D measured on the n evaluated ones.
 The oracle holds one miscalibration shape fixed (a temperature before calibration, an intercept shift

@@ -1,18 +1,20 @@
 """Candidate intervals for "debiased ECE below a margin": power against consumer risk, on one simulation.
 
-Why this exists: with 15 bins and a 0.10 margin, sitecal's recentred percentile interval passes a
-calibrated group of 300 studies about half the time (``coverage_debiased.md``). This script asks whether
-another interval for the same estimator (Kumar et al.'s debiased squared error D, 15 equal-width bins)
-would pass more calibrated groups *without* passing more groups beyond the margin. Every candidate is
-computed on the same samples and the same bootstrap weights (numpy only, each study its own patient):
+Why this exists: with 15 bins and a 0.10 margin, the previous release's recentred percentile interval
+passed a calibrated group of 300 studies about half the time (``coverage_debiased.md``). This script
+asks whether another interval for the same estimator (Kumar et al.'s debiased squared error D, 15
+equal-width bins) would pass more calibrated groups *without* passing more groups beyond the margin.
+Every candidate is computed on the same samples and the same bootstrap weights (numpy only, each study
+its own patient):
 
-- ``recentred``: what sitecal reports: percentile interval of ``D* - (mean(D*) - D)``.
-- ``previous``: the previous release: percentile interval of ``D*`` (not recentred).
+- ``recentred``: what the previous release reported: percentile interval of ``D* - (mean(D*) - D)``.
+- ``previous``: the release before it: percentile interval of ``D*`` (not recentred).
 - ``normal``: ``D +/- 1.96 se``, with the analytic variance of D conditional on the bin counts,
   ``sum_b p_b^2 [4 g_b^2 s_b^2 / n_b + 2 s_b^4 / (n_b (n_b - 1))]``, the squared gaps ``g_b^2`` taken
   from D as ``max(D, 0)`` spread over the bins in proportion to their variance ``s_b^2``.
 - ``bootstrap-t``: the studentised bootstrap with that standard error in every resample, pivoting on
-  the plug-in squared error of the sample (the bootstrap world's true value).
+  the plug-in squared error of the sample (the bootstrap world's true value): what sitecal now reports
+  (``sitecal.stats._scale``; its engines' figures are in ``coverage_debiased.md``).
 
 Source as in ``coverage_debiased.py``: 3 classes, true logits N(0, 1.6^2) with class 0 shifted by 0.8,
 labels from softmax(z); the model's logits are T z. Cases: calibrated (T = 1), T at the margin (15-bin
