@@ -138,6 +138,7 @@ def test_bootstrap_metrics_interval_is_the_studentised_percentile_of_the_signed_
     filled = count > 0
     by_hand = float(((correct - confidence)[filled] ** 2 / count[filled]).sum() / 300)
     assert plug == pytest.approx(by_hand, abs=1e-14)
+    assert float(plugin_squared_from_sums(*sums)[0]) == pytest.approx(by_hand, abs=1e-14)
     # the interval: the percentile interval of D - se (D* - plug) / se*, on the root scale
     d_star, se_star = res.replicates[1, 0], res.replicates[2, 0]
     pseudo = np.sqrt(np.maximum(d_hat - se_hat * (d_star - plug) / se_star, 0.0))

@@ -82,8 +82,9 @@ class Metric:
         engines resample :math:`\widehat D` unclamped with its standard error and studentise the
         replicates (the bootstrap-t: a resample's replicates centre on the plug-in squared error, above
         :math:`\widehat D` by the very noise term the estimate removes, and spread as for that larger
-        error), and only then take the square root, clipped at 0 (:func:`sitecal.stats.on_metric_scale`). BCa is refused for it: a clamped
-        estimate puts a point mass at 0 that collapses the BCa interval (``benchmarks/coverage_debiased.md``).
+        error), and only then take the square root, clipped at 0 (:func:`sitecal.stats.on_metric_scale`).
+        BCa is refused for it: a clamped estimate puts a point mass at 0 that collapses the BCa interval
+        (``benchmarks/coverage_debiased.md``).
     """
 
     name: str
