@@ -198,3 +198,21 @@ def test_the_protocol_refuses_bca_with_the_debiased_ece_and_its_gaps(tmp_path) -
     gaps.write_text(text.replace(demo_line, "disparity_metrics: [ece_debiased]"))
     with pytest.raises(ProtocolError, match="'ece_debiased' cannot be compared between groups"):
         load_protocol(gaps)
+
+
+def test_refit_sums_shared_by_the_companions_give_what_each_alone_gives() -> None:
+    from sitecal.stats._term_sums import metrics_at_temperatures
+
+    logits, _, labels = _calibrated(150, 6)
+    signed = metric_statistic("ece_debiased").resampled()
+    together = [metric_statistic("nll"), signed, *signed.companions()]
+    rng = np.random.default_rng(0)
+    weights = rng.multinomial(150, np.full(150, 1 / 150), size=40).astype(float)
+    s = rng.normal(0.0, 0.2, size=40)
+    for temperatures in (s, None):  # refitted in every resample, and T = 1 throughout
+        shared = metrics_at_temperatures(together, logits, labels, temperatures, weights)
+        alone = np.vstack(
+            [metrics_at_temperatures([st], logits, labels, temperatures, weights) for st in together]
+        )
+        np.testing.assert_array_equal(shared, alone)
+        assert np.all(shared[2] > 0) and not np.array_equal(shared[1], shared[3])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -70,6 +71,12 @@ def weighted_term_sums(
     return out
 
 
+def terms_key(statistic: SumMetricStatistic) -> tuple[Any, ...]:
+    """What a sum statistic's terms depend on: statistics with the same key sum the same terms."""
+    form = statistic.form
+    return (form.row_terms, form.sparse_terms, form.program, statistic.n_bins)
+
+
 def term_sums_at_temperatures(
     statistics: Sequence[SumMetricStatistic],
     widths: Sequence[int],
@@ -98,6 +105,26 @@ def term_sums_at_temperatures(
     rows (:func:`~sitecal._kernels.calibrated_entry_sums`); otherwise each resample's probabilities are
     computed class-major, as arrays, and their sparse terms summed.
     """
+    keys = [terms_key(st) for st in statistics]
+    first: dict[tuple[Any, ...], int] = {}  # each key's first statistic
+    for i, key in enumerate(keys):  # a loop over statistics
+        first.setdefault(key, i)
+    if len(first) < len(keys):  # statistics with the same terms (a metric's companions): summed once
+        shared = term_sums_at_temperatures(
+            [statistics[i] for i in first.values()],
+            [widths[i] for i in first.values()],
+            logits_t,
+            labels,
+            s,
+            row_weights,
+            groups,
+            n_groups,
+            workers,
+            row_temperature=row_temperature,
+            row_cluster=row_cluster,
+        )
+        by_key = dict(zip(first, shared, strict=True))
+        return [by_key[key] for key in keys]
     r = row_weights.shape[0]
     n = labels.shape[0]
     sums = [np.empty((r, n_groups, width)) for width in widths]
@@ -195,19 +222,24 @@ def metrics_at_temperatures(
 
     if fixed_t is not None:  # the same probabilities in every resample: terms once, a chunk per sum
         step = max(1, CHUNK_ELEMENTS // (4 * n))
-        for i, stat, width in zip(summed, sum_stats, widths, strict=True):  # a loop over metrics
-            terms = stat.sparse_terms(fixed_t, labels)
+        sharing: dict[tuple[Any, ...], list[tuple[int, SumMetricStatistic]]] = {}
+        for i, stat in zip(summed, sum_stats, strict=True):  # statistics with the same terms, summed once
+            sharing.setdefault(terms_key(stat), []).append((i, stat))
+        for members in sharing.values():  # a loop over the distinct terms
+            width = widths[sum_stats.index(members[0][1])]
+            terms = members[0][1].sparse_terms(fixed_t, labels)
 
             def chunk(
                 c: int,
-                i: int = i,
-                stat: SumMetricStatistic = stat,
+                members: list[tuple[int, SumMetricStatistic]] = members,
                 width: int = width,
                 terms: tuple[NDArray[np.int64], NDArray[np.float64]] = terms,
             ) -> None:
                 """Chunk ``c`` of the resamples: its own slice of ``out`` (each resample summed alone)."""
                 sl = slice(c * step, min(r, (c + 1) * step))
-                out[i, sl] = stat.from_sums(weighted_term_sums(*terms, rows_of(row_weights[sl]), width)[:, 0])
+                total = weighted_term_sums(*terms, rows_of(row_weights[sl]), width)[:, 0]
+                for i, stat in members:  # a loop over the statistics of these terms
+                    out[i, sl] = stat.from_sums(total)
 
             for_each(chunk, -(-r // step), workers)
     elif sum_stats:
@@ -224,7 +256,7 @@ def metrics_at_temperatures(
             row_cluster=row_cluster,
         )
         for i, stat, total in zip(summed, sum_stats, sums, strict=True):  # a loop over metrics
-            out[i] = [stat.from_sums(total[b : b + 1, 0])[0] for b in range(r)]
+            out[i] = stat.from_sums(total[:, 0])  # row-wise: the same bits as one resample at a time
     for i, other in enumerate(statistics):  # a loop over the other metrics, each resample's probabilities
         if isinstance(other, SumMetricStatistic):
             continue
