@@ -29,6 +29,7 @@ from sitecal.stats._heterogeneity import RandomEffectsResult, random_effects_met
 from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bootstrap_metrics
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
 from sitecal.stats._refit_method import MethodRefitIntervals, refit_method_bootstrap
+from sitecal.stats._replicate_table import ReplicateTable
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "PreparedStatistic",
     "RandomEffectsResult",
     "RefitIntervals",
+    "ReplicateTable",
     "Statistic",
     "SufficientStatistic",
     "TemperatureFit",

@@ -24,7 +24,8 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
-from sitecal.stats._paired_refit import arm_interval, crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._replicate_table import ReplicateTable
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -46,16 +47,13 @@ class MethodComparison:
 
     Attributes
     ----------
-    methods : tuple of str
-        ``"temperature"`` first, then the compared methods in the order asked.
-    metrics : tuple of str
-    spec : BootstrapSpec
-        Percentile intervals (see :func:`compare_methods`).
+    table : ReplicateTable
+        Methods by metrics, on the evaluation split's sizes: ``methods`` (``"temperature"`` first, then
+        the compared methods in the order asked), ``metrics``, ``spec`` (percentile intervals, see
+        :func:`compare_methods`), ``estimates`` (each method fitted on the whole fit split, measured on
+        the whole evaluation split) and ``replicates`` (resample ``b``: refitted on the ``b``-th fit
+        resample, measured on the ``b``-th evaluation resample) read from it.
     fit_plan, eval_plan : ClusterPlan
-    estimates : numpy.ndarray, shape (methods, metrics)
-        Each method fitted on the whole fit split, measured on the whole evaluation split.
-    replicates : numpy.ndarray, shape (methods, metrics, B)
-        Resample ``b``: refitted on the ``b``-th fit resample, measured on the ``b``-th evaluation resample.
     fits : Mapping of str to FittedMethod
         Each method's fit on the whole fit split.
     notes : Mapping of str to tuple of str
@@ -65,37 +63,42 @@ class MethodComparison:
         Per method, the options its fits used.
     """
 
-    methods: tuple[str, ...]
-    metrics: tuple[str, ...]
-    spec: BootstrapSpec
+    table: ReplicateTable
     fit_plan: ClusterPlan
     eval_plan: ClusterPlan
-    estimates: NDArray[np.float64]
-    replicates: NDArray[np.float64]
     fits: Mapping[str, FittedMethod]
     notes: Mapping[str, tuple[str, ...]]
     options: Mapping[str, Mapping[str, Any]]
 
-    def _index(self, method: str, metric: str) -> tuple[int, int]:
-        if method not in self.methods or metric not in self.metrics:
-            raise DataError(
-                f"MethodComparison has methods {self.methods} and metrics {self.metrics}; "
-                f"got {method!r} and {metric!r}."
-            )
-        return self.methods.index(method), self.metrics.index(metric)
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return self.table.rows
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return self.table.columns
+
+    @property
+    def spec(self) -> BootstrapSpec:
+        return self.table.spec
+
+    @property
+    def estimates(self) -> NDArray[np.float64]:
+        """Shape (methods, metrics). Read-only."""
+        return self.table.estimates
+
+    @property
+    def replicates(self) -> NDArray[np.float64]:
+        """Shape (methods, metrics, B). Read-only."""
+        return self.table.replicates
 
     def get(self, method: str, metric: str) -> BootstrapResult:
         """Interval of ``metric`` after ``method`` (the evaluation split's sizes)."""
-        at = self._index(method, metric)
-        return arm_interval(self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan)
+        return self.table.get(method, metric)
 
     def difference(self, method: str, metric: str) -> BootstrapResult:
         """Interval of ``metric(method) - metric(temperature)`` from the paired replicates."""
-        at = self._index(method, metric)
-        minus = (self.methods.index(REFERENCE_METHOD), at[1])
-        return arm_interval(
-            self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan, minus=minus
-        )
+        return self.table.difference((method, metric), (REFERENCE_METHOD, metric))
 
     def finding(self, method: str, metric: str) -> str:
         """One of :data:`FINDINGS` for ``method`` against temperature scaling on ``metric``."""
@@ -224,14 +227,22 @@ def compare_methods(
         crossfit_folds(func, fit_folds, eval_folds, folds),
     )
     fits = {m: fit for m, fit in zip(names, arms.fits, strict=True) if fit is not None}
-    return MethodComparison(
-        methods=names,
-        metrics=tuple(metrics),
-        spec=spec,
-        fit_plan=arms.fit_plan,
-        eval_plan=arms.eval_plan,
+    table = ReplicateTable(
+        rows=names,
+        columns=tuple(metrics),
         estimates=arms.estimates,
         replicates=arms.replicates,
+        spec=spec,
+        n=arms.eval_plan.n,
+        n_clusters=arms.eval_plan.n_clusters,
+        n_strata=arms.eval_plan.n_strata,
+        axes=("method", "metric"),
+        owner="MethodComparison",
+    )
+    return MethodComparison(
+        table=table,
+        fit_plan=arms.fit_plan,
+        eval_plan=arms.eval_plan,
         fits=fits,
         notes={
             m: fit_notes(fits[m], n, spec.n_resamples) for m, n in zip(names, arms.not_converged, strict=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_int, check_labels, check_logits, check_option
+from sitecal._validation import check_int, check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, TemperatureFit
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
@@ -26,6 +26,7 @@ from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
+from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._scale import engine_rows
 from sitecal.stats._solver_set import SolverSet
@@ -36,66 +37,51 @@ __all__ = ["CrossfitIntervals", "crossfit_bootstrap"]
 
 
 @dataclass(frozen=True, eq=False)
-class CrossfitIntervals:
+class CrossfitIntervals(MetricTable):
     """Intervals of metrics before and after cross-fitted temperatures refitted in every resample.
 
     Attributes
     ----------
-    metrics : tuple of str
-    prob_sets : ("before", "after")
-    spec : BootstrapSpec
+    table : ReplicateTable
+        Metrics by ("before", "after") on the evaluated rows: ``metrics``, ``prob_sets``, ``spec``,
+        ``estimates`` (M, 2) and ``replicates`` (M, 2, B) read from it, as do :meth:`get` and
+        :meth:`difference`.
     fit : TemperatureFit
         The temperature fitted on every fit row (the one deployed); ``temperature`` is its interval.
     fold_fits : tuple of TemperatureFit
         Each fold's temperature, fitted on the other folds' rows.
     log_temperature_replicates : numpy.ndarray, shape (B,)
         The deployed fit's ``log T`` in each resample. Read-only.
-    estimates, replicates : numpy.ndarray
-        Shapes (M, 2) and (M, 2, B), indexed like ``metrics`` and ``prob_sets``. Read-only.
-    n_fit, n_eval, n_clusters : int
-        Rows fitted on, rows evaluated, patients resampled.
+    n_fit : int
+        Rows fitted on (``n_eval`` and ``n_clusters``, the rows evaluated and the patients resampled,
+        are the table's).
     """
 
-    metrics: tuple[str, ...]
-    prob_sets: tuple[str, ...]
-    spec: BootstrapSpec
+    table: ReplicateTable
     fit: TemperatureFit
     fold_fits: tuple[TemperatureFit, ...]
     log_temperature_replicates: NDArray[np.float64]
-    estimates: NDArray[np.float64]
-    replicates: NDArray[np.float64]
     n_fit: int
-    n_eval: int
-    n_clusters: int
 
-    def _result(self, estimate: float, replicates: NDArray[np.float64], n: int) -> BootstrapResult:
-        return interval_result(
-            estimate, replicates, None, spec=self.spec, n=n, n_clusters=self.n_clusters, n_strata=1
-        )
+    @property
+    def n_eval(self) -> int:
+        return self.table.n
+
+    @property
+    def n_clusters(self) -> int:
+        return self.table.n_clusters
 
     @property
     def temperature(self) -> BootstrapResult:
         """Interval of the deployed ``T`` (fitted on every fit row)."""
-        return self._result(self.fit.temperature, np.exp(self.log_temperature_replicates), self.n_fit)
-
-    def _index(self, metric: str, prob_set: str, func: str) -> tuple[int, int]:
-        m = check_option(metric, name="metric", func=func, options=self.metrics)
-        p = check_option(prob_set, name="prob_set", func=func, options=self.prob_sets)
-        return self.metrics.index(m), self.prob_sets.index(p)
-
-    def get(self, metric: str, prob_set: str) -> BootstrapResult:
-        """Interval of ``metric`` on ``"before"`` or ``"after"`` (the evaluated rows)."""
-        i, j = self._index(metric, prob_set, "CrossfitIntervals.get")
-        return self._result(float(self.estimates[i, j]), self.replicates[i, j], self.n_eval)
-
-    def difference(self, metric: str, a: str = "after", b: str = "before") -> BootstrapResult:
-        """Interval of ``metric(a) - metric(b)`` from the paired replicates."""
-        i, ja = self._index(metric, a, "CrossfitIntervals.difference")
-        _, jb = self._index(metric, b, "CrossfitIntervals.difference")
-        return self._result(
-            float(self.estimates[i, ja] - self.estimates[i, jb]),
-            self.replicates[i, ja] - self.replicates[i, jb],
-            self.n_eval,
+        return interval_result(
+            self.fit.temperature,
+            np.exp(self.log_temperature_replicates),
+            None,
+            spec=self.spec,
+            n=self.n_fit,
+            n_clusters=self.n_clusters,
+            n_strata=1,
         )
 
 
@@ -257,16 +243,20 @@ def crossfit_bootstrap(
         )
         start = stop
     estimates, replicates = rows_of.on_metric_scale(estimates, replicates)
-    return CrossfitIntervals(
-        metrics=names,
-        prob_sets=PROB_SETS,
+    table = ReplicateTable(
+        rows=names,
+        columns=PROB_SETS,
+        estimates=estimates,
+        replicates=replicates,
         spec=spec,
+        n=int(ze.shape[0]),
+        n_clusters=plan.n_clusters,
+        owner="CrossfitIntervals",
+    )
+    return CrossfitIntervals(
+        table=table,
         fit=deployed[0].fit,
         fold_fits=tuple(s.fit for s, _ in fold_solvers),
         log_temperature_replicates=_readonly(s_rep),
-        estimates=_readonly(estimates),
-        replicates=_readonly(replicates),
         n_fit=int(zf.shape[0]),
-        n_eval=int(ze.shape[0]),
-        n_clusters=plan.n_clusters,
     )

@@ -14,10 +14,10 @@ from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, metric_statistic
 from sitecal.metrics.registry import names as metric_names
 from sitecal.stats._evaluators import EvaluatorSet, SufficientStatistic, auto_chunk_size, make_evaluator
-from sitecal.stats._intervals import interval_result
+from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import Draws, make_plan, map_chunks
 from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
-from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
 
@@ -26,7 +26,7 @@ DEFAULT_METRICS = metric_names(default=True)
 
 
 @dataclass(frozen=True, eq=False)
-class MetricIntervals:
+class MetricIntervals(MetricTable):
     """Bootstrap intervals of several metrics on several probability sets, from shared resamples.
 
     Because every (metric, probability set) pair is evaluated on the same resampled clusters, the
@@ -35,62 +35,27 @@ class MetricIntervals:
 
     Attributes
     ----------
-    metrics : tuple of str
-    prob_sets : tuple of str
-    spec : BootstrapSpec
-    n, n_clusters, n_strata : int
+    table : ReplicateTable
+        Metrics by probability sets: ``metrics``, ``prob_sets``, ``spec``, ``estimates`` (M, S),
+        ``replicates`` (M, S, B) and ``jackknife`` (M, S, n_clusters; None unless ``spec.method`` is
+        ``"bca"``) read from it, as do :meth:`get` and :meth:`difference`.
     n_bins : int
-    estimates, replicates, jackknife : numpy.ndarray
-        Shapes (M, S), (M, S, B) and (M, S, n_clusters) (jackknife is None unless ``spec.method`` is
-        ``"bca"``), indexed like ``metrics`` and ``prob_sets``. Read-only.
     """
 
-    metrics: tuple[str, ...]
-    prob_sets: tuple[str, ...]
-    spec: BootstrapSpec
-    n: int
-    n_clusters: int
-    n_strata: int
+    table: ReplicateTable
     n_bins: int
-    estimates: NDArray[np.float64]
-    replicates: NDArray[np.float64]
-    jackknife: NDArray[np.float64] | None
 
-    def _index(self, metric: str, prob_set: str, func: str) -> tuple[int, int]:
-        m = check_option(metric, name="metric", func=func, options=self.metrics)
-        if prob_set not in self.prob_sets:
-            check_option(prob_set, name="prob_set", func=func, options=self.prob_sets)
-        return self.metrics.index(m), self.prob_sets.index(prob_set)
+    @property
+    def n(self) -> int:
+        return self.table.n
 
-    def _result(
-        self, estimate: float, replicates: NDArray[np.float64], jackknife: NDArray[np.float64] | None
-    ) -> BootstrapResult:
-        return interval_result(
-            estimate,
-            replicates,
-            jackknife,
-            spec=self.spec,
-            n=self.n,
-            n_clusters=self.n_clusters,
-            n_strata=self.n_strata,
-        )
+    @property
+    def n_clusters(self) -> int:
+        return self.table.n_clusters
 
-    def get(self, metric: str, prob_set: str) -> BootstrapResult:
-        """Interval of one metric on one probability set."""
-        i, j = self._index(metric, prob_set, "MetricIntervals.get")
-        jk = None if self.jackknife is None else self.jackknife[i, j]
-        return self._result(float(self.estimates[i, j]), self.replicates[i, j], jk)
-
-    def difference(self, metric: str, a: str, b: str) -> BootstrapResult:
-        """Interval of ``metric(a) - metric(b)`` from the paired replicates (e.g. a="after", b="before")."""
-        i, ja = self._index(metric, a, "MetricIntervals.difference")
-        _, jb = self._index(metric, b, "MetricIntervals.difference")
-        jk = None if self.jackknife is None else self.jackknife[i, ja] - self.jackknife[i, jb]
-        return self._result(
-            float(self.estimates[i, ja] - self.estimates[i, jb]),
-            self.replicates[i, ja] - self.replicates[i, jb],
-            jk,
-        )
+    @property
+    def n_strata(self) -> int:
+        return self.table.n_strata
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: spec, sizes, ``intervals[metric][set]`` and ``differences[metric]["b - a"]``.
@@ -106,16 +71,8 @@ class MetricIntervals:
             "n_clusters": self.n_clusters,
             "n_strata": self.n_strata,
             "n_bins": self.n_bins,
-            "intervals": {m: {p: self.get(m, p).to_dict() for p in self.prob_sets} for m in self.metrics},
-            "differences": {
-                m: {f"{a} - {b}": self.difference(m, a, b).to_dict() for a, b in pairs} for m in self.metrics
-            },
+            **self.table.to_dict(pairs),
         }
-
-
-def _readonly(a: NDArray[np.float64]) -> NDArray[np.float64]:
-    a.setflags(write=False)
-    return a
 
 
 def bootstrap_metrics(
@@ -240,17 +197,18 @@ def bootstrap_metrics(
     jackknife = None
     if spec.method == "bca" and plan.n_clusters > 1:
         own = evaluators[: len(names)]  # the metrics' rows (BCa is refused where there are companions)
-        jackknife = _readonly(np.array([[e.jackknife(chunk) for e in row] for row in own]))
+        jackknife = np.array([[e.jackknife(chunk) for e in row] for row in own])
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
-    return MetricIntervals(
-        metrics=names,
-        prob_sets=sets,
+    table = ReplicateTable(
+        rows=names,
+        columns=sets,
+        estimates=estimates,
+        replicates=replicates,
         spec=spec,
         n=n,
         n_clusters=plan.n_clusters,
         n_strata=plan.n_strata,
-        n_bins=int(statistics[names[0]].n_bins),
-        estimates=_readonly(estimates),
-        replicates=_readonly(replicates),
         jackknife=jackknife,
+        owner="MetricIntervals",
     )
+    return MetricIntervals(table=table, n_bins=int(statistics[names[0]].n_bins))

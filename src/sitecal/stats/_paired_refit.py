@@ -23,12 +23,12 @@ from numpy.typing import ArrayLike, NDArray
 from sitecal.calibration import FittedMethod, fit_method
 from sitecal.errors import DataError
 from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
-from sitecal.stats._refit_result import _readonly, _result, fit_stream_seed
+from sitecal.stats._refit_result import _readonly, fit_stream_seed
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._scale import engine_rows, resampled
-from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+from sitecal.stats._spec import BootstrapSpec
 
-__all__ = ["Arms", "arm_interval", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
+__all__ = ["Arms", "crossfit_folds", "fit_notes", "paired_arms", "statistics"]
 
 Statistic = SumMetricStatistic | SmoothECEStatistic
 
@@ -69,25 +69,6 @@ def measure(
         terms = stat.row_terms(flat, tiled).reshape(r, n, -1)
         out[i] = stat.from_sums(np.einsum("rn,rnj->rj", row_weights, terms))
     return out
-
-
-def arm_interval(
-    estimates: NDArray[np.float64],
-    replicates: NDArray[np.float64],
-    at: tuple[int, int],
-    *,
-    spec: BootstrapSpec,
-    plan: ClusterPlan,
-    minus: tuple[int, int] | None = None,
-) -> BootstrapResult:
-    """The interval at ``at`` (or its paired difference from ``minus``), from estimates and replicates.
-
-    Indices are (arm, metric) or (metric, stage) pairs; the replicates are paired along their last axis.
-    """
-    estimate, reps = float(estimates[at]), replicates[at]
-    if minus is not None:
-        estimate, reps = estimate - float(estimates[minus]), reps - replicates[minus]
-    return _result(estimate, reps, None, spec=spec, plan=plan)
 
 
 def fit_notes(fit: FittedMethod, not_converged: int, n_resamples: int) -> tuple[str, ...]:

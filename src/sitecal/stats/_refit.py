@@ -22,7 +22,7 @@ from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic
 from sitecal.metrics.registry import ECE
 from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
+from sitecal.stats._refit_result import RefitIntervals, _readonly, fit_stream_seed, metric_table
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
 from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapSpec
@@ -239,19 +239,17 @@ def refit_bootstrap(
             s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
         s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
+    table = metric_table(
+        "RefitIntervals", names, estimates, replicates, spec=spec, plan=eval_plan, jackknife=jackknife
+    )
     return RefitIntervals(
-        metrics=names,
-        prob_sets=PROB_SETS,
-        spec=spec,
+        table=table,
         n_bins=stats[0].n_bins,
         fit=fit,
         fit_plan=fit_plan,
         eval_plan=eval_plan,
         log_temperature_replicates=_readonly(s_rep),
         log_temperature_jackknife=s_jack,
-        estimates=_readonly(estimates),
-        replicates=_readonly(replicates),
-        jackknife=jackknife,
         n_exact=n_exact,
         n_at_bound=n_bound,
         max_error_bound=max_err,
@@ -388,20 +386,14 @@ def bootstrap_temperature(
     s_jack = None
     if spec.method == "bca" and plan.n_clusters > 1:
         s_jack = _readonly(solver.jackknife().log_temperature)
-    empty = np.zeros((0, 2))
     return RefitIntervals(
-        metrics=(),
-        prob_sets=PROB_SETS,
-        spec=spec,
+        table=metric_table("RefitIntervals", (), np.zeros((0, 2)), np.zeros((0, 2, b)), spec=spec, plan=plan),
         n_bins=0,
         fit=solver.fit,
         fit_plan=plan,
         eval_plan=plan,
         log_temperature_replicates=_readonly(s_rep),
         log_temperature_jackknife=s_jack,
-        estimates=_readonly(empty),
-        replicates=_readonly(np.zeros((0, 2, b))),
-        jackknife=None,
         n_exact=n_exact,
         n_at_bound=n_bound,
         max_error_bound=max_err,

@@ -14,68 +14,44 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._paired_refit import arm_interval, crossfit_folds, fit_notes, paired_arms, statistics
-from sitecal.stats._refit_result import PROB_SETS, _readonly
+from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._refit_result import metric_table
+from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import ClusterPlan
-from sitecal.stats._spec import BootstrapResult, BootstrapSpec
+from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["MethodRefitIntervals", "refit_method_bootstrap"]
 
 
 @dataclass(frozen=True, eq=False)
-class MethodRefitIntervals:
+class MethodRefitIntervals(MetricTable):
     """Metrics before and after a recalibration method refitted in every resample.
 
     Attributes
     ----------
     method : str
-    metrics : tuple of str
-    prob_sets : ("before", "after")
-    spec : BootstrapSpec
+    table : ReplicateTable
+        Metrics by ("before", "after") on the evaluation split's sizes: ``metrics``, ``prob_sets``,
+        ``spec``, ``estimates`` (M, 2) and ``replicates`` (M, 2, B) read from it, as do :meth:`get` and
+        :meth:`difference`.
     fit_plan, eval_plan : ClusterPlan
     fit : FittedMethod
         The method fitted on the whole fit split (the point estimate).
-    estimates, replicates : numpy.ndarray
-        Shapes (M, 2) and (M, 2, B), indexed like ``metrics`` and ``prob_sets``. Read-only.
     notes : tuple of str
         The whole split's fit notes, and how many resampled fits stopped before converging.
     """
 
     method: str
-    metrics: tuple[str, ...]
-    prob_sets: tuple[str, ...]
-    spec: BootstrapSpec
+    table: ReplicateTable
     fit_plan: ClusterPlan
     eval_plan: ClusterPlan
     fit: FittedMethod
-    estimates: NDArray[np.float64]
-    replicates: NDArray[np.float64]
     notes: tuple[str, ...]
-
-    def _index(self, metric: str, prob_set: str) -> tuple[int, int]:
-        if metric not in self.metrics or prob_set not in self.prob_sets:
-            raise DataError(
-                f"MethodRefitIntervals has metrics {self.metrics} and prob_sets {self.prob_sets}; got "
-                f"{metric!r} and {prob_set!r}."
-            )
-        return self.metrics.index(metric), self.prob_sets.index(prob_set)
-
-    def get(self, metric: str, prob_set: str) -> BootstrapResult:
-        """Interval of ``metric`` on ``"before"`` or ``"after"`` (the evaluation split's sizes)."""
-        at = self._index(metric, prob_set)
-        return arm_interval(self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan)
-
-    def difference(self, metric: str, a: str = "after", b: str = "before") -> BootstrapResult:
-        """Interval of ``metric(a) - metric(b)`` from the paired replicates."""
-        at, minus = self._index(metric, a), self._index(metric, b)
-        return arm_interval(
-            self.estimates, self.replicates, at, spec=self.spec, plan=self.eval_plan, minus=minus
-        )
 
 
 def refit_method_bootstrap(
@@ -153,15 +129,19 @@ def refit_method_bootstrap(
     )
     fit = arms.fits[1]
     assert fit is not None  # the method's arm
+    table = metric_table(
+        "MethodRefitIntervals",
+        tuple(metrics),
+        np.ascontiguousarray(arms.estimates.T),
+        np.ascontiguousarray(arms.replicates.transpose(1, 0, 2)),
+        spec=spec,
+        plan=arms.eval_plan,
+    )
     return MethodRefitIntervals(
         method=method,
-        metrics=tuple(metrics),
-        prob_sets=PROB_SETS,
-        spec=spec,
+        table=table,
         fit_plan=arms.fit_plan,
         eval_plan=arms.eval_plan,
         fit=fit,
-        estimates=_readonly(np.ascontiguousarray(arms.estimates.T)),
-        replicates=_readonly(np.ascontiguousarray(arms.replicates.transpose(1, 0, 2))),
         notes=fit_notes(fit, arms.not_converged[1], spec.n_resamples),
     )

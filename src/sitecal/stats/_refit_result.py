@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sitecal._validation import check_option
 from sitecal.calibration import TemperatureFit
 from sitecal.stats._intervals import interval_result
+from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
-__all__ = ["PROB_SETS", "RefitIntervals", "fit_stream_seed"]
+__all__ = ["PROB_SETS", "RefitIntervals", "fit_stream_seed", "metric_table"]
 
 
 PROB_SETS = ("before", "after")
@@ -62,14 +62,16 @@ def _result(
 
 
 @dataclass(frozen=True, eq=False)
-class RefitIntervals:
+class RefitIntervals(MetricTable):
     """Intervals of metrics before and after a temperature refitted in every resample.
 
     Attributes
     ----------
-    metrics : tuple of str
-    prob_sets : ("before", "after")
-    spec : BootstrapSpec
+    table : ReplicateTable
+        Metrics by ("before", "after") on the evaluation split's sizes: ``metrics``, ``prob_sets``,
+        ``spec``, ``estimates`` (M, 2), ``replicates`` (M, 2, B) and ``jackknife`` ((M, 2, J) scaled
+        influence values for BCa's acceleration, see :func:`refit_bootstrap`) read from it, as do
+        :meth:`get` and :meth:`difference`.
     n_bins : int
     fit : TemperatureFit
         The temperature fitted on the whole fit split (the point estimate).
@@ -79,10 +81,6 @@ class RefitIntervals:
         ``s_b = log T_b``. Read-only.
     log_temperature_jackknife : numpy.ndarray or None, shape (fit clusters,)
         Leave-one-fit-cluster-out ``log T`` (BCa only).
-    estimates, replicates : numpy.ndarray
-        Shapes (M, 2) and (M, 2, B), indexed like ``metrics`` and ``prob_sets``. Read-only.
-    jackknife : numpy.ndarray or None
-        (M, 2, J) scaled influence values for BCa's acceleration (see :func:`refit_bootstrap`).
     n_exact : int
         Resamples whose ``T_b`` came from the exact solver rather than the certified surrogate.
     n_at_bound : int
@@ -94,18 +92,13 @@ class RefitIntervals:
         after-calibration estimates use, and the estimate of ``.temperature``; None: ``fit``'s.
     """
 
-    metrics: tuple[str, ...]
-    prob_sets: tuple[str, ...]
-    spec: BootstrapSpec
+    table: ReplicateTable
     n_bins: int
     fit: TemperatureFit
     fit_plan: ClusterPlan
     eval_plan: ClusterPlan
     log_temperature_replicates: NDArray[np.float64]
     log_temperature_jackknife: NDArray[np.float64] | None
-    estimates: NDArray[np.float64]
-    replicates: NDArray[np.float64]
-    jackknife: NDArray[np.float64] | None
     n_exact: int
     n_at_bound: int
     max_error_bound: float
@@ -146,32 +139,6 @@ class RefitIntervals:
             note=self._bound_note(),
         )
 
-    def _index(self, metric: str, prob_set: str, func: str) -> tuple[int, int]:
-        m = check_option(metric, name="metric", func=func, options=self.metrics)
-        p = check_option(prob_set, name="prob_set", func=func, options=self.prob_sets)
-        return self.metrics.index(m), self.prob_sets.index(p)
-
-    def get(self, metric: str, prob_set: str) -> BootstrapResult:
-        """Interval of ``metric`` on ``"before"`` or ``"after"`` (evaluation split's sizes)."""
-        i, j = self._index(metric, prob_set, "RefitIntervals.get")
-        jk = None if self.jackknife is None else self.jackknife[i, j]
-        return _result(
-            float(self.estimates[i, j]), self.replicates[i, j], jk, spec=self.spec, plan=self.eval_plan
-        )
-
-    def difference(self, metric: str, a: str = "after", b: str = "before") -> BootstrapResult:
-        """Interval of ``metric(a) - metric(b)`` from the paired replicates."""
-        i, ja = self._index(metric, a, "RefitIntervals.difference")
-        _, jb = self._index(metric, b, "RefitIntervals.difference")
-        jk = None if self.jackknife is None else self.jackknife[i, ja] - self.jackknife[i, jb]
-        return _result(
-            float(self.estimates[i, ja] - self.estimates[i, jb]),
-            self.replicates[i, ja] - self.replicates[i, jb],
-            jk,
-            spec=self.spec,
-            plan=self.eval_plan,
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: spec, split sizes, the fit, T and log T intervals, metrics and differences."""
         sizes = {
@@ -189,6 +156,30 @@ class RefitIntervals:
             "n_exact": self.n_exact,
             "n_at_bound": self.n_at_bound,
             "max_error_bound": self.max_error_bound,
-            "intervals": {m: {p: self.get(m, p).to_dict() for p in self.prob_sets} for m in self.metrics},
-            "differences": {m: {"after - before": self.difference(m).to_dict()} for m in self.metrics},
+            **self.table.to_dict([("after", "before")]),
         }
+
+
+def metric_table(
+    owner: str,
+    metrics: tuple[str, ...],
+    estimates: NDArray[np.float64],
+    replicates: NDArray[np.float64],
+    *,
+    spec: BootstrapSpec,
+    plan: ClusterPlan,
+    jackknife: NDArray[np.float64] | None = None,
+) -> ReplicateTable:
+    """Metrics by ("before", "after") with the sizes of ``plan`` (the evaluated rows)."""
+    return ReplicateTable(
+        rows=metrics,
+        columns=PROB_SETS,
+        estimates=estimates,
+        replicates=replicates,
+        spec=spec,
+        n=plan.n,
+        n_clusters=plan.n_clusters,
+        n_strata=plan.n_strata,
+        jackknife=jackknife,
+        owner=owner,
+    )
