@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sitecal._kernels._compile import compiled
-from sitecal._kernels._terms import _bin_of
+from sitecal._kernels._terms import _bin_of, top_label_entries_reference, weighted_entry_sums_reference
 
 __all__ = ["PROGRAMS", "calibrated_entry_sums", "nll_row_terms"]
 
@@ -233,6 +233,59 @@ def calibrated_entry_sums(
     return out
 
 
+def calibrated_entry_sums_reference(
+    logits_t: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    groups: NDArray[np.int64],
+    n_groups: int,
+    row_cluster: NDArray[np.int64],
+    cluster_weights: NDArray[np.float64],
+    row_scale: NDArray[np.int64],
+    scales: NDArray[np.float64],
+    edges: NDArray[np.float64],
+    programs: list[tuple[str, str]],
+    widths: list[int],
+    workspace: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
+    """:func:`calibrated_entry_sums` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    The drawn rows' softmax at their temperatures as array operations (sums over the classes in class
+    order), each metric's (column, value) terms (:func:`top_label_entries_reference` or a mean score's
+    two columns) and their weighted sums per group (:func:`weighted_entry_sums_reference`), side by
+    side. ``workspace`` is not used.
+    """
+    weights = cluster_weights[row_cluster]
+    drawn = weights != 0.0
+    scaled = logits_t[:, drawn] / scales[row_scale[drawn]]
+    e = np.exp(scaled - scaled.max(axis=0))
+    probs_t = e / _class_sum(e)
+    label, group = labels[drawn], groups[drawn]
+    sums = [np.zeros((n_groups, 0))]
+    for (name, blocks), width in zip(programs, widths, strict=True):  # a loop over metrics: own columns
+        if name == "top_label":
+            columns, values = top_label_entries_reference(probs_t, label, edges, blocks)
+        else:  # a mean score: column 0 (ones), column 1 (the row's score)
+            columns = np.array([[0], [1]])
+            values = np.stack([np.ones(label.shape[0]), _score_reference(name, probs_t, label)])
+        sums.append(weighted_entry_sums_reference(columns, values, weights[drawn], width, group, n_groups))
+    return np.concatenate(sums, axis=1)
+
+
+def _score_reference(
+    name: str, probs_t: NDArray[np.float64], label: NDArray[np.int64]
+) -> NDArray[np.float64]:
+    """A mean score's row terms (:data:`PROGRAMS`) in plain numpy, for the reference above."""
+    if name == "log_true":
+        true = probs_t[label, np.arange(label.shape[0])]
+        out: NDArray[np.float64] = -np.log(np.maximum(true, _NLL_CLIP))
+    elif name == "squared":
+        d = probs_t - (np.arange(probs_t.shape[0])[:, None] == label)
+        out = _class_sum(d * d)
+    else:
+        out = (np.argmax(probs_t, axis=0) == label).astype(np.float64)
+    return out
+
+
 def _shifted_scaled(
     d_t: NDArray[np.float64], beta: float, z: NDArray[np.float64], top: NDArray[np.float64]
 ) -> None:  # pragma: no cover - compiled
@@ -291,3 +344,34 @@ def nll_row_terms(
     np.exp(z, out=z)
     compiled(_moments)(z, d_t, total, mean_d, var_d)
     return top, total, mean_d, var_d
+
+
+def nll_row_terms_reference(
+    d_t: NDArray[np.float64], beta: float, workspace: NDArray[np.float64] | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`nll_row_terms` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    The temperature fit's array code, its sums over the classes in class order; ``workspace`` is not
+    used.
+    """
+    z = beta * d_t
+    top = z.max(axis=0)
+    e = np.exp(z - top)
+    total = _class_sum(e)
+    p = e / total
+    mean_d = _class_sum(p * d_t)
+    c = d_t - mean_d
+    var_d = _class_sum(p * c * c)
+    return top, total, mean_d, var_d
+
+
+def _class_sum(terms: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The sums over axis 0 (the classes) of (C, N) ``terms``, added in class order as the kernels add.
+
+    Not ``terms.sum(axis=0)``: numpy adds 8 or more terms along a contiguous axis pairwise (a single
+    row, or a boolean index's column-major result, puts the classes there).
+    """
+    out: NDArray[np.float64] = terms[0].copy()
+    for row in terms[1:]:  # a loop over classes, in order
+        out += row
+    return out

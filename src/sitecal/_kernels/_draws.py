@@ -90,6 +90,36 @@ def counted_sums(
     return np.ascontiguousarray(out_t.T)
 
 
+def counted_sums_reference(
+    indices: NDArray[np.int64],
+    start: NDArray[np.int64],
+    stop: NDArray[np.int64],
+    cols: NDArray[np.int64],
+    vals: NDArray[np.float64],
+    n_columns: int,
+    finite: bool | None = None,
+) -> NDArray[np.float64]:
+    """:func:`counted_sums` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    The clusters' entries laid out one cluster after the other from entry 0 (``start[0] == 0``,
+    ``start[c + 1] == stop[c]``), as the callers lay them out. Each resample's ``count * value`` terms
+    of its drawn clusters, added by ``numpy.bincount`` in entry order; ``finite`` changes nothing here
+    (a cluster not drawn adds nothing, the kernel's signed zero included).
+    """
+    r, k = indices.shape[0], start.shape[0]
+    counts = draw_counts_reference(indices, k)
+    cluster = np.repeat(np.arange(k), stop - start)  # each entry's cluster
+    weight = counts[:, cluster]  # (R, E)
+    drawn = weight != 0.0  # only drawn clusters' terms: no 0 * inf
+    keys = np.arange(r)[:, None] * n_columns + cols
+    terms = weight[drawn] * np.broadcast_to(vals, weight.shape)[drawn]
+    # with weights, bincount gives float64 (its stubs say int)
+    sums: NDArray[np.float64] = np.asarray(
+        np.bincount(keys[drawn], weights=terms, minlength=r * n_columns), dtype=np.float64
+    )
+    return sums.reshape(r, n_columns)
+
+
 def _membership_sums(
     indices: NDArray[np.int64],
     patient_of_cluster: NDArray[np.int64],
@@ -159,6 +189,34 @@ def membership_sums(
     return out
 
 
+def membership_sums_reference(
+    indices: NDArray[np.int64],
+    patient_of_cluster: NDArray[np.int64],
+    ptr: NDArray[np.int64],
+    block: NDArray[np.int64],
+    table: NDArray[np.float64],
+    n_blocks: int,
+) -> NDArray[np.float64]:
+    """:func:`membership_sums` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    With ``ptr[0] == 0`` and ``ptr[-1]`` rows in ``table``, as the callers build them. Each resample's
+    ``n_b(c) * table[e]`` terms of the rows of its drawn patients, added by ``numpy.bincount`` over
+    (resample, block, column) keys in row order.
+    """
+    r, width = indices.shape[0], table.shape[1]
+    counts = draw_counts_reference(patient_of_cluster[indices], ptr.shape[0] - 1)
+    patient = np.repeat(np.arange(ptr.shape[0] - 1), np.diff(ptr))  # each table row's patient
+    weight = np.broadcast_to(counts[:, patient, None], (r, patient.shape[0], width))
+    drawn = weight != 0.0  # only drawn patients' rows: no 0 * inf
+    keys = (np.arange(r)[:, None, None] * n_blocks + block[:, None]) * width + np.arange(width)
+    terms = weight[drawn] * np.broadcast_to(table, weight.shape)[drawn]
+    # with weights, bincount gives float64 (its stubs say int)
+    sums: NDArray[np.float64] = np.asarray(
+        np.bincount(keys[drawn], weights=terms, minlength=r * n_blocks * width), dtype=np.float64
+    )
+    return sums.reshape(r, n_blocks, width)
+
+
 def _stratified_draws(
     u: NDArray[np.float64],
     stratum_size: NDArray[np.int64],
@@ -190,6 +248,15 @@ def stratified_draws(
     return out
 
 
+def stratified_draws_reference(
+    u: NDArray[np.float64], stratum_size: NDArray[np.int64], stratum_start: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """:func:`stratified_draws` in plain numpy: the reference the tests hold the kernel to, exactly."""
+    index = np.floor(u * stratum_size).astype(np.int64)
+    out: NDArray[np.int64] = stratum_start + np.minimum(index, stratum_size - 1)
+    return out
+
+
 def _draw_counts(indices: NDArray[np.int64], out: NDArray[np.float64]) -> None:  # pragma: no cover - compiled
     out[:] = 0.0
     for b in range(indices.shape[0]):
@@ -209,3 +276,13 @@ def draw_counts(indices: NDArray[np.int64], k: int) -> NDArray[np.float64]:
     out = np.empty((indices.shape[0], k))
     compiled(_draw_counts)(np.ascontiguousarray(indices, dtype=np.int64), out)
     return out
+
+
+def draw_counts_reference(indices: NDArray[np.int64], k: int) -> NDArray[np.float64]:
+    """:func:`draw_counts` in plain numpy: the reference the tests hold the kernel to, exactly.
+
+    One ``numpy.bincount`` over (resample, cluster) keys.
+    """
+    r = indices.shape[0]
+    keys = np.arange(r)[:, None] * k + indices
+    return np.bincount(keys.reshape(-1), minlength=r * k).reshape(r, k).astype(np.float64)

@@ -82,6 +82,30 @@ def grouped_row_sums(
     return out.reshape(assigned.shape[0], n_groups, n_columns)
 
 
+def grouped_row_sums_reference(
+    assigned: NDArray[np.integer],
+    columns: NDArray[np.integer],
+    values: NDArray[np.float64],
+    n_columns: int,
+    n_groups: int,
+) -> NDArray[np.float64]:
+    """:func:`grouped_row_sums` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    One ``numpy.bincount`` over (assignment, group, column) keys, rows in order, a row's entries in
+    order (the keys in int64: the narrow dtypes of the inputs would wrap).
+    """
+    p = assigned.shape[0]
+    group = assigned.astype(np.int64)[:, :, None]  # (P, N, 1)
+    keys = (np.arange(p)[:, None, None] * n_groups + group) * n_columns + columns.astype(np.int64)
+    terms = np.broadcast_to(values, keys.shape)
+    # with weights, bincount gives float64 (its stubs say int)
+    sums: NDArray[np.float64] = np.asarray(
+        np.bincount(keys.reshape(-1), weights=terms.reshape(-1), minlength=p * n_groups * n_columns),
+        dtype=np.float64,
+    )
+    return sums.reshape(p, n_groups, n_columns)
+
+
 def layout_starts(rank: NDArray[np.int64], patient_size: NDArray[np.int64]) -> NDArray[np.int64]:
     """Where each patient's rows start when the patients are laid out in ``rank`` order: shape (K,).
 
@@ -95,6 +119,19 @@ def layout_starts(rank: NDArray[np.int64], patient_size: NDArray[np.int64]) -> N
     k = rank.shape[0]
     before = np.empty(k, dtype=np.int64)
     compiled(_layout_starts)(rank, patient_size, np.empty(k, np.int64), before)
+    return before
+
+
+def layout_starts_reference(rank: NDArray[np.int64], patient_size: NDArray[np.int64]) -> NDArray[np.int64]:
+    """:func:`layout_starts` in plain numpy: the reference the tests hold the kernel to, exactly.
+
+    ``rank`` is a permutation: the patients in place order are its ``argsort``, and each one's rows
+    start after the cumulated sizes of those placed before.
+    """
+    by_rank = np.argsort(rank)
+    size = patient_size[by_rank]
+    before = np.empty(rank.shape[0], dtype=np.int64)
+    before[by_rank] = np.cumsum(size) - size
     return before
 
 
@@ -117,4 +154,15 @@ def assign_rows(
     """
     out = np.empty(patient.shape[0], dtype=label_sequence.dtype)
     compiled(_assign_rows)(before, patient, within, label_sequence, out)
+    return out
+
+
+def assign_rows_reference(
+    before: NDArray[np.int64],
+    patient: NDArray[np.int64],
+    within: NDArray[np.int64],
+    label_sequence: NDArray[np.integer],
+) -> NDArray[np.integer]:
+    """:func:`assign_rows` in plain numpy: the reference the tests hold the kernel to, exactly."""
+    out: NDArray[np.integer] = label_sequence[before[patient] + within]
     return out

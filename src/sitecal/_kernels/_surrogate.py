@@ -95,3 +95,41 @@ def surrogate_roots(
         ok,
     )
     return x, slope, ok
+
+
+def surrogate_roots_reference(
+    coeffs: NDArray[np.float64], dcoeffs: NDArray[np.float64], errors: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    """:func:`surrogate_roots` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    The same safeguarded Newton steps as array operations over all rows at once (Clenshaw's recurrence
+    in the kernel's arithmetic), each row frozen once its steps are done.
+    """
+    n = coeffs.shape[0]
+    ok = (_series_reference(coeffs, -np.ones(n)) < -errors) & (_series_reference(coeffs, np.ones(n)) > errors)
+    a, b, x = -np.ones(n), np.ones(n), np.zeros(n)
+    active = ok.copy()
+    # rows not active still compute (their values unused): NaNs, overflows and g / 0 are theirs
+    with np.errstate(all="ignore"):
+        for _ in range(_MAX_STEPS):  # a loop over Newton steps, every active row one step
+            g = _series_reference(coeffs, x)
+            h = _series_reference(dcoeffs, x)
+            a = np.where(active & (g < 0), x, a)
+            b = np.where(active & ~(g < 0), x, b)
+            newton = x - g / h
+            inside = (h > 0) & (newton > a) & (newton < b)
+            new = np.where(inside, newton, 0.5 * (a + b))
+            done = (g == 0) | (np.abs(new - x) <= 4e-16 * np.maximum(1.0, np.abs(x))) | (b - a <= 4e-16)
+            x = np.where(active & (g != 0), new, x)
+            active &= ~done
+        slope = _series_reference(dcoeffs, x)
+    return x, slope, ok
+
+
+def _series_reference(coeffs: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Each row's Chebyshev series at its ``x``, by :func:`_series`'s recurrence as array operations."""
+    b1, b2 = np.zeros_like(x), np.zeros_like(x)
+    for k in range(coeffs.shape[1] - 1, 0, -1):  # a loop over the series' terms, highest first
+        b1, b2 = coeffs[:, k] + 2.0 * x * b1 - b2, b1
+    out: NDArray[np.float64] = coeffs[:, 0] + x * b1 - b2
+    return out

@@ -56,6 +56,30 @@ def weighted_entry_sums(
     return out.reshape(n_groups, n_columns)
 
 
+def weighted_entry_sums_reference(
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    n_columns: int,
+    groups: NDArray[np.int64] | None = None,
+    n_groups: int = 1,
+) -> NDArray[np.float64]:
+    """:func:`weighted_entry_sums` in plain numpy: the reference the tests hold the kernel to, bit for bit.
+
+    One ``numpy.bincount`` over (group, column) keys of the ``weight * value`` terms of the rows of
+    nonzero weight, entry by entry, rows in order (the kernel's order).
+    """
+    group = np.zeros(values.shape[1], dtype=np.int64) if groups is None else groups
+    keys = group * n_columns + np.broadcast_to(columns, values.shape)  # (k, N): entry-major
+    kept = np.broadcast_to(weights != 0.0, values.shape)
+    terms = np.broadcast_to(weights, values.shape)[kept] * values[kept]
+    # with weights, bincount gives float64 (its stubs say int)
+    sums: NDArray[np.float64] = np.asarray(
+        np.bincount(keys[kept], weights=terms, minlength=n_groups * n_columns), dtype=np.float64
+    )
+    return sums.reshape(n_groups, n_columns)
+
+
 def _bin_of(value: float, edges: NDArray[np.float64]) -> int:  # pragma: no cover - compiled
     """The ``(lo, hi]`` bin of ``value`` among equal-width ``edges``, as ``numpy.searchsorted`` places it."""
     n_bins: int = edges.shape[0] - 1
@@ -130,3 +154,22 @@ def top_label_entries(
         values,
     )
     return columns, values
+
+
+def top_label_entries_reference(
+    probs_t: NDArray[np.float64], labels: NDArray[np.int64], edges: NDArray[np.float64], parts: str
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """:func:`top_label_entries` in plain numpy: the reference the tests hold the kernel to, exactly.
+
+    The first arg-max (``numpy.argmax``), its ``(lo, hi]`` bin (``numpy.searchsorted``, a confidence of
+    0 in the first bin) and each block's value, stacked block by block.
+    """
+    n, n_bins = labels.shape[0], edges.shape[0] - 1
+    predicted = np.argmax(probs_t, axis=0)
+    confidence = probs_t[predicted, np.arange(n)]
+    index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
+    correct = (predicted == labels).astype(np.float64)
+    block = {"n": np.ones(n), "g": correct - confidence, "a": correct, "c": confidence}
+    columns = [np.zeros(n, dtype=np.int64)] + [index + 1 + j * n_bins for j in range(len(parts))]
+    values = [np.ones(n)] + [block[part] for part in parts]
+    return np.stack(columns).astype(np.int64), np.stack(values)
