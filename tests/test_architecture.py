@@ -375,6 +375,20 @@ def numeric_io_problems(source: str) -> list[str]:
     return problems
 
 
+def private_import_problems(part: str, names: set[str]) -> list[str]:
+    """Imports by part ``part`` of another package's private module (``sitecal.<pkg>._<module>``).
+
+    A package is used through its front door, its ``__init__``: what one package needs of another is
+    exported there, so a package can rearrange its private modules without breaking the others.
+    """
+    problems = []
+    for name in sorted(names):
+        parts = name.split(".")
+        if len(parts) >= 3 and parts[0] == "sitecal" and parts[1] != part and parts[2].startswith("_"):
+            problems.append(f"imports {name}: use what sitecal.{parts[1]} exports from its __init__")
+    return problems
+
+
 MODULES = sorted(SRC.rglob("*.py"))
 
 
@@ -384,6 +398,26 @@ def test_imports_point_down(path: Path) -> None:
     assert part in LAYER, f"{path}: assign '{part}' a layer in tests/test_architecture.py"
     problems = layer_problems(part, _imports(path))
     assert not problems, f"{path}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_packages_are_used_through_their_front_doors(path: Path) -> None:
+    problems = private_import_problems(_part(path), _imports(path))
+    assert not problems, f"{path}: " + "; ".join(problems)
+
+
+def test_the_front_door_rule_reports_what_it_forbids() -> None:
+    assert private_import_problems("report", {"sitecal.stats._scale", "sitecal.stats", "sitecal.errors"}) == [
+        "imports sitecal.stats._scale: use what sitecal.stats exports from its __init__"
+    ]
+    assert private_import_problems("stats", {"sitecal.stats._scale", "sitecal._kernels"}) == []
+    assert private_import_problems("cli", {"sitecal._kernels._draws"}) == [
+        "imports sitecal._kernels._draws: use what sitecal._kernels exports from its __init__"
+    ]
+    source = "def f():\n    from sitecal.inference._sharded import Placement\n"
+    assert private_import_problems("run", imports_of(source, ["sitecal"])) == [
+        "imports sitecal.inference._sharded: use what sitecal.inference exports from its __init__"
+    ]
 
 
 @pytest.mark.parametrize(

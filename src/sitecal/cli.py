@@ -24,7 +24,7 @@ from sitecal._scrub import ScrubFilter, scrub
 from sitecal.errors import SitecalError, Terminated
 
 if TYPE_CHECKING:
-    from sitecal.inference._sharded import Placement
+    from sitecal.inference import Placement
 
 __all__ = ["main"]
 
@@ -480,7 +480,7 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
     _refuse_if_not_ready(path, loaded, args, verb="cannot predict")
     placement = _shard_placement(args)
     if placement is not None and placement.scheduler is not None:  # before the scan, not after it
-        from sitecal.inference._sharded import scheduler_problem
+        from sitecal.inference import scheduler_problem
 
         if problem := scheduler_problem(placement.scheduler):
             raise _InputError(problem)
@@ -492,7 +492,7 @@ def _predict(path: Path, args: argparse.Namespace) -> int:
         device=args.device,
         placement=placement,
     )
-    from sitecal.cohort._records import exclusion_counts
+    from sitecal.cohort import exclusion_counts
 
     _print_exclusion_rows(exclusion_counts(result.exclusions), listed_in=result.exclusions_csv.name)
     print(f"Predicted: {result.n_predicted} studies")
@@ -511,7 +511,7 @@ def _network_key(path: Path) -> int:
 
 def _shard_placement(args: argparse.Namespace) -> Placement | None:
     """Where ``--dask-workers``/``--scheduler``/``--shard-size`` send the model; ``None``: this process."""
-    from sitecal.inference._sharded import DEFAULT_SHARD_SIZE, Placement
+    from sitecal.inference import DEFAULT_SHARD_SIZE, Placement
 
     if args.dask_workers is not None and args.scheduler is not None:
         raise _InputError("give --dask-workers (a new cluster) or --scheduler (a running one), not both.")

@@ -39,6 +39,7 @@ from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
 from sitecal.inference import (
     EXPORT_FORMATS,
+    ExportFormat,
     build_transforms,
     discard_export,
     export_calibrated,
@@ -48,7 +49,6 @@ from sitecal.inference import (
     round_trip_tolerance,
     transform_fingerprint,
 )
-from sitecal.inference._export import ExportFormat
 from sitecal.metrics import softmax
 from sitecal.pacs.send import load_run_protocol
 from sitecal.protocol import LoadedProtocol
@@ -187,7 +187,7 @@ def _export(
     target = Path(output) if output is not None else folder / "export" / DEFAULT_NAMES[fmt]
     _refuse_existing(target, fmt)
     if fmt == "onnx":
-        from sitecal.inference._export_onnx import require_onnx
+        from sitecal.inference import require_onnx
 
         require_onnx()  # before the scan, not after it
     loaded = load_run_protocol(folder, protocol)

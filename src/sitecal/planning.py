@@ -41,12 +41,14 @@ from numpy.typing import NDArray
 
 from sitecal._io import read_json
 from sitecal.errors import DataError
-from sitecal.evaluation._groups import OVERALL
-from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
-from sitecal.evaluation._study_size import (
+from sitecal.evaluation import (
     DEFAULT_SIZES,
+    OVERALL,
     TARGET_POWER,
+    Split,
     StudyModel,
+    applied_probabilities,
+    applied_temperatures,
     labels_from,
     pass_rate,
     pool_model,

@@ -208,7 +208,7 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
 def _parts_problems(loaded: LoadedProtocol) -> list[str]:
     """A network's parts read whole, as the evaluation reads them (under the network key)."""
     from sitecal._pseudonym import Pseudonymizer
-    from sitecal.cohort._parts import part_facts, read_parts
+    from sitecal.cohort import part_facts, read_parts
 
     path = loaded.predictions_path
     assert path is not None
@@ -309,7 +309,7 @@ def _model_problems(loaded: LoadedProtocol) -> tuple[list[str], list[str]]:
     try:
         width = _test_forward(model.module, transforms, loaded.protocol.inputs.kind)
     except Exception as exc:  # the synthetic input may not suit every chain; the real data will tell
-        from sitecal.inference._bundle_config import first_line
+        from sitecal.inference import first_line
 
         note = (
             f"model: a test forward pass on a synthetic {_shape_text(loaded.protocol.inputs.kind)} input "

@@ -20,8 +20,7 @@ from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal._seal import EVALUATED, mark_incomplete, write_seal
-from sitecal.cohort import Cohort, Exclusion, write_predictions
-from sitecal.cohort._parts import part_facts, parts_record, write_part
+from sitecal.cohort import Cohort, Exclusion, part_facts, parts_record, write_part, write_predictions
 from sitecal.errors import Terminated
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
@@ -45,7 +44,7 @@ from sitecal.stages import (
 )
 
 if TYPE_CHECKING:
-    from sitecal.inference._sharded import Placement
+    from sitecal.inference import Placement
 
 __all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol", "send_run"]
 

@@ -37,18 +37,16 @@ from sitecal.cohort import (
     Study,
     build_cohort,
     cohort_from_predictions,
+    exclusion_counts,
     labels_from_predictions,
+    network_order,
+    part_facts,
     read_labels,
     read_mappings,
+    read_parts,
     read_predictions,
     scan_folder,
 )
-from sitecal.cohort._parts import (
-    network_order,
-    part_facts,
-    read_parts,
-)
-from sitecal.cohort._records import exclusion_counts
 from sitecal.cohort.attributes import suppress_rare_values
 from sitecal.cohort.predictions_file import check_subgroup_columns
 from sitecal.cohort.series import describe_selection
@@ -66,7 +64,7 @@ from sitecal.results import (
 )
 
 if TYPE_CHECKING:
-    from sitecal.inference._sharded import Placement
+    from sitecal.inference import Placement
 
 __all__ = [
     "Analysed",
@@ -251,8 +249,7 @@ def predict(
     items = [list(s.files) if volume else s.path for s in cohort.studies]
     keys = [image_key(pseudonymize, hashed(s, file_hashes)) for s in cohort.studies]
     if placement is not None:
-        from sitecal.inference._settle import settle_inference
-        from sitecal.inference._sharded import predict_sharded
+        from sitecal.inference import predict_sharded, settle_inference
 
         assert loaded.model_path is not None
         size, check = settle_inference(  # once for every shard: one batch size, one precision

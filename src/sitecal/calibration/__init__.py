@@ -18,9 +18,20 @@ from sitecal.calibration._empirical_bayes import (
     shrink_log_temperatures,
 )
 from sitecal.calibration._group_methods import GroupMethodFit, GroupMethods, fit_group_methods
-from sitecal.calibration._groups import GroupTemperature, GroupTemperatures, fit_group_temperatures
+from sitecal.calibration._groups import (
+    GroupTemperature,
+    GroupTemperatures,
+    cluster_codes,
+    fit_group_temperatures,
+)
 from sitecal.calibration._methods import METHODS, FittedMethod, fit_method
-from sitecal.calibration._temperature import DEFAULT_BOUNDS, TemperatureFit, fit_temperature
+from sitecal.calibration._temperature import (
+    DEFAULT_BOUNDS,
+    TemperatureFit,
+    fit_temperature,
+    fit_validated,
+    temperature_bounds,
+)
 
 __all__ = [
     "DEFAULT_BOUNDS",
@@ -35,11 +46,14 @@ __all__ = [
     "GroupTemperatures",
     "Surrogate",
     "TemperatureFit",
+    "cluster_codes",
     "cluster_robust_variance",
     "family_surrogates",
     "fit_group_methods",
     "fit_group_temperatures",
     "fit_method",
     "fit_temperature",
+    "fit_validated",
     "shrink_log_temperatures",
+    "temperature_bounds",
 ]

@@ -40,7 +40,13 @@ from sitecal.calibration._gradient_surrogate import (
     _interval_around,
     _row_terms,
 )
-from sitecal.calibration._temperature import _NLL, DEFAULT_BOUNDS, TemperatureFit, _bounds, fit_validated
+from sitecal.calibration._temperature import (
+    _NLL,
+    DEFAULT_BOUNDS,
+    TemperatureFit,
+    fit_validated,
+    temperature_bounds,
+)
 
 __all__ = [
     "CERTIFIED_S_ERROR",
@@ -156,7 +162,7 @@ class BatchedTemperatureSolver:
         fit: TemperatureFit | None = None,
         surrogate: Surrogate | None = None,
     ) -> None:
-        low, high = _bounds(bounds, func=func)
+        low, high = temperature_bounds(bounds, func=func)
         self._given = surrogate
         self._d = _NLL(logits, labels).d
         self._d_t = np.ascontiguousarray(self._d.T)
@@ -389,7 +395,7 @@ def family_surrogates(
     Returns each member's :class:`Surrogate` (its clusters' rows of the shared coefficients), for
     ``BatchedTemperatureSolver(..., surrogate=)``.
     """
-    low, high = _bounds(bounds, func=func)
+    low, high = temperature_bounds(bounds, func=func)
     limits = (math.log(low), math.log(high))
     d_t = np.ascontiguousarray(_NLL(logits, labels).d.T)
     intervals, curvatures = [], []

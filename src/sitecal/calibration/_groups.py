@@ -17,9 +17,9 @@ from sitecal.calibration._temperature import (
     _NLL,
     DEFAULT_BOUNDS,
     TemperatureFit,
-    _bounds,
     fit_validated,
     stored_temperature,
+    temperature_bounds,
 )
 from sitecal.errors import DataError
 
@@ -301,7 +301,7 @@ def fit_group_temperatures(
     policy = check_option(fallback, name="fallback", func=func, options=FALLBACKS)
     tol_f = check_float(tol, name="tol", func=func, low=0.0)
     iters = check_int(max_iter, name="max_iter", func=func, minimum=1)
-    low, high = _bounds(bounds, func=func)
+    low, high = temperature_bounds(bounds, func=func)
     options: dict[str, Any] = {"tol": tol_f, "max_iter": iters, "low": low, "high": high}
 
     global_fit = fit_validated(z, y, **options)

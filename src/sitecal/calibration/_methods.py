@@ -32,7 +32,7 @@ from sitecal.calibration._scaling_methods import (
     predict_linear,
     predict_temperature,
 )
-from sitecal.calibration._temperature import DEFAULT_BOUNDS, _bounds
+from sitecal.calibration._temperature import DEFAULT_BOUNDS, temperature_bounds
 from sitecal.errors import DataError
 
 __all__ = ["METHODS", "FittedMethod", "check_weights", "fit_method"]
@@ -226,7 +226,7 @@ def _options(name: str, given: Mapping[str, Any], *, func: str) -> dict[str, Any
     checked: dict[str, Any] = {}
     for key, value in out.items():
         if key == "bounds":
-            checked[key] = _bounds(value, func=func)
+            checked[key] = temperature_bounds(value, func=func)
         elif key == "tol":
             checked[key] = check_float(value, name="tol", func=func, low=0.0)
         elif key in ("max_iter", "n_bins"):

@@ -190,7 +190,8 @@ def solve_log_temperature(
     return _Solution(s, value, grad, hess, max_iter, converged, "", "" if converged else "max_iter")
 
 
-def _bounds(value: Any, *, func: str) -> tuple[float, float]:
+def temperature_bounds(value: Any, *, func: str) -> tuple[float, float]:
+    """The validated bounds ``(low, high)`` of T, ``0 < low < high``; a DataError naming ``func`` else."""
     try:
         low, high = value
     except (TypeError, ValueError):
@@ -279,7 +280,7 @@ def fit_temperature(
     y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func)
     tol_f = check_float(tol, name="tol", func=func, low=0.0)
     iters = check_int(max_iter, name="max_iter", func=func, minimum=1)
-    low, high = _bounds(bounds, func=func)
+    low, high = temperature_bounds(bounds, func=func)
     return fit_validated(z, y, tol=tol_f, max_iter=iters, low=low, high=high)
 
 

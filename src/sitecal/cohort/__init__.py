@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sitecal.cohort._build import build_cohort
 from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions
-from sitecal.cohort._records import Cohort, Exclusion, Study
+from sitecal.cohort._parts import network_order, part_facts, parts_record, read_parts, write_part
+from sitecal.cohort._records import Cohort, Exclusion, Study, exclusion_counts
 from sitecal.cohort.attributes import UNKNOWN
 from sitecal.cohort.labels import LabelTable, read_labels
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping, read_mappings
@@ -24,10 +25,16 @@ __all__ = [
     "ValueMapping",
     "build_cohort",
     "cohort_from_predictions",
+    "exclusion_counts",
     "labels_from_predictions",
+    "network_order",
+    "part_facts",
+    "parts_record",
     "read_labels",
     "read_mappings",
+    "read_parts",
     "read_predictions",
     "scan_folder",
+    "write_part",
     "write_predictions",
 ]

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from sitecal.cohort._cells import identifier_shape
 from sitecal.cohort.attributes import UNKNOWN, attribute_value
 from sitecal.errors import DataError
-from sitecal.protocol import SubgroupSettings
-from sitecal.protocol._base import SHOWN_TAGS
+from sitecal.protocol import SHOWN_TAGS, SubgroupSettings
 
 if TYPE_CHECKING:
     from sitecal.cohort.predictions_file import PredictionTable

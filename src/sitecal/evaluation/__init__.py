@@ -14,17 +14,35 @@ from sitecal.evaluation._core import (
     split_patients,
 )
 from sitecal.evaluation._groups import OVERALL
+from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
+from sitecal.evaluation._study_size import (
+    DEFAULT_SIZES,
+    TARGET_POWER,
+    StudyModel,
+    labels_from,
+    pass_rate,
+    pool_model,
+)
 
 __all__ = [
+    "DEFAULT_SIZES",
     "FAIL",
     "INCONCLUSIVE",
     "INSUFFICIENT",
     "OVERALL",
     "PASS",
     "SCHEMA_VERSION",
+    "TARGET_POWER",
     "EvaluationData",
     "EvaluationOutcome",
+    "Split",
+    "StudyModel",
+    "applied_probabilities",
+    "applied_temperatures",
     "evaluate",
+    "labels_from",
+    "pass_rate",
+    "pool_model",
     "split_patients",
     "verdict_problems",
 ]

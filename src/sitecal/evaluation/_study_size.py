@@ -31,9 +31,8 @@ from sitecal.evaluation._acceptance import INSUFFICIENT, PASS, group_verdict
 from sitecal.evaluation._groups import OVERALL
 from sitecal.metrics import TopLabelOEStatistic, top_label_recalibration
 from sitecal.metrics.registry import INTERCEPT, OE_RATIO, SLOPE
-from sitecal.protocol import AcceptanceCriterion
+from sitecal.protocol import DEFAULT_PLAN_SIZES, AcceptanceCriterion
 from sitecal.protocol import PlanningSettings as PlanSettings
-from sitecal.protocol._planning import DEFAULT_PLAN_SIZES
 from sitecal.results import Criterion, PlanningSettings, StudySize
 from sitecal.stats import BootstrapSpec, bootstrap_interval, bootstrap_metrics
 

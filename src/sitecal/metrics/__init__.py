@@ -12,6 +12,7 @@ The metrics sitecal knows by name, with their labels, directions and uses, are l
 
 from __future__ import annotations
 
+from sitecal.metrics._binning import bin_edges
 from sitecal.metrics._calibration_error import (
     ReliabilityCurve,
     expected_calibration_error,
@@ -34,7 +35,7 @@ from sitecal.metrics._recalibration import (
 )
 from sitecal.metrics._scores import NLL_CLIP, accuracy, brier_score, negative_log_likelihood
 from sitecal.metrics._smooth import smooth_ece, smooth_ece_at
-from sitecal.metrics._softmax import PROBABILITY_FLOOR, log_probabilities, softmax
+from sitecal.metrics._softmax import PROBABILITY_FLOOR, log_probabilities, softmax, softmax_class_major
 from sitecal.metrics._statistics import MassECEStatistic, SmoothECEStatistic, SumMetricStatistic
 from sitecal.metrics.registry import METRIC_NAMES, METRICS, Metric, metric_statistic
 
@@ -55,6 +56,7 @@ __all__ = [
     "TopLabelRecalibration",
     "accuracy",
     "auroc",
+    "bin_edges",
     "brier_score",
     "calibration_slope_intercept",
     "debiased_expected_calibration_error",
@@ -68,5 +70,6 @@ __all__ = [
     "smooth_ece",
     "smooth_ece_at",
     "softmax",
+    "softmax_class_major",
     "top_label_recalibration",
 ]

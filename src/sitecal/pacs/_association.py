@@ -20,7 +20,7 @@ from typing import Any
 from sitecal.pacs._credentials import Credentials
 from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, refused_by_guard
 from sitecal.pacs._peer import PacsError
-from sitecal.protocol._pacs import DimseService, TlsSettings
+from sitecal.protocol import DimseService, TlsSettings
 
 __all__ = [
     "STORAGE_SYNTAXES",

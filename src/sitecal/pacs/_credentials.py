@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from sitecal.errors import DataError
-from sitecal.protocol._pacs import TlsSettings
+from sitecal.protocol import TlsSettings
 
 __all__ = ["Credentials", "load_credentials", "missing_tls_files"]
 

@@ -30,7 +30,7 @@ from sitecal.pacs._http import server_message as _server_message
 from sitecal.pacs._multipart import FirstPart
 from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
 from sitecal.pacs._store import InstanceStore
-from sitecal.protocol._pacs import DicomwebService, DicomwebSource
+from sitecal.protocol import DicomwebService, DicomwebSource
 
 __all__ = ["QIDO_PAGE", "DicomwebPeer", "PacsError", "StudyRef", "http_problem"]
 

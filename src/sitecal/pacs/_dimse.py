@@ -34,7 +34,7 @@ from sitecal.pacs._credentials import Credentials
 from sitecal.pacs._guard import MAX_PDU_BYTES, guard_handlers, guard_of, refused_by_guard
 from sitecal.pacs._peer import PacsError, StudyRef, too_many_studies
 from sitecal.pacs._store import InstanceStore
-from sitecal.protocol._pacs import DimseSource
+from sitecal.protocol import DimseSource
 
 __all__ = ["DimsePeer"]
 

@@ -24,7 +24,7 @@ from sitecal.errors import DataError
 from sitecal.pacs._credentials import Credentials, load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError, Peer, StudyRef
 from sitecal.pacs._store import InstanceStore, uid_key
-from sitecal.protocol._pacs import DicomwebSource, DimseSource, PacsQuery
+from sitecal.protocol import DicomwebSource, DimseSource, PacsQuery
 
 __all__ = ["Retrieval", "query_filters", "retrieve_studies", "source_problems"]
 

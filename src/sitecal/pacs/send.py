@@ -22,7 +22,7 @@ from sitecal._io import write_json_atomic
 from sitecal.errors import DataError
 from sitecal.pacs._credentials import load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError
-from sitecal.protocol._pacs import DicomwebDestination, DimseDestination
+from sitecal.protocol import DicomwebDestination, DimseDestination
 
 if TYPE_CHECKING:
     from sitecal.protocol import LoadedProtocol

@@ -13,6 +13,7 @@ relative to the protocol file's folder. ``model.path`` may also name a file ship
 name and the plain arguments each takes, and :func:`transform_problem` says why an entry is refused.
 """
 
+from sitecal.protocol._base import SHOWN_TAGS
 from sitecal.protocol._inputs import (
     DataSettings,
     InputSettings,
@@ -22,7 +23,17 @@ from sitecal.protocol._inputs import (
     TransformSettings,
 )
 from sitecal.protocol._load import LoadedProtocol, YamlExcess, load_protocol, protocol_summary, yaml_excess
-from sitecal.protocol._planning import PlanningSettings
+from sitecal.protocol._pacs import (
+    DicomwebDestination,
+    DicomwebService,
+    DicomwebSource,
+    DimseDestination,
+    DimseService,
+    DimseSource,
+    PacsQuery,
+    TlsSettings,
+)
+from sitecal.protocol._planning import DEFAULT_PLAN_SIZES, PlanningSettings
 from sitecal.protocol._report import DesignSettings, GovernanceSettings, ReportSettings
 from sitecal.protocol._schema import (
     AcceptanceCriterion,
@@ -36,17 +47,26 @@ from sitecal.protocol._schema import (
 from sitecal.protocol._transforms import TRANSFORM_ALLOWLIST, transform_problem
 
 __all__ = [
+    "DEFAULT_PLAN_SIZES",
+    "SHOWN_TAGS",
     "TRANSFORM_ALLOWLIST",
     "AcceptanceCriterion",
     "BootstrapSettings",
     "CalibrationSettings",
     "DataSettings",
     "DesignSettings",
+    "DicomwebDestination",
+    "DicomwebService",
+    "DicomwebSource",
+    "DimseDestination",
+    "DimseService",
+    "DimseSource",
     "EvaluationSettings",
     "GovernanceSettings",
     "InputSettings",
     "LoadedProtocol",
     "ModelSettings",
+    "PacsQuery",
     "PlanningSettings",
     "PrivacySettings",
     "Protocol",
@@ -54,6 +74,7 @@ __all__ = [
     "SeriesRules",
     "SplitSettings",
     "SubgroupSettings",
+    "TlsSettings",
     "TransformSettings",
     "YamlExcess",
     "load_protocol",

@@ -24,10 +24,10 @@ from sitecal.calibration import (
     DEFAULT_BOUNDS,
     BatchedTemperatureSolver,
     GroupTemperatures,
+    cluster_codes,
     fit_group_temperatures,
     shrink_log_temperatures,
 )
-from sitecal.calibration._groups import cluster_codes
 from sitecal.errors import DataError
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._refit_result import _readonly, fit_stream_seed

@@ -15,8 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal._validation import check_int, check_labels, check_logits, check_option
-from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
-from sitecal.calibration._temperature import _bounds, fit_validated
+from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, fit_validated, temperature_bounds
 from sitecal.errors import DataError
 from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
@@ -184,7 +183,7 @@ def refit_bootstrap(
         )
         fit, s0 = solver.fit, solver.fit.log_temperature
     else:
-        low, high = _bounds(bounds, func=func)
+        low, high = temperature_bounds(bounds, func=func)
         fit = fit_validated(zf, yf, tol=1e-10, max_iter=100, low=low, high=high)
         s0 = given[0]
     before_probs = softmax(ze)

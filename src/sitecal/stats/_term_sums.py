@@ -18,9 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sitecal._kernels import calibrated_entry_sums, weighted_entry_sums
-from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, softmax
-from sitecal.metrics._binning import bin_edges
-from sitecal.metrics._softmax import softmax_class_major
+from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, bin_edges, softmax, softmax_class_major
 from sitecal.stats._resample import CHUNK_ELEMENTS, for_each
 
 __all__ = ["RefitStatistic", "metrics_at_temperatures", "term_sums_at_temperatures", "weighted_term_sums"]
