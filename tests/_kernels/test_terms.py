@@ -67,3 +67,11 @@ def test_top_label_entries_are_numpys_arg_max_bin_and_values(data: st.DataObject
     assert got[0].shape == got[1].shape == (len(parts) + 1, n)
     assert np.array_equal(got[0], want[0])
     assert np.array_equal(got[1], want[1])
+
+
+def test_columns_broadcast_from_one_row_read_no_row_past_the_groups() -> None:
+    # columns of shape (k, 1) feed every row; the default groups must then cover every row of values
+    columns, values, weights = np.array([[0], [1], [1]]), np.ones((3, 6)), np.ones(6)
+    got = weighted_entry_sums(columns, values, weights, 2)
+    assert np.array_equal(got, weighted_entry_sums_reference(columns, values, weights, 2))
+    assert got.tolist() == [[6.0, 12.0]]

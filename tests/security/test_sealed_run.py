@@ -315,7 +315,9 @@ def test_sigterm_marks_the_run_incomplete_with_a_run_log_line_and_every_command_
     folder = None
     while time.monotonic() < deadline:  # until the run has started logging in its folder
         new = set((root / "reports").glob("demo-*")) - before
-        if new and "protocol demo" in ((folder := new.pop()) / "run.log").read_text(errors="replace"):
+        log = next(iter(new)) / "run.log" if new else None  # the folder is made before its log
+        if log is not None and log.is_file() and "protocol demo" in log.read_text(errors="replace"):
+            folder = log.parent
             break
         time.sleep(0.05)
     assert folder is not None

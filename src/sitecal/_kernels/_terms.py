@@ -42,7 +42,7 @@ def weighted_entry_sums(
     group; entries are taken entry by entry, rows in order, and rows of weight 0 are skipped. With each
     column fed by one entry ``j`` (a metric's blocks are disjoint), each sum adds its rows in row order.
     """
-    n = columns.shape[1]
+    n = values.shape[1]  # the rows (columns may be (k, 1), broadcast to every row)
     g = np.zeros(n, dtype=np.int64) if groups is None else groups
     out = np.zeros(n_groups * n_columns)
     compiled(_grouped_entry_sums)(

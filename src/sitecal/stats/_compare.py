@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
 from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
-from sitecal.stats._replicate_table import ReplicateTable
+from sitecal.stats._replicate_table import ReplicateTable, TableView
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
@@ -42,7 +42,7 @@ FINDINGS = ("better", "worse", "no_clear_difference", "no_interval")
 
 
 @dataclass(frozen=True, eq=False)
-class MethodComparison:
+class MethodComparison(TableView):
     """Held-out measures of each method with paired refit-bootstrap intervals (see :func:`compare_methods`).
 
     Attributes
@@ -77,20 +77,6 @@ class MethodComparison:
     @property
     def metrics(self) -> tuple[str, ...]:
         return self.table.columns
-
-    @property
-    def spec(self) -> BootstrapSpec:
-        return self.table.spec
-
-    @property
-    def estimates(self) -> NDArray[np.float64]:
-        """Shape (methods, metrics). Read-only."""
-        return self.table.estimates
-
-    @property
-    def replicates(self) -> NDArray[np.float64]:
-        """Shape (methods, metrics, B). Read-only."""
-        return self.table.replicates
 
     def get(self, method: str, metric: str) -> BootstrapResult:
         """Interval of ``metric`` after ``method`` (the evaluation split's sizes)."""
@@ -227,15 +213,13 @@ def compare_methods(
         crossfit_folds(func, fit_folds, eval_folds, folds),
     )
     fits = {m: fit for m, fit in zip(names, arms.fits, strict=True) if fit is not None}
-    table = ReplicateTable(
-        rows=names,
-        columns=tuple(metrics),
-        estimates=arms.estimates,
-        replicates=arms.replicates,
+    table = ReplicateTable.from_plan(
+        names,
+        tuple(metrics),
+        arms.estimates,
+        arms.replicates,
         spec=spec,
-        n=arms.eval_plan.n,
-        n_clusters=arms.eval_plan.n_clusters,
-        n_strata=arms.eval_plan.n_strata,
+        plan=arms.eval_plan,
         axes=("method", "metric"),
         owner="MethodComparison",
     )

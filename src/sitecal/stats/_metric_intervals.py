@@ -199,16 +199,7 @@ def bootstrap_metrics(
         own = evaluators[: len(names)]  # the metrics' rows (BCa is refused where there are companions)
         jackknife = np.array([[e.jackknife(chunk) for e in row] for row in own])
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
-    table = ReplicateTable(
-        rows=names,
-        columns=sets,
-        estimates=estimates,
-        replicates=replicates,
-        spec=spec,
-        n=n,
-        n_clusters=plan.n_clusters,
-        n_strata=plan.n_strata,
-        jackknife=jackknife,
-        owner="MetricIntervals",
+    table = ReplicateTable.from_plan(
+        names, sets, estimates, replicates, spec=spec, plan=plan, owner="MetricIntervals", jackknife=jackknife
     )
     return MetricIntervals(table=table, n_bins=int(statistics[names[0]].n_bins))

@@ -21,7 +21,8 @@ from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic
 from sitecal.metrics.registry import ECE
 from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._refit_result import RefitIntervals, _readonly, fit_stream_seed, metric_table
+from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
+from sitecal.stats._replicate_table import ReplicateTable
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, draw_chunks, make_plan
 from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapSpec
@@ -238,8 +239,15 @@ def refit_bootstrap(
             s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
         s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
-    table = metric_table(
-        "RefitIntervals", names, estimates, replicates, spec=spec, plan=eval_plan, jackknife=jackknife
+    table = ReplicateTable.from_plan(
+        names,
+        PROB_SETS,
+        estimates,
+        replicates,
+        spec=spec,
+        plan=eval_plan,
+        owner="RefitIntervals",
+        jackknife=jackknife,
     )
     return RefitIntervals(
         table=table,
@@ -386,7 +394,9 @@ def bootstrap_temperature(
     if spec.method == "bca" and plan.n_clusters > 1:
         s_jack = _readonly(solver.jackknife().log_temperature)
     return RefitIntervals(
-        table=metric_table("RefitIntervals", (), np.zeros((0, 2)), np.zeros((0, 2, b)), spec=spec, plan=plan),
+        table=ReplicateTable.from_plan(
+            (), PROB_SETS, np.zeros((0, 2)), np.zeros((0, 2, b)), spec=spec, plan=plan, owner="RefitIntervals"
+        ),
         n_bins=0,
         fit=solver.fit,
         fit_plan=plan,

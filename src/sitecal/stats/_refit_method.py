@@ -20,7 +20,7 @@ from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
-from sitecal.stats._refit_result import metric_table
+from sitecal.stats._refit_result import PROB_SETS
 from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapSpec
@@ -129,13 +129,14 @@ def refit_method_bootstrap(
     )
     fit = arms.fits[1]
     assert fit is not None  # the method's arm
-    table = metric_table(
-        "MethodRefitIntervals",
+    table = ReplicateTable.from_plan(
         tuple(metrics),
+        PROB_SETS,
         np.ascontiguousarray(arms.estimates.T),
         np.ascontiguousarray(arms.replicates.transpose(1, 0, 2)),
         spec=spec,
         plan=arms.eval_plan,
+        owner="MethodRefitIntervals",
     )
     return MethodRefitIntervals(
         method=method,

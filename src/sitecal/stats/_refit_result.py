@@ -18,7 +18,7 @@ from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
-__all__ = ["PROB_SETS", "RefitIntervals", "fit_stream_seed", "metric_table"]
+__all__ = ["PROB_SETS", "RefitIntervals", "fit_stream_seed"]
 
 
 PROB_SETS = ("before", "after")
@@ -158,28 +158,3 @@ class RefitIntervals(MetricTable):
             "max_error_bound": self.max_error_bound,
             **self.table.to_dict([("after", "before")]),
         }
-
-
-def metric_table(
-    owner: str,
-    metrics: tuple[str, ...],
-    estimates: NDArray[np.float64],
-    replicates: NDArray[np.float64],
-    *,
-    spec: BootstrapSpec,
-    plan: ClusterPlan,
-    jackknife: NDArray[np.float64] | None = None,
-) -> ReplicateTable:
-    """Metrics by ("before", "after") with the sizes of ``plan`` (the evaluated rows)."""
-    return ReplicateTable(
-        rows=metrics,
-        columns=PROB_SETS,
-        estimates=estimates,
-        replicates=replicates,
-        spec=spec,
-        n=plan.n,
-        n_clusters=plan.n_clusters,
-        n_strata=plan.n_strata,
-        jackknife=jackknife,
-        owner=owner,
-    )

@@ -28,9 +28,10 @@ from numpy.typing import NDArray
 from sitecal._validation import check_option
 from sitecal.errors import DataError
 from sitecal.stats._intervals import interval_result
+from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
-__all__ = ["MetricTable", "ReplicateTable"]
+__all__ = ["MetricTable", "ReplicateTable", "TableView"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +85,35 @@ class ReplicateTable:
             if array is not None:
                 array.setflags(write=False)
 
+    @classmethod
+    def from_plan(
+        cls,
+        rows: tuple[str, ...],
+        columns: tuple[str, ...],
+        estimates: NDArray[np.float64],
+        replicates: NDArray[np.float64],
+        *,
+        spec: BootstrapSpec,
+        plan: ClusterPlan,
+        owner: str,
+        jackknife: NDArray[np.float64] | None = None,
+        axes: tuple[str, str] = ("metric", "prob_set"),
+    ) -> ReplicateTable:
+        """A table whose intervals report the sizes of ``plan`` (the evaluated rows, patients, strata)."""
+        return cls(
+            rows=rows,
+            columns=columns,
+            estimates=estimates,
+            replicates=replicates,
+            spec=spec,
+            n=plan.n,
+            n_clusters=plan.n_clusters,
+            n_strata=plan.n_strata,
+            jackknife=jackknife,
+            axes=axes,
+            owner=owner,
+        )
+
     def cell(self, row: str, column: str, *, func: str) -> tuple[int, int]:
         """The indices of ``(row, column)``; a DataError naming the known names otherwise."""
         r = check_option(row, name=self.axes[0], func=func, options=self.rows)
@@ -129,10 +159,33 @@ class ReplicateTable:
         }
 
 
-class MetricTable:
-    """What a result whose table holds metrics by probability sets offers (it has a ``table`` field)."""
+class TableView:
+    """What a result holding a ``table`` (a :class:`ReplicateTable`) reads from it."""
 
     table: ReplicateTable
+
+    @property
+    def spec(self) -> BootstrapSpec:
+        return self.table.spec
+
+    @property
+    def estimates(self) -> NDArray[np.float64]:
+        """Shape (rows, columns). Read-only."""
+        return self.table.estimates
+
+    @property
+    def replicates(self) -> NDArray[np.float64]:
+        """Shape (rows, columns, B). Read-only."""
+        return self.table.replicates
+
+    @property
+    def jackknife(self) -> NDArray[np.float64] | None:
+        """Shape (rows, columns, J) for BCa's acceleration, else None. Read-only."""
+        return self.table.jackknife
+
+
+class MetricTable(TableView):
+    """What a result whose table holds metrics by probability sets offers."""
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -141,25 +194,6 @@ class MetricTable:
     @property
     def prob_sets(self) -> tuple[str, ...]:
         return self.table.columns
-
-    @property
-    def spec(self) -> BootstrapSpec:
-        return self.table.spec
-
-    @property
-    def estimates(self) -> NDArray[np.float64]:
-        """Shape (M, S), indexed like ``metrics`` and ``prob_sets``. Read-only."""
-        return self.table.estimates
-
-    @property
-    def replicates(self) -> NDArray[np.float64]:
-        """Shape (M, S, B). Read-only."""
-        return self.table.replicates
-
-    @property
-    def jackknife(self) -> NDArray[np.float64] | None:
-        """Shape (M, S, J) for BCa's acceleration, else None. Read-only."""
-        return self.table.jackknife
 
     def get(self, metric: str, prob_set: str) -> BootstrapResult:
         """Interval of one metric on one probability set."""
