@@ -9,6 +9,16 @@ from sitecal._kernels._compile import compiled, count_scratch
 
 __all__ = ["counted_sums", "draw_counts", "membership_sums", "stratified_draws"]
 
+_HELPERS = ("_count_row",)
+
+
+def _count_row(
+    drawn: NDArray[np.int64], counts: NDArray[np.integer] | NDArray[np.float64], b: int
+) -> None:  # pragma: no cover - compiled
+    """Resample ``b``'s draws counted into row ``b`` of ``counts``: the one counting loop of the kernels."""
+    for d in range(drawn.shape[0]):
+        counts[b, drawn[d]] += 1
+
 
 def _counted_sums(
     indices: NDArray[np.int64],
@@ -24,8 +34,7 @@ def _counted_sums(
     r = indices.shape[0]
     counts[:] = 0
     for b in range(r):
-        for d in range(indices.shape[1]):
-            counts[b, indices[b, d]] += 1
+        _count_row(indices[b], counts, b)
     # cluster-major counts and column-major sums: a cluster's entry adds to the chunk's resamples in one
     # contiguous, vectorisable loop (each sum still adds its clusters in order)
     if r > 1:  # one resample's counts are cluster-major already (``counts_t`` is their view)
@@ -138,8 +147,7 @@ def _membership_sums(
         # draw, run several times faster than one pass with two dependent ones
         for d in range(indices.shape[1]):
             drawn[d] = patient_of_cluster[indices[b, d]]
-        for d in range(indices.shape[1]):
-            counts[b, drawn[d]] += 1
+        _count_row(drawn, counts, b)
     out[:] = 0.0
     for c in range(counts.shape[1]):  # one pass over the patients serves every resample of the chunk
         for e in range(ptr[c], ptr[c + 1]):
@@ -260,8 +268,7 @@ def stratified_draws_reference(
 def _draw_counts(indices: NDArray[np.int64], out: NDArray[np.float64]) -> None:  # pragma: no cover - compiled
     out[:] = 0.0
     for b in range(indices.shape[0]):
-        for d in range(indices.shape[1]):
-            out[b, indices[b, d]] += 1.0
+        _count_row(indices[b], out, b)
 
 
 def draw_counts(indices: NDArray[np.int64], k: int) -> NDArray[np.float64]:
