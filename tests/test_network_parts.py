@@ -376,7 +376,7 @@ def test_the_vocabulary_is_closed_and_covers_sitecals_reasons() -> None:
     assert all(f"{stage}/other" in codes for stage in STAGES)
     with pytest.raises(ValueError, match="exclusion stage 'elsewhere' is none of retrieve, scan"):
         reason_code("elsewhere", "anything")
-    from sitecal.inference.predict import NON_FINITE_LOGITS as written
+    from sitecal.inference._forward import NON_FINITE_LOGITS as written
 
     assert written == NON_FINITE_LOGITS
     assert STAGES == get_args(ExclusionStage)  # the flow's schema names the same stages

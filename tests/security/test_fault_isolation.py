@@ -23,8 +23,9 @@ from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, ge
 from sitecal._scrub import safe_text
 from sitecal.errors import DicomError, ModelError
 from sitecal.inference import DicomImageReader, build_transforms, predict_files
+from sitecal.inference._forward import NON_FINITE_LOGITS
 from sitecal.inference.models import LoadedModel
-from sitecal.inference.predict import NON_FINITE_LOGITS, InferenceResult
+from sitecal.inference.predict import InferenceResult
 from sitecal.inference.transforms import dicom_loader
 from sitecal.protocol import TransformSettings
 

@@ -30,7 +30,7 @@ __all__ = ["CODE_PATTERN", "REASONS", "STAGES", "ReasonCode", "reason_code", "re
 STAGES = ("retrieve", "scan", "studies", "series", "labels", "predictions", "inference")
 #: What a code looks like: ``<stage>/<name>``, at most 64 characters of a closed alphabet.
 CODE_PATTERN = re.compile(r"[a-z]{1,16}/[A-Za-z0-9-]{1,47}")
-#: The inference's reason for non-finite logits (:data:`sitecal.inference.predict.NON_FINITE_LOGITS`,
+#: The inference's reason for non-finite logits (:data:`sitecal.inference._forward.NON_FINITE_LOGITS`,
 #: not imported: it would load torch; a test keeps the two equal).
 NON_FINITE_LOGITS = "the model returned non-finite logits"
 _KEPT_AT_SITE = "(the detail stays at the site)"

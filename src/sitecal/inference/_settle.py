@@ -18,6 +18,14 @@ import torch
 from monai.transforms import Compose
 
 from sitecal.inference._batch_size import AUTO_BATCH_CAP, DEFAULT_BATCH_SIZE, largest_batch
+from sitecal.inference._forward import (
+    NON_FINITE_LOGITS,
+    _as_logits,
+    _cuda,
+    _Forward,
+    _item,
+    _SafeDataset,
+)
 from sitecal.inference._precision import (
     CHECK_STUDIES,
     PRECISIONS,
@@ -28,14 +36,6 @@ from sitecal.inference._precision import (
     supported,
 )
 from sitecal.inference.models import LoadedModel
-from sitecal.inference.predict import (
-    NON_FINITE_LOGITS,
-    _as_logits,
-    _cuda,
-    _Forward,
-    _item,
-    _SafeDataset,
-)
 
 __all__ = ["check_options", "first_studies", "needs_sample", "settle", "settle_inference"]
 

@@ -45,9 +45,10 @@ import numpy as np
 
 from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError, ModelError
+from sitecal.inference._forward import broken_model_error
 from sitecal.inference._precision import PrecisionCheck
 from sitecal.inference.cache import LogitCache
-from sitecal.inference.predict import InferenceResult, broken_model_error
+from sitecal.inference.predict import InferenceResult
 from sitecal.protocol import InputSettings, ModelSettings
 
 __all__ = [
