@@ -401,8 +401,6 @@ KNOWN_CIRCLES = {
         }
     ): "evaluate() and the sensitivity analysis share _Setup and EvaluationData (types); the evaluation "
     "plan built once and read by each analysis removes it",
-    frozenset({"sitecal.cohort._column_policy", "sitecal.cohort.predictions_file"}): "the column policy's "
-    "check is typed with the prediction table it checks, which calls it",
 }
 
 

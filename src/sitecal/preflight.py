@@ -164,8 +164,7 @@ def _labels_problems(loaded: LoadedProtocol) -> list[str]:
 
 def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
     """The predictions file read whole, as a run reads it; and whether its keys can be joined."""
-    from sitecal.cohort import labels_from_predictions, read_predictions
-    from sitecal.cohort.predictions_file import check_subgroup_columns
+    from sitecal.cohort import check_subgroup_columns, labels_from_predictions, read_predictions
 
     path = loaded.predictions_path
     if path is None:

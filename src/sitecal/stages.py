@@ -36,6 +36,7 @@ from sitecal.cohort import (
     Exclusion,
     Study,
     build_cohort,
+    check_subgroup_columns,
     cohort_from_predictions,
     exclusion_counts,
     labels_from_predictions,
@@ -48,7 +49,6 @@ from sitecal.cohort import (
     scan_folder,
 )
 from sitecal.cohort.attributes import suppress_rare_values
-from sitecal.cohort.predictions_file import check_subgroup_columns
 from sitecal.cohort.series import describe_selection
 from sitecal.cohort.sources import summarise_sources
 from sitecal.errors import DataError

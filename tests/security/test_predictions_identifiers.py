@@ -24,17 +24,18 @@ from tests.conftest import VERDICT_EXIT
 from sitecal._io import CONTROL_CHARACTERS, csv_cell, write_csv_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.cli import main
-from sitecal.cohort import LabelTable, ScanResult, build_cohort
+from sitecal.cohort import (
+    MAX_FREE_COLUMN_VALUES,
+    LabelTable,
+    ScanResult,
+    build_cohort,
+    check_subgroup_columns,
+)
 from sitecal.cohort._cells import ascii_float, identifier_shape
 from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions
 from sitecal.cohort.attributes import attribute_value, normalise_text
 from sitecal.cohort.mapping import read_mapping
-from sitecal.cohort.predictions_file import (
-    MAX_FREE_COLUMN_VALUES,
-    PredictionTable,
-    check_subgroup_columns,
-    read_predictions,
-)
+from sitecal.cohort.predictions_file import PredictionTable, read_predictions
 from sitecal.cohort.scan import InstanceHeader
 from sitecal.errors import DataError
 from sitecal.protocol import SubgroupSettings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sitecal.cohort._build import build_cohort
+from sitecal.cohort._column_policy import MAX_FREE_COLUMN_VALUES, check_subgroup_columns
 from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions
 from sitecal.cohort._parts import network_order, part_facts, parts_record, read_parts, write_part
 from sitecal.cohort._records import Cohort, Exclusion, Study, exclusion_counts
@@ -13,6 +14,7 @@ from sitecal.cohort.predictions_file import PredictionTable, read_predictions, w
 from sitecal.cohort.scan import InstanceHeader, ScanResult, scan_folder
 
 __all__ = [
+    "MAX_FREE_COLUMN_VALUES",
     "UNKNOWN",
     "UNMAPPED",
     "Cohort",
@@ -24,6 +26,7 @@ __all__ = [
     "Study",
     "ValueMapping",
     "build_cohort",
+    "check_subgroup_columns",
     "cohort_from_predictions",
     "exclusion_counts",
     "labels_from_predictions",

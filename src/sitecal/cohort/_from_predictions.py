@@ -12,12 +12,13 @@ import numpy as np
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import rank_key, split_key
 from sitecal.cohort._build import column_values, prediction_row_exclusions
+from sitecal.cohort._column_policy import check_subgroup_columns
 from sitecal.cohort._prediction_rows import UsableRows, paused_gc
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, intersection_value, other_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable, label_table
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
-from sitecal.cohort.predictions_file import PredictionTable, check_subgroup_columns, warn_unusable_rows
+from sitecal.cohort.predictions_file import PredictionTable, warn_unusable_rows
 from sitecal.protocol import SubgroupSettings
 
 __all__ = ["cohort_from_predictions", "labels_from_predictions"]

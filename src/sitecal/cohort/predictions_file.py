@@ -30,8 +30,8 @@ the file was read to check it.
 
 A subgroup column is named by whoever exported the file: one named like an identifier is refused by the
 protocol (``sitecal.protocol._base.refused_column``); one whose values are shown as they are (no
-``mapping``, no ``bands``) is refused by :func:`check_subgroup_columns` when its values are many or one
-looks like an identifier (both in :mod:`sitecal.cohort._column_policy`).
+``mapping``, no ``bands``) is refused by :func:`sitecal.cohort.check_subgroup_columns` when its values
+are many or one looks like an identifier (both in :mod:`sitecal.cohort._column_policy`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ import numpy as np
 from sitecal._io import write_csv_atomic
 from sitecal._split_key import split_ranks
 from sitecal.cohort import _prediction_rows
-from sitecal.cohort._column_policy import MAX_FREE_COLUMN_VALUES, check_subgroup_columns
 from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size, csv_chunks
 from sitecal.cohort._parquet import parquet_chunks
 from sitecal.cohort._prediction_rows import (
@@ -67,7 +66,6 @@ from sitecal.errors import DataError
 from sitecal.metrics import PROBABILITY_FLOOR
 
 __all__ = [
-    "MAX_FREE_COLUMN_VALUES",
     "MAX_PREDICTIONS_BYTES",
     "PROBABILITY_FLOOR",
     "SITECAL_KEY_COLUMN",
@@ -77,7 +75,6 @@ __all__ = [
     "PredictionRow",
     "PredictionTable",
     "ScoreRows",
-    "check_subgroup_columns",
     "read_predictions",
     "read_scores",
     "warn_unusable_rows",
