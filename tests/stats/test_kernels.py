@@ -133,7 +133,7 @@ def test_stratified_draws_are_the_numpy_formula_including_uniforms_that_round_up
     size = rng.integers(1, 50, 400)
     start = rng.integers(0, 1000, 400)
     u = rng.random((3, 400))
-    u[0, :5] = np.nextafter(1.0, 0.0)  # u * size may round to size: clipped to the stratum's last cluster
+    u[0, :5] = np.nextafter(1.0, 0.0)  # the largest uniform: u * size rounds below size, the last cluster
     u[1, :5] = 0.0
     expected = np.minimum(np.floor(u * size).astype(np.int64), size - 1) + start
     assert np.array_equal(stratified_draws(u, size, start), expected)
