@@ -7,30 +7,16 @@ row order, numpy's own ``exp`` and ``log``): compared bit for bit.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests._kernels.drawn_arrays import SMALL, floats, ints
 
 from sitecal._kernels import PROGRAMS, calibrated_entry_sums, nll_row_terms
 from sitecal._kernels._calibrated import calibrated_entry_sums_reference, nll_row_terms_reference
 
-# a few examples each: the folder runs in seconds (CI has 2 cores for the whole suite)
-SMALL = settings(max_examples=60, deadline=None)
-
 #: logits with exact ties between classes (the first arg-max counts) and far apart ones (a probability
 #: below the clip of the log-probability, 1e-12), among any
 LOGITS = st.sampled_from([-1.0, 0.0, 2.0, -30.0, 30.0]) | st.floats(-8.0, 8.0)
-
-
-def _floats(data: st.DataObject, shape: tuple[int, ...], element: st.SearchStrategy[float]) -> np.ndarray:
-    size = int(np.prod(shape))
-    flat = data.draw(st.lists(element, min_size=size, max_size=size))
-    return np.array(flat, dtype=np.float64).reshape(shape)
-
-
-def _ints(data: st.DataObject, shape: tuple[int, ...], high: int) -> np.ndarray:
-    size = int(np.prod(shape))
-    flat = data.draw(st.lists(st.integers(0, high - 1), min_size=size, max_size=size))
-    return np.array(flat, dtype=np.int64).reshape(shape)
 
 
 #: a metric's program and its blocks: top-label blocks in any order (the metrics use "g", "ng", "nac"),
@@ -47,18 +33,18 @@ def test_calibrated_entry_sums_are_the_array_codes_softmax_terms_and_sums(
 ) -> None:
     # up to 10 classes: numpy adds 8 or more terms along a contiguous axis pairwise, not in class order
     c, n, n_bins = data.draw(st.integers(2, 10)), data.draw(st.integers(0, 8)), data.draw(st.integers(1, 6))
-    logits_t = _floats(data, (c, n), LOGITS)
-    labels = _ints(data, (n,), c)
+    logits_t = floats(data, (c, n), LOGITS)
+    labels = ints(data, (n,), c)
     n_groups = data.draw(st.integers(1, 3))
-    groups = _ints(data, (n,), n_groups)
+    groups = ints(data, (n,), n_groups)
     # rows share clusters: a cluster not drawn (weight 0, its rows skipped) or drawn many times
     n_clusters = data.draw(st.integers(1, 4))
-    row_cluster = _ints(data, (n,), n_clusters)
-    cluster_weights = _floats(data, (n_clusters,), st.sampled_from([0.0, 1.0, 2.0, 5.0]))
+    row_cluster = ints(data, (n,), n_clusters)
+    cluster_weights = floats(data, (n_clusters,), st.sampled_from([0.0, 1.0, 2.0, 5.0]))
     # rows share temperatures (a fold's refit), one of them exactly 1
     n_scales = data.draw(st.integers(1, 3))
-    row_scale = _ints(data, (n,), n_scales)
-    scales = _floats(data, (n_scales,), st.sampled_from([1.0]) | st.floats(0.2, 5.0))
+    row_scale = ints(data, (n,), n_scales)
+    scales = floats(data, (n_scales,), st.sampled_from([1.0]) | st.floats(0.2, 5.0))
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     widths = [1 + len(blocks) * n_bins if name == "top_label" else 2 for name, blocks in programs]
     # a caller's workspace holds the previous resample's values: the sums must not depend on them
@@ -82,8 +68,8 @@ def test_nll_row_terms_are_the_temperature_fits_array_code(
     c, n = data.draw(st.integers(1, 10)), data.draw(st.integers(0, 8))
     # d = x - x_y as the fit builds it: the true class's entry 0, the others any (ties included); in
     # either memory order (the sums over classes stay in class order)
-    d_t = _floats(data, (c, n), LOGITS)
-    d_t[_ints(data, (n,), c), np.arange(n)] = 0.0
+    d_t = floats(data, (c, n), LOGITS)
+    d_t[ints(data, (n,), c), np.arange(n)] = 0.0
     d_t = np.asarray(d_t, order=order)
     workspace = np.full((c + 4, n), np.nan) if reuse else None
     got = nll_row_terms(d_t, beta, workspace)

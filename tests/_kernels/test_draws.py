@@ -7,8 +7,9 @@ Each kernel adds in a fixed order (clusters or patients in order, their entries 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests._kernels.drawn_arrays import SMALL
 
 from sitecal._kernels import counted_sums, draw_counts, membership_sums, stratified_draws
 from sitecal._kernels._draws import (
@@ -17,9 +18,6 @@ from sitecal._kernels._draws import (
     membership_sums_reference,
     stratified_draws_reference,
 )
-
-# a few examples each: the folder runs in seconds (CI has 2 cores for the whole suite)
-SMALL = settings(max_examples=60, deadline=None)
 
 #: nonzero finite values (``counted_sums`` stores nonzero values), exact ones among them
 #: and ones whose sums depend on the order of the additions (0.1 + 0.2 + 0.3, 1e16 + 1 - 1e16)

@@ -7,14 +7,12 @@ entries in order, as a ``numpy.bincount`` over the same keys does: compared bit 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests._kernels.drawn_arrays import SMALL
 
 from sitecal._kernels import assign_rows, grouped_row_sums, layout_starts
 from sitecal._kernels._flags import assign_rows_reference, grouped_row_sums_reference, layout_starts_reference
-
-# a few examples each: the folder runs in seconds (CI has 2 cores for the whole suite)
-SMALL = settings(max_examples=60, deadline=None)
 
 #: the narrow integer dtypes the callers pass (group codes of ``numpy.min_scalar_type``), and int64
 CODES = st.sampled_from([np.uint8, np.uint16, np.int64])

@@ -7,15 +7,13 @@ steps (Clenshaw's recurrence, the same comparisons): the roots, slopes and flags
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from numpy.polynomial import chebyshev
+from tests._kernels.drawn_arrays import SMALL
 
 from sitecal._kernels import surrogate_roots
 from sitecal._kernels._surrogate import surrogate_roots_reference
-
-# a few examples each: the folder runs in seconds (CI has 2 cores for the whole suite)
-SMALL = settings(max_examples=60, deadline=None)
 
 
 @st.composite

@@ -7,26 +7,12 @@ and the top-label terms are comparisons and one subtraction: both compared bit f
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests._kernels.drawn_arrays import SMALL, floats, ints
 
 from sitecal._kernels import top_label_entries, weighted_entry_sums
 from sitecal._kernels._terms import top_label_entries_reference, weighted_entry_sums_reference
-
-# a few examples each: the folder runs in seconds (CI has 2 cores for the whole suite)
-SMALL = settings(max_examples=60, deadline=None)
-
-
-def _floats(data: st.DataObject, shape: tuple[int, ...], element: st.SearchStrategy[float]) -> np.ndarray:
-    size = int(np.prod(shape))
-    flat = data.draw(st.lists(element, min_size=size, max_size=size))
-    return np.array(flat, dtype=np.float64).reshape(shape)
-
-
-def _ints(data: st.DataObject, shape: tuple[int, ...], high: int) -> np.ndarray:
-    size = int(np.prod(shape))
-    flat = data.draw(st.lists(st.integers(0, high - 1), min_size=size, max_size=size))
-    return np.array(flat, dtype=np.int64).reshape(shape)
 
 
 @SMALL
@@ -38,14 +24,14 @@ def test_weighted_entry_sums_add_each_groups_weighted_rows_in_row_order(
     # one column per entry for every row (a read-only broadcast view, as a mean score's terms come) or a
     # column per row (a binned metric's)
     if shared_columns:
-        columns = np.broadcast_to(_ints(data, (k, 1), n_columns), (k, n))
+        columns = np.broadcast_to(ints(data, (k, 1), n_columns), (k, n))
     else:
-        columns = _ints(data, (k, n), n_columns)
-    values = _floats(data, (k, n), st.sampled_from([0.0, 1.0, -0.5]) | st.floats(-1e6, 1e6))
+        columns = ints(data, (k, n), n_columns)
+    values = floats(data, (k, n), st.sampled_from([0.0, 1.0, -0.5]) | st.floats(-1e6, 1e6))
     # bootstrap weights: rows never drawn (0, skipped), drawn once or many times, and fractional ones
-    weights = _floats(data, (n,), st.sampled_from([0.0, 1.0, 2.0, 7.0]) | st.floats(0.0, 10.0))
+    weights = floats(data, (n,), st.sampled_from([0.0, 1.0, 2.0, 7.0]) | st.floats(0.0, 10.0))
     n_groups = data.draw(st.integers(1, 3)) if grouped else 1
-    groups = _ints(data, (n,), n_groups) if grouped else None
+    groups = ints(data, (n,), n_groups) if grouped else None
     got = weighted_entry_sums(columns, values, weights, n_columns, groups, n_groups)
     assert got.shape == (n_groups, n_columns)
     assert np.array_equal(
@@ -60,8 +46,8 @@ def test_top_label_entries_are_numpys_arg_max_bin_and_values(data: st.DataObject
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     # probabilities on the bin edges (a confidence of exactly 0, 1 or an inner edge) and ties between
     # classes (the same edge drawn twice in a row: the first arg-max counts), among any in [0, 1]
-    probs_t = _floats(data, (c, n), st.sampled_from(edges.tolist()) | st.floats(0.0, 1.0))
-    labels = _ints(data, (n,), c)
+    probs_t = floats(data, (c, n), st.sampled_from(edges.tolist()) | st.floats(0.0, 1.0))
+    labels = ints(data, (n,), c)
     got = top_label_entries(probs_t, labels, edges, parts)
     want = top_label_entries_reference(probs_t, labels, edges, parts)
     assert got[0].shape == got[1].shape == (len(parts) + 1, n)
