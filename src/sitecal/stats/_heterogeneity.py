@@ -10,6 +10,64 @@ interval for a new group's true effect, in one frozen result. Two methods:
   with the 3–6 sites a validation has (``benchmarks/coverage_meta_analysis.md``);
 - ``"dl"``: tau² by the DerSimonian–Laird moment estimator and the normal (Wald) interval, which is
   too narrow with few groups; kept for comparison with earlier results.
+
+Notes
+-----
+In the notation of :func:`random_effects_meta_analysis`, the REML estimate maximises the restricted
+log-likelihood
+
+.. math:: \ell_R(\tau^2) = -\tfrac12\Bigl[\sum \log(v_i + \tau^2) + \log \sum w_i^*
+          + \sum w_i^* (\theta_i - \hat\theta_R)^2\Bigr]
+
+over :math:`\tau^2 \ge 0`, by Newton–Raphson (Fisher scoring where the observed information is not
+positive) started from :math:`\hat\tau^2_{DL}` (steps that lower :math:`\ell_R` are halved, steps
+below 0 cut at 0) until the change of :math:`\tau^2` is at most
+:math:`10^{-10}(\tau^2 + \bar v)`; otherwise a :class:`~sitecal.errors.DataError` is raised.
+
+- ``"dl"``: the Wald interval matches
+  ``statsmodels.stats.meta_analysis.combine_effects(..., method_re="chi2")``.
+- ``"reml"``: the modified HKSJ variance is R's pimeta ``pima_htsreml(vartype="HK")``'s, and
+  statsmodels' ``combine_effects`` ``var_hksj_re`` floored at its ``var_re`` (statsmodels has no
+  REML; its "iterated" is Paule–Mandel). The plain
+  HKSJ interval (``q`` not floored) is narrower than the Wald one whenever ``q < 1``, and with
+  3–6 sites of unequal size it covered the pooled mean 90.7–93.6 % instead of 95 %
+  (``benchmarks/coverage_meta_analysis.md``); the floor (Knapp & Hartung 2003; Jackson, Law,
+  Rücker & Schwarzer 2017) brings it to at least 93.2 %, at the price of over-coverage (up to
+  about 100 %) when tau² is small. With one group the HKSJ standard error and interval are NaN.
+
+The prediction interval for the true effect of a new group (Higgins, Thompson & Spiegelhalter
+2009; Riley et al. 2011) uses the method's own SE (the modified HKSJ for ``"reml"``,
+as Partlett & Riley 2017 and R's pimeta ``htsreml``; Wald for ``"dl"``). With 4–6
+sites and heterogeneity it covers a new site's true effect less often than its level says (87–93 %
+for a 95 % interval when tau² is about the sites' sampling variances or larger), because
+REML underestimates tau² with few sites and the interval ignores that uncertainty; with 3 sites
+its t_1 quantile makes it very wide (99–100 %). See ``benchmarks/coverage_meta_analysis.md``.
+The p-value of Q is the chi-squared upper tail with k - 1 degrees of freedom; with few groups Q
+has little power, so a large p-value is not evidence of homogeneity.
+I² is always computed from Q. With one group there is no heterogeneity to measure: Q = 0, p-value
+and I² NaN, tau² 0 (see ``note``).
+
+References
+----------
+R. DerSimonian, N. Laird. "Meta-analysis in clinical trials." Control Clin Trials 7, 1986.
+J. P. T. Higgins, S. G. Thompson. "Quantifying heterogeneity in a meta-analysis." Stat Med 21,
+2002. W. Viechtbauer. "Bias and efficiency of meta-analytic variance estimators in the
+random-effects model." J Educ Behav Stat 30, 2005. J. Hartung, G. Knapp. "A refined method for
+the meta-analysis of controlled clinical trials with binary outcome." Stat Med 20, 2001.
+K. Sidik, J. N. Jonkman. "A simple confidence interval for meta-analysis." Stat Med 21, 2002.
+J. IntHout, J. P. A. Ioannidis, G. F. Borm. "The Hartung-Knapp-Sidik-Jonkman method for random
+effects meta-analysis is straightforward and considerably outperforms the standard
+DerSimonian-Laird method." BMC Med Res Methodol 14, 2014. J. P. T. Higgins, S. G. Thompson,
+D. J. Spiegelhalter. "A re-evaluation of random-effects meta-analysis." J R Stat Soc A 172, 2009.
+G. Knapp, J. Hartung. "Improved tests for a random effects meta-regression with a single
+covariate." Stat Med 22, 2003. D. Jackson, M. Law, G. Rücker, G. Schwarzer. "The
+Hartung-Knapp modification for random-effects meta-analysis: A useful refinement but are there
+any residual concerns?" Stat Med 36, 2017. C. Partlett, R. D. Riley. "Random effects
+meta-analysis: Coverage performance of 95% confidence and prediction intervals following REML
+estimation." Stat Med 36, 2017.
+R. D. Riley, J. P. T. Higgins, J. J. Deeks. "Interpretation of random effects meta-analyses."
+BMJ 342, 2011. T. P. A. Debray et al. "A guide to systematic review and meta-analysis of
+prediction model performance." BMJ 356, 2017 (pooling log O/E).
 """
 
 from __future__ import annotations
@@ -234,68 +292,20 @@ def random_effects_meta_analysis(
     .. math:: \hat\tau^2_{DL} = \max\Bigl(0, \frac{Q - (k - 1)}{S_1 - S_2 / S_1}\Bigr), \qquad
               I^2 = \max\Bigl(0, \frac{Q - (k - 1)}{Q}\Bigr).
 
-    The REML estimate maximises the restricted log-likelihood
-
-    .. math:: \ell_R(\tau^2) = -\tfrac12\Bigl[\sum \log(v_i + \tau^2) + \log \sum w_i^*
-              + \sum w_i^* (\theta_i - \hat\theta_R)^2\Bigr]
-
-    over :math:`\tau^2 \ge 0`, by Newton–Raphson (Fisher scoring where the observed information is not
-    positive) started from :math:`\hat\tau^2_{DL}` (steps that lower :math:`\ell_R` are halved, steps
-    below 0 cut at 0) until the change of :math:`\tau^2` is at most
-    :math:`10^{-10}(\tau^2 + \bar v)`; otherwise a :class:`~sitecal.errors.DataError` is raised. In both
-    methods the pooled effect is :math:`\hat\theta_R = \sum w_i^* \theta_i / \sum w_i^*` with
-    :math:`w_i^* = 1 / (v_i + \hat\tau^2)`.
-
-    - ``"dl"``: standard error :math:`(\sum w_i^*)^{-1/2}`, interval
-      :math:`\hat\theta_R \pm z_{(1+\mathrm{level})/2}\,\mathrm{SE}` (``interval="wald"``). Matches
-      ``statsmodels.stats.meta_analysis.combine_effects(..., method_re="chi2")``.
-    - ``"reml"``: the modified HKSJ standard error
-      :math:`\mathrm{SE}_{HK}^2 = \max(1, q) / \sum w_i^*` with
-      :math:`q = \sum w_i^* (\theta_i - \hat\theta_R)^2 / (k - 1)`, and interval
-      :math:`\hat\theta_R \pm t_{k-1,(1+\mathrm{level})/2}\,\mathrm{SE}_{HK}` (``interval="hksj"``):
-      R's pimeta ``pima_htsreml(vartype="HK")``'s variance, and statsmodels' ``combine_effects``
-      ``var_hksj_re`` floored at its ``var_re`` (statsmodels has no REML; its "iterated" is
-      Paule–Mandel). The plain
-      HKSJ interval (``q`` not floored) is narrower than the Wald one whenever ``q < 1``, and with
-      3–6 sites of unequal size it covered the pooled mean 90.7–93.6 % instead of 95 %
-      (``benchmarks/coverage_meta_analysis.md``); the floor (Knapp & Hartung 2003; Jackson, Law,
-      Rücker & Schwarzer 2017) brings it to at least 93.2 %, at the price of over-coverage (up to
-      about 100 %) when tau² is small. With one group the HKSJ standard error and interval are NaN.
-
-    The prediction interval for the true effect of a new group (Higgins, Thompson & Spiegelhalter
-    2009; Riley et al. 2011) is :math:`\hat\theta_R \pm t_{k-2,(1+\mathrm{level})/2}
-    \sqrt{\hat\tau^2 + \mathrm{SE}^2}`, with the method's own SE (the modified HKSJ for ``"reml"``,
-    as Partlett & Riley 2017 and R's pimeta ``htsreml``; Wald for ``"dl"``); NaN when k < 3. With 4–6
-    sites and heterogeneity it covers a new site's true effect less often than its level says (87–93 %
-    for a 95 % interval when tau² is about the sites' sampling variances or larger), because
-    REML underestimates tau² with few sites and the interval ignores that uncertainty; with 3 sites
-    its t_1 quantile makes it very wide (99–100 %). See ``benchmarks/coverage_meta_analysis.md``.
-    The p-value of Q is the chi-squared upper tail with k - 1 degrees of freedom; with few groups Q
-    has little power, so a large p-value is not evidence of homogeneity.
-    I² is always computed from Q. With one group there is no heterogeneity to measure: Q = 0, p-value
-    and I² NaN, tau² 0 (see ``note``).
-
-    References
-    ----------
-    R. DerSimonian, N. Laird. "Meta-analysis in clinical trials." Control Clin Trials 7, 1986.
-    J. P. T. Higgins, S. G. Thompson. "Quantifying heterogeneity in a meta-analysis." Stat Med 21,
-    2002. W. Viechtbauer. "Bias and efficiency of meta-analytic variance estimators in the
-    random-effects model." J Educ Behav Stat 30, 2005. J. Hartung, G. Knapp. "A refined method for
-    the meta-analysis of controlled clinical trials with binary outcome." Stat Med 20, 2001.
-    K. Sidik, J. N. Jonkman. "A simple confidence interval for meta-analysis." Stat Med 21, 2002.
-    J. IntHout, J. P. A. Ioannidis, G. F. Borm. "The Hartung-Knapp-Sidik-Jonkman method for random
-    effects meta-analysis is straightforward and considerably outperforms the standard
-    DerSimonian-Laird method." BMC Med Res Methodol 14, 2014. J. P. T. Higgins, S. G. Thompson,
-    D. J. Spiegelhalter. "A re-evaluation of random-effects meta-analysis." J R Stat Soc A 172, 2009.
-    G. Knapp, J. Hartung. "Improved tests for a random effects meta-regression with a single
-    covariate." Stat Med 22, 2003. D. Jackson, M. Law, G. Rücker, G. Schwarzer. "The
-    Hartung-Knapp modification for random-effects meta-analysis: A useful refinement but are there
-    any residual concerns?" Stat Med 36, 2017. C. Partlett, R. D. Riley. "Random effects
-    meta-analysis: Coverage performance of 95% confidence and prediction intervals following REML
-    estimation." Stat Med 36, 2017.
-    R. D. Riley, J. P. T. Higgins, J. J. Deeks. "Interpretation of random effects meta-analyses."
-    BMJ 342, 2011. T. P. A. Debray et al. "A guide to systematic review and meta-analysis of
-    prediction model performance." BMJ 356, 2017 (pooling log O/E).
+    In both methods the pooled effect is :math:`\hat\theta_R = \sum w_i^* \theta_i / \sum w_i^*` with
+    :math:`w_i^* = 1 / (v_i + \hat\tau^2)`. ``"dl"``: :math:`\hat\tau^2_{DL}`, standard error
+    :math:`(\sum w_i^*)^{-1/2}`, interval :math:`\hat\theta_R \pm z_{(1+\mathrm{level})/2}\,\mathrm{SE}`
+    (``interval="wald"``). ``"reml"``: the REML :math:`\hat\tau^2` (Newton–Raphson from
+    :math:`\hat\tau^2_{DL}`), the modified HKSJ standard error
+    :math:`\mathrm{SE}_{HK}^2 = \max(1, q) / \sum w_i^*` with
+    :math:`q = \sum w_i^* (\theta_i - \hat\theta_R)^2 / (k - 1)`, and interval
+    :math:`\hat\theta_R \pm t_{k-1,(1+\mathrm{level})/2}\,\mathrm{SE}_{HK}` (``interval="hksj"``).
+    The prediction interval for a new group's true effect is :math:`\hat\theta_R \pm
+    t_{k-2,(1+\mathrm{level})/2} \sqrt{\hat\tau^2 + \mathrm{SE}^2}` with the method's own SE; NaN
+    when k < 3. The module docstring gives the REML iteration, the libraries each method matches,
+    the coverage measured with 3–6 sites (``benchmarks/coverage_meta_analysis.md``) and the references
+    (DerSimonian & Laird 1986; Viechtbauer 2005; Hartung & Knapp 2001; Sidik & Jonkman 2002; Knapp &
+    Hartung 2003; Higgins, Thompson & Spiegelhalter 2009).
 
     Examples
     --------
@@ -312,6 +322,14 @@ def random_effects_meta_analysis(
     lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
     if not isinstance(method, str) or method not in ("reml", "dl"):
         raise DataError(f"The 'method' parameter of {func} must be 'reml' or 'dl'. Got {method!r}.")
+    theta, v = _checked_effects(effects, variances, func=func)
+    return _random_effects(theta, v, lvl, method, func=func)
+
+
+def _checked_effects(
+    effects: ArrayLike, variances: ArrayLike, *, func: str
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The effects and variances as 1-D float arrays of the same length >= 1, finite, variances > 0."""
     theta = np.asarray(effects, dtype=np.float64).reshape(-1)
     v = np.asarray(variances, dtype=np.float64).reshape(-1)
     if theta.shape != v.shape or theta.size < 1:
@@ -324,40 +342,82 @@ def random_effects_meta_analysis(
             f"The 'effects' of {func} must be finite and its 'variances' finite and > 0; leave out "
             "groups whose effect or variance cannot be estimated."
         )
+    return theta, v
+
+
+@dataclass(frozen=True)
+class _CommonEffect:
+    """The inverse-variance (common-effect) pooling, Cochran's Q and what Q gives: p-value, I², DL tau²."""
+
+    estimate: float
+    standard_error: float
+    q: float
+    df: int
+    p_value: float  # NaN with one group
+    i2: float  # NaN with one group
+    tau2_dl: float  # 0 with one group
+
+
+def _common_effect(theta: NDArray[np.float64], v: NDArray[np.float64]) -> _CommonEffect:
+    """Pool with weights ``1 / v``; Q's p-value, I² and the DerSimonian–Laird tau² need two groups."""
     k = int(theta.size)
     w = 1.0 / v
     s1 = float(w.sum())
     fixed = float(np.sum(w * theta) / s1)
     q = float(np.sum(w * (theta - fixed) ** 2))
     df = k - 1
-    notes: list[str] = []
     if k < 2:
         p_value = i2 = math.nan
         tau2 = 0.0
-        notes.append("one group: no heterogeneity to measure (Q, I² and tau² need two or more)")
     else:
         p_value = float(chi2.sf(q, df))
         i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
         tau2 = max(0.0, (q - df) / (s1 - float(np.sum(w * w)) / s1))
-        if method == "reml":
-            tau2 = _reml_tau2(theta, v, tau2, func=func)
+    return _CommonEffect(fixed, math.sqrt(1.0 / s1), q, df, p_value, i2, tau2)
+
+
+def _pooled_standard_error(
+    theta: NDArray[np.float64], w_star: NDArray[np.float64], estimate: float, lvl: float, method: str
+) -> tuple[float, float]:
+    """The pooled effect's standard error and the quantile that multiplies it in its interval.
+
+    ``"dl"``: the Wald standard error and the normal quantile; ``"reml"``: the modified HKSJ standard
+    error and the t quantile with k - 1 degrees of freedom (both NaN with one group).
+    """
+    if method == "dl":
+        return math.sqrt(1.0 / float(w_star.sum())), float(ndtri((1.0 + lvl) / 2.0))
+    k = int(theta.size)
+    crit = float(student_t.ppf((1.0 + lvl) / 2.0, k - 1)) if k >= 2 else math.nan
+    return _hksj_standard_error(theta, w_star, estimate), crit
+
+
+def _prediction_interval(estimate: float, se: float, tau2: float, k: int, lvl: float) -> tuple[float, float]:
+    """``estimate ± t_{k-2} * sqrt(tau2 + se²)`` for a new group's true effect; NaN when k < 3."""
+    if k < 3:
+        return math.nan, math.nan
+    half = float(student_t.ppf((1.0 + lvl) / 2.0, k - 2)) * math.sqrt(tau2 + se * se)
+    return estimate - half, estimate + half
+
+
+def _random_effects(
+    theta: NDArray[np.float64], v: NDArray[np.float64], lvl: float, method: str, *, func: str
+) -> RandomEffectsResult:
+    """The meta-analysis of checked effects and variances (see :func:`random_effects_meta_analysis`)."""
+    k = int(theta.size)
+    common = _common_effect(theta, v)
+    notes: list[str] = []
+    tau2 = common.tau2_dl
+    if k < 2:
+        notes.append("one group: no heterogeneity to measure (Q, I² and tau² need two or more)")
+    elif method == "reml":
+        tau2 = _reml_tau2(theta, v, tau2, func=func)
     w_star = 1.0 / (v + tau2)
     estimate = float(np.sum(w_star * theta) / w_star.sum())
-    if method == "dl":
-        se = math.sqrt(1.0 / float(w_star.sum()))
-        crit = float(ndtri((1.0 + lvl) / 2.0))
-        interval = "wald"
-    else:
-        se = _hksj_standard_error(theta, w_star, estimate)
-        crit = float(student_t.ppf((1.0 + lvl) / 2.0, df)) if k >= 2 else math.nan
-        interval = "hksj"
-        if k < 2:
-            notes.append("the HKSJ standard error and interval need two or more groups")
-    if k >= 3:
-        half = float(student_t.ppf((1.0 + lvl) / 2.0, k - 2)) * math.sqrt(tau2 + se * se)
-        prediction_low, prediction_high = estimate - half, estimate + half
-    else:
-        prediction_low = prediction_high = math.nan
+    se, crit = _pooled_standard_error(theta, w_star, estimate, lvl, method)
+    if method == "reml" and k < 2:
+        notes.append("the HKSJ standard error and interval need two or more groups")
+    prediction_low, prediction_high = _prediction_interval(estimate, se, tau2, k, lvl)
+    if k < 3:
         notes.append("the prediction interval needs three or more groups")
     return RandomEffectsResult(
         k=k,
@@ -366,17 +426,17 @@ def random_effects_meta_analysis(
         low=estimate - crit * se,
         high=estimate + crit * se,
         level=lvl,
-        fixed_estimate=fixed,
-        fixed_standard_error=math.sqrt(1.0 / s1),
-        q=q,
-        df=df,
-        p_value=p_value,
-        i2=i2,
+        fixed_estimate=common.estimate,
+        fixed_standard_error=common.standard_error,
+        q=common.q,
+        df=common.df,
+        p_value=common.p_value,
+        i2=common.i2,
         tau2=tau2,
         weights=w_star / w_star.sum(),
         note="; ".join(notes),
         method=method,
-        interval=interval,
+        interval="wald" if method == "dl" else "hksj",
         prediction_low=prediction_low,
         prediction_high=prediction_high,
     )
