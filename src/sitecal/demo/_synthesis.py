@@ -211,13 +211,7 @@ def render_scenes(
     heart = _soft_ellipse(x, y, 0.06, cy + 0.36, heart_r, heart_r * 0.8, edge=0.15)
     spine = expit((0.06 - np.abs(x)) / np.float32(0.015))  # (B, 1, W): cheap
 
-    # Ribs: cos(a + b) with a a function of the row and b of the column, so a rank-2 product.
-    freq = _col(anatomy.rib_freq) * np.float32(2.0 * np.pi)
-    a = freq * y + _col(anatomy.rib_phase)
-    c = freq * np.float32(0.35) * x**2
-    ribs = np.float32(0.5) + np.float32(0.5) * (np.cos(a) * np.cos(c) - np.sin(a) * np.sin(c))
-    ribs2 = ribs * ribs
-    ribs = ribs2 * ribs2 * ribs2  # sharpen to thin bands; cheaper than ribs**6
+    ribs = _ribs(x, y, _col(anatomy.rib_freq), _col(anatomy.rib_phase))
 
     # Lung markings: smooth random texture made at 32 x 32 and enlarged by a fixed interpolation matrix.
     coarse = ndimage.gaussian_filter(
@@ -254,6 +248,27 @@ def render_scenes(
 
     clipped: NDArray[np.float32] = np.clip(signal, 0.0, 1.2).astype(np.float32)
     return clipped
+
+
+def _ribs(
+    x: NDArray[np.float32],
+    y: NDArray[np.float32],
+    rib_freq: NDArray[np.float32],
+    rib_phase: NDArray[np.float32],
+) -> NDArray[np.float32]:
+    """Rib shadows: thin curved bands in [0, 1], shape (B, H, W).
+
+    ``x`` is (B, 1, W), ``y`` (B, H, 1) and ``rib_freq``, ``rib_phase`` (B, 1, 1) (cycles per unit and
+    radians). The band is cos(a + c) with ``a`` a function of the row and ``c`` of the column, so it is
+    computed as the rank-2 product cos(a) cos(c) - sin(a) sin(c) instead of a full-size cosine.
+    """
+    freq = rib_freq * np.float32(2.0 * np.pi)
+    a = freq * y + rib_phase
+    c = freq * np.float32(0.35) * x**2
+    ribs = np.float32(0.5) + np.float32(0.5) * (np.cos(a) * np.cos(c) - np.sin(a) * np.sin(c))
+    ribs2 = ribs * ribs
+    sharpened: NDArray[np.float32] = ribs2 * ribs2 * ribs2  # sharpen to thin bands; cheaper than ribs**6
+    return sharpened
 
 
 def _lung_points(

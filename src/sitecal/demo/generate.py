@@ -280,6 +280,26 @@ def _pixel_chunks(
         yield start, stored, windows
 
 
+@dataclass(frozen=True)
+class _Planted:
+    """Where the planted problems go (study indices into the plan of ``n_studies + 1`` studies)."""
+
+    unlabelled: int  # the study left out of labels.csv
+    truncated: int  # the study whose file is cut in half: always the last one
+    junk_folders: NDArray[np.int64]  # (2,) studies whose folders get a non-DICOM file
+    orphan_position: int  # row of labels.csv given to a study that does not exist
+
+
+def _draw_planted(rng: np.random.Generator, n_studies: int) -> _Planted:
+    """Draw where the planted problems go, after the plan and in this order."""
+    unlabelled = int(rng.integers(0, n_studies))
+    junk_folders = rng.choice(n_studies, size=2, replace=False)
+    orphan_position = int(rng.integers(0, n_studies))
+    return _Planted(
+        unlabelled=unlabelled, truncated=n_studies, junk_folders=junk_folders, orphan_position=orphan_position
+    )
+
+
 def generate_demo(
     out_dir: Path, *, n_studies: int = 2000, seed: int = 0, progress: bool = False
 ) -> DemoManifest:
@@ -322,48 +342,15 @@ def generate_demo(
     dicom_dir, labels_csv = prepare_out_dir(out_dir, function="generate_demo", cohort="demo cohort")
 
     rng = np.random.default_rng([seed, 0x91A4])
-    n_total = n_studies + 1  # the last study is the one written truncated
-    plan = _plan(rng, n_total)
-    unlabelled = int(rng.integers(0, n_studies))
-    truncated = n_total - 1
-    junk_folders = rng.choice(n_studies, size=2, replace=False)
-    orphan_position = int(rng.integers(0, n_studies))
+    plan = _plan(rng, n_studies + 1)  # the last study is the one written truncated
+    planted = _draw_planted(rng, n_studies)
 
-    studies: list[DemoStudy] = []
-    with tqdm(total=n_total, desc="demo studies", unit="study", disable=not progress) as bar:
-        for start, stored, windows in _pixel_chunks(seed, plan, n_total):
-            for offset in range(stored.shape[0]):
-                i = start + offset
-                window = (float(windows[offset, 0]), float(windows[offset, 1]))
-                studies.append(
-                    _write_study(
-                        dicom_dir,
-                        plan,
-                        i,
-                        stored[offset],
-                        window,
-                        seed,
-                        labelled=i != unlabelled,
-                        intact=i != truncated,
-                    )
-                )
-            bar.update(stored.shape[0])
-
-    truncated_path = studies[truncated].relative_path
-    full = (dicom_dir / truncated_path).read_bytes()
-    (dicom_dir / truncated_path).write_bytes(full[: len(full) // 2])
-
-    text_dcm = f"{plan.folder[int(junk_folders[0])]}/IM00002.dcm"
-    write_bytes(
-        dicom_dir / text_dcm,
-        b"Export log of a PACS workstation.\nThis file is not DICOM although its name ends in .dcm.\n",
-    )
-    binary_junk = f"{plan.folder[int(junk_folders[1])]}/IM00002"
-    write_bytes(dicom_dir / binary_junk, np.random.default_rng([seed, 0xB1]).bytes(1024))
+    studies = _write_studies(dicom_dir, plan, seed, planted, progress=progress)
+    truncated_path, text_dcm, binary_junk = _plant_bad_files(dicom_dir, plan, studies, planted, seed)
 
     orphan_uid = _uid(seed, "orphan-study", 0)
     rows = [(s.study_uid, s.label) for s in studies if s.labelled]
-    rows.insert(orphan_position, (orphan_uid, CLASS_NAMES[int(rng.integers(0, len(CLASS_NAMES)))]))
+    rows.insert(planted.orphan_position, (orphan_uid, CLASS_NAMES[int(rng.integers(0, len(CLASS_NAMES)))]))
     write_labels_csv(labels_csv, rows)
 
     manifest = DemoManifest(
@@ -379,7 +366,7 @@ def generate_demo(
         reference_scanner=scanner_by_key(REFERENCE_SCANNER).model_name,
         truncated_files=(truncated_path,),
         non_dicom_files=(text_dcm, binary_junk),
-        unlabelled_studies=(studies[unlabelled].study_uid,),
+        unlabelled_studies=(studies[planted.unlabelled].study_uid,),
         orphan_labels=(orphan_uid,),
         studies=tuple(studies),
         seed=seed,
@@ -393,6 +380,54 @@ def generate_demo(
         dicom_dir,
     )
     return manifest
+
+
+def _write_studies(
+    dicom_dir: Path, plan: _Plan, seed: int, planted: _Planted, *, progress: bool
+) -> list[DemoStudy]:
+    """Write every study of ``plan`` (one instance each), chunk by chunk, and describe each one."""
+    n_total = len(plan.folder)
+    studies: list[DemoStudy] = []
+    with tqdm(total=n_total, desc="demo studies", unit="study", disable=not progress) as bar:
+        for start, stored, windows in _pixel_chunks(seed, plan, n_total):
+            for offset in range(stored.shape[0]):
+                i = start + offset
+                window = (float(windows[offset, 0]), float(windows[offset, 1]))
+                studies.append(
+                    _write_study(
+                        dicom_dir,
+                        plan,
+                        i,
+                        stored[offset],
+                        window,
+                        seed,
+                        labelled=i != planted.unlabelled,
+                        intact=i != planted.truncated,
+                    )
+                )
+            bar.update(stored.shape[0])
+    return studies
+
+
+def _plant_bad_files(
+    dicom_dir: Path, plan: _Plan, studies: list[DemoStudy], planted: _Planted, seed: int
+) -> tuple[str, str, str]:
+    """Cut one study's file in half and add two non-DICOM files; return the three relative paths.
+
+    The text file is named like an instance (``IM00002.dcm``); the binary one has no extension.
+    """
+    truncated = studies[planted.truncated].relative_path
+    full = (dicom_dir / truncated).read_bytes()
+    (dicom_dir / truncated).write_bytes(full[: len(full) // 2])
+
+    text_dcm = f"{plan.folder[int(planted.junk_folders[0])]}/IM00002.dcm"
+    write_bytes(
+        dicom_dir / text_dcm,
+        b"Export log of a PACS workstation.\nThis file is not DICOM although its name ends in .dcm.\n",
+    )
+    binary_junk = f"{plan.folder[int(planted.junk_folders[1])]}/IM00002"
+    write_bytes(dicom_dir / binary_junk, np.random.default_rng([seed, 0xB1]).bytes(1024))
+    return truncated, text_dcm, binary_junk
 
 
 def _write_study(

@@ -40,7 +40,7 @@ from .._files import (
 )
 from ._dicom import SeriesHeader, StudyHeader, build_slice
 from ._manifest import CtDemoManifest, CtSeries, CtStudy
-from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, CtScanner, scanner_by_key
+from ._scanners import CLASS_NAMES, REFERENCE_SCANNER, SCANNERS, SITES, CtScanner, Site, scanner_by_key
 from ._study import MIN_SLICES, PREVALENCE, SeriesImage, SimulatedStudy, StudyKind, simulate_study
 
 __all__ = [
@@ -229,6 +229,18 @@ def generate_ct_demo(
     return manifest
 
 
+@dataclass(frozen=True)
+class _PlannedSeries:
+    """One series of a study to write: its role, SeriesNumber, UID, description, kernel and images."""
+
+    role: str  # "localizer", "primary", "secondary" or "short"
+    number: int
+    uid: str
+    description: str
+    kernel: str
+    images: tuple[SeriesImage, ...]
+
+
 def _write_study(
     dicom_dir: Path,
     folder: str,
@@ -256,74 +268,25 @@ def _write_study(
     )
     sim = simulate_study(study_stream(seed, i), scanner, nodule=row.label == 1, kind=row.kind)
     frame_uid = _uid(seed, "frame", i)
-
-    # (role, series number, uid, description, kernel, image): the selected series first among axials.
-    axial_role = "short" if row.kind is StudyKind.TOO_SHORT else "primary"
-    primary_uid, secondary_uid = _uid(seed, "series", i, 2), _uid(seed, "series", i, 3)
-    secondary_number = 3
-    if row.kind is StudyKind.TIE_UID:
-        primary_uid, secondary_uid = _ordered_pair(seed, i)  # the soft-kernel series gets the lower UID
-        secondary_number = 2
-    plan: list[tuple[str, int, str, str, str, tuple[SeriesImage, ...]]] = [
-        ("localizer", 1, _uid(seed, "series", i, 1), scanner.localizer_description, "", sim.localizers),
-        (axial_role, 2, primary_uid, scanner.primary.description, scanner.primary.kernel, (sim.primary,)),
-    ]
-    if sim.secondary is not None:
-        plan.append(
-            (
-                "secondary",
-                secondary_number,
-                secondary_uid,
-                scanner.secondary.description,
-                scanner.secondary.kernel,
-                (sim.secondary,),
-            )
-        )
-
+    plan = _series_plan(seed, i, row.kind, scanner, sim)
     series_folders = rng.permutation(len(plan)) + 1
-    written: list[CtSeries] = []
-    for (role, number, uid, description, kernel, images), folder_no in zip(plan, series_folders, strict=True):
-        localizer = role == "localizer"
-        slices = [(im.geometry, k, im.stored[k]) for im in images for k in range(im.geometry.n_slices)]
-        n = len(slices)
-        file_numbers = rng.permutation(n) + 1  # names by counter, not in slice order
-        reversed_numbers = scanner.reversed_instance_numbers and not localizer
-        paths: list[str] = []
-        for j, (geometry, k, stored) in enumerate(slices):
-            header = SeriesHeader(
-                series_uid=uid,
-                series_number=number,
-                description=description,
-                kernel=kernel,
-                localizer=localizer,
-                orientation=geometry.orientation,
-                pixel_spacing=geometry.pixel_spacing,
-                thickness=geometry.thickness,
-                series_time=row.time,
-            )
-            ds = build_slice(
-                study,
-                header,
-                scanner=scanner,
-                site=site,
-                frame_of_reference_uid=frame_uid,
-                sop_uid=_uid(seed, "instance", i, number, uid[-6:], j),
-                instance_number=n - j if reversed_numbers else j + 1,
-                position=geometry.positions[k],
-                stored=stored,
-            )
-            relative = f"{folder}/se{folder_no}/IM{int(file_numbers[j]):05d}.dcm"
-            write_bytes(dicom_dir / relative, encode(ds))
-            paths.append(relative)
-        written.append(CtSeries(uid, number, description, role, tuple(paths)))
-
-    qualifying = [s for s in written if s.role in ("primary", "secondary") and s.n_slices >= MIN_SLICES]
-    selected_uid = None
-    if qualifying:
-        selected = min(qualifying, key=lambda s: series_sort_key(s.n_slices, s.series_number, s.series_uid))
-        if selected.role != "primary":  # pragma: no cover - the plan above guarantees it
-            raise AssertionError(f"study {i}: the tie-break would select the {selected.role} series")
-        selected_uid = selected.series_uid
+    written = [
+        _write_series(
+            dicom_dir,
+            f"{folder}/se{folder_no}",
+            planned,
+            study,
+            scanner=scanner,
+            site=site,
+            frame_uid=frame_uid,
+            series_time=row.time,
+            seed=seed,
+            study_index=i,
+            rng=rng,
+        )
+        for planned, folder_no in zip(plan, series_folders, strict=True)
+    ]
+    selected_uid = _selected_series_uid(written, i)
     written.sort(key=lambda s: (s.series_number, s.series_uid))
     return CtStudy(
         index=i,
@@ -339,3 +302,96 @@ def _write_study(
         series=tuple(written),
         selected_series_uid=selected_uid,
     )
+
+
+def _series_plan(
+    seed: int, i: int, kind: StudyKind, scanner: CtScanner, sim: SimulatedStudy
+) -> list[_PlannedSeries]:
+    """The series of study ``i`` in writing order: the localizer, then the axials, the selected one first."""
+    axial_role = "short" if kind is StudyKind.TOO_SHORT else "primary"
+    primary_uid, secondary_uid = _uid(seed, "series", i, 2), _uid(seed, "series", i, 3)
+    secondary_number = 3
+    if kind is StudyKind.TIE_UID:
+        primary_uid, secondary_uid = _ordered_pair(seed, i)  # the soft-kernel series gets the lower UID
+        secondary_number = 2
+    plan = [
+        _PlannedSeries(
+            "localizer", 1, _uid(seed, "series", i, 1), scanner.localizer_description, "", sim.localizers
+        ),
+        _PlannedSeries(
+            axial_role, 2, primary_uid, scanner.primary.description, scanner.primary.kernel, (sim.primary,)
+        ),
+    ]
+    if sim.secondary is not None:
+        plan.append(
+            _PlannedSeries(
+                "secondary",
+                secondary_number,
+                secondary_uid,
+                scanner.secondary.description,
+                scanner.secondary.kernel,
+                (sim.secondary,),
+            )
+        )
+    return plan
+
+
+def _write_series(
+    dicom_dir: Path,
+    series_folder: str,
+    planned: _PlannedSeries,
+    study: StudyHeader,
+    *,
+    scanner: CtScanner,
+    site: Site,
+    frame_uid: str,
+    series_time: str,
+    seed: int,
+    study_index: int,
+    rng: np.random.Generator,
+) -> CtSeries:
+    """Write the slices of one series under ``series_folder``, files named by a shuffled counter."""
+    localizer = planned.role == "localizer"
+    slices = [(im.geometry, k, im.stored[k]) for im in planned.images for k in range(im.geometry.n_slices)]
+    n = len(slices)
+    file_numbers = rng.permutation(n) + 1  # names by counter, not in slice order
+    reversed_numbers = scanner.reversed_instance_numbers and not localizer
+    paths: list[str] = []
+    for j, (geometry, k, stored) in enumerate(slices):
+        header = SeriesHeader(
+            series_uid=planned.uid,
+            series_number=planned.number,
+            description=planned.description,
+            kernel=planned.kernel,
+            localizer=localizer,
+            orientation=geometry.orientation,
+            pixel_spacing=geometry.pixel_spacing,
+            thickness=geometry.thickness,
+            series_time=series_time,
+        )
+        ds = build_slice(
+            study,
+            header,
+            scanner=scanner,
+            site=site,
+            frame_of_reference_uid=frame_uid,
+            sop_uid=_uid(seed, "instance", study_index, planned.number, planned.uid[-6:], j),
+            instance_number=n - j if reversed_numbers else j + 1,
+            position=geometry.positions[k],
+            stored=stored,
+        )
+        relative = f"{series_folder}/IM{int(file_numbers[j]):05d}.dcm"
+        write_bytes(dicom_dir / relative, encode(ds))
+        paths.append(relative)
+    return CtSeries(planned.uid, planned.number, planned.description, planned.role, tuple(paths))
+
+
+def _selected_series_uid(written: list[CtSeries], i: int) -> str | None:
+    """The UID of the series the protocol's tie-break selects among the qualifying ones, if any."""
+    qualifying = [s for s in written if s.role in ("primary", "secondary") and s.n_slices >= MIN_SLICES]
+    if not qualifying:
+        return None
+    selected = min(qualifying, key=lambda s: series_sort_key(s.n_slices, s.series_number, s.series_uid))
+    if selected.role != "primary":  # pragma: no cover - the plan above guarantees it
+        raise AssertionError(f"study {i}: the tie-break would select the {selected.role} series")
+    return selected.series_uid
