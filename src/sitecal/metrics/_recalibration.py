@@ -163,6 +163,54 @@ def _cluster_se(
     return np.sqrt(np.maximum(variance, 0.0))
 
 
+def _cluster_codes(clusters: ArrayLike | None, n: int, *, func: str) -> NDArray[np.int64]:
+    """Each row's cluster as a code in ``[0, K)`` (None: each row its own cluster)."""
+    if clusters is None:
+        return np.arange(n, dtype=np.int64)
+    ids = np.asarray(clusters)
+    if ids.shape != (n,):
+        raise DataError(
+            f"The 'clusters' parameter of {func} must have shape ({n},), one id per row. Got {ids.shape}."
+        )
+    return np.unique(ids, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """One recalibration coefficient: its estimate and cluster-robust standard error, or why they are None."""
+
+    value: float | None
+    standard_error: float | None
+    note: str  # "" or the code of the reason ``value`` is None
+
+
+def _intercept_fit(z: NDArray[np.float64], correct: NDArray[np.float64], codes: NDArray[np.int64]) -> _Fitted:
+    """Calibration-in-the-large: ``alpha`` of ``logit P(y=1) = alpha + z`` (``z`` an offset: slope 1)."""
+    ones = np.ones((z.shape[0], 1))
+    alpha, ok = _newton(ones, correct, z, np.zeros(1))
+    if not ok:
+        return _Fitted(None, None, NOT_CONVERGED)
+    se = _cluster_se(ones, correct, z, alpha, codes)
+    return _Fitted(float(alpha[0]), None if se is None else float(se[0]), "")
+
+
+def _slope_fit(z: NDArray[np.float64], correct: NDArray[np.float64], codes: NDArray[np.int64]) -> _Fitted:
+    """Calibration slope: ``b`` of ``logit P(y=1) = a + b z``; none where ``z`` separates the outcomes."""
+    n = z.shape[0]
+    z1, z0 = z[correct == 1.0], z[correct == 0.0]
+    # a confidence that hardly varies has no slope to estimate either: the fit would "converge" on a
+    # huge slope with a singular information matrix
+    flat = float(np.ptp(z)) <= _FLAT_LOGIT
+    if flat or z1.min() >= z0.max() or z1.max() <= z0.min():
+        return _Fitted(None, None, SEPARATED)
+    design = np.hstack([np.ones((n, 1)), z[:, None]])
+    coef, ok = _newton(design, correct, np.zeros(n), np.array([0.0, 1.0]))
+    if not ok:
+        return _Fitted(None, None, NOT_CONVERGED)
+    se = _cluster_se(design, correct, np.zeros(n), coef, codes)
+    return _Fitted(float(coef[1]), None if se is None else float(se[1]), "")
+
+
 def top_label_recalibration(
     probs: ArrayLike, labels: ArrayLike, *, clusters: ArrayLike | None = None
 ) -> TopLabelRecalibration:
@@ -208,49 +256,23 @@ def top_label_recalibration(
     p = check_probs(probs, func=func)
     y = check_labels(labels, n=p.shape[0], n_classes=p.shape[1], func=func)
     n = int(p.shape[0])
-    if clusters is None:
-        codes = np.arange(n, dtype=np.int64)
-    else:
-        ids = np.asarray(clusters)
-        if ids.shape != (n,):
-            raise DataError(
-                f"The 'clusters' parameter of {func} must have shape ({n},), one id per row. Got {ids.shape}."
-            )
-        codes = np.unique(ids, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    codes = _cluster_codes(clusters, n, func=func)
     confidence, correct = top_label(p, y)
     n_correct = int(correct.sum())
     z = _logit(confidence)
-    slope = intercept = slope_se = intercept_se = None
     if n_correct == 0 or n_correct == n:
-        slope_note = intercept_note = NO_CORRECT if n_correct == 0 else ALL_CORRECT
+        note = NO_CORRECT if n_correct == 0 else ALL_CORRECT
+        intercept, slope = _Fitted(None, None, note), _Fitted(None, None, note)
     else:
-        ones = np.ones((n, 1))
-        alpha, ok = _newton(ones, correct, z, np.zeros(1))
-        intercept_note = "" if ok else NOT_CONVERGED
-        if ok:
-            intercept = float(alpha[0])
-            se = _cluster_se(ones, correct, z, alpha, codes)
-            intercept_se = None if se is None else float(se[0])
-        z1, z0 = z[correct == 1.0], z[correct == 0.0]
-        # a confidence that hardly varies has no slope to estimate either: the fit would "converge" on a
-        # huge slope with a singular information matrix
-        flat = float(np.ptp(z)) <= _FLAT_LOGIT
-        slope_note = SEPARATED if flat or z1.min() >= z0.max() or z1.max() <= z0.min() else ""
-        if not slope_note:
-            design = np.hstack([ones, z[:, None]])
-            coef, ok = _newton(design, correct, np.zeros(n), np.array([0.0, 1.0]))
-            slope_note = "" if ok else NOT_CONVERGED
-            if ok:
-                slope = float(coef[1])
-                se = _cluster_se(design, correct, np.zeros(n), coef, codes)
-                slope_se = None if se is None else float(se[1])
+        intercept = _intercept_fit(z, correct, codes)
+        slope = _slope_fit(z, correct, codes)
     log_se = log_oe_standard_error(correct, confidence, codes)
     oe_note = "" if log_se is not None else (NO_LOG if n_correct == 0 else ONE_CLUSTER)
     return TopLabelRecalibration(
-        slope=slope,
-        intercept=intercept,
-        slope_se=slope_se,
-        intercept_se=intercept_se,
+        slope=slope.value,
+        intercept=intercept.value,
+        slope_se=slope.standard_error,
+        intercept_se=intercept.standard_error,
         oe_ratio=float(correct.sum() / confidence.sum()),
         log_oe_se=log_se,
         accuracy=float(correct.mean()),
@@ -258,8 +280,8 @@ def top_label_recalibration(
         n=n,
         n_correct=n_correct,
         n_clusters=int(codes.max()) + 1,
-        slope_note=slope_note,
-        intercept_note=intercept_note,
+        slope_note=slope.note,
+        intercept_note=intercept.note,
         oe_note=oe_note,
     )
 
