@@ -23,10 +23,10 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ._figure_style import FIGURE_DPI, INK
 from ._fonts import figure_fonts
 from ._inputs import get
 from ._text import format_count, plot_text
-from .figures import FIGURE_DPI, INK
 
 __all__ = ["FlowStep", "flow_figure", "flow_steps"]
 
