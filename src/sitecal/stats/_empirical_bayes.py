@@ -9,6 +9,25 @@ the ``b``-th evaluation resample (:func:`~sitecal.stats.refit_bootstrap`'s
 of those replicates plus the spread of the shrinkage bias, :math:`(1 - w_{g,b}) \tau_b \varepsilon`,
 which a resample of the shrunk estimate alone does not show (``benchmarks/coverage_empirical_bayes.md``:
 for groups of 30-120 studies whose temperatures differ, 84-94 % coverage without it, 89-96 % with it).
+
+Notes
+-----
+Why the bias term: a group whose true log T lies :math:`\delta` from :math:`\mu` has
+:math:`E[s^*_g] - \sigma_g \approx -(1 - w_g) \delta`, and over groups drawn from
+:math:`N(\mu, \tau^2)` that bias has variance :math:`(1 - w_g)^2 \tau^2`. With known
+:math:`\mu, \tau^2, v_g` the error :math:`\sigma_g - s^*_g` is
+:math:`(1 - w_g)(\sigma_g - \mu) - w_g e_g` with variance
+:math:`(1 - w_g)^2 \tau^2 + w_g^2 v_g = w_g v_g`, the posterior variance (Efron & Morris 1975),
+of which a resample of :math:`s^*_g` shows only :math:`w_g^2 v_g`. The interval of a group's true
+T is therefore drawn from :math:`s^*_{g,b} + (1 - w_{g,b}) \tau_b \varepsilon_{g,b}` (resample-wise
+:math:`w` and :math:`\tau`, so the uncertainty of :math:`\tau^2` carries over), in the spirit of
+Laird & Louis's (1987) bootstrap of the posterior.
+
+Coverage of the true T (``benchmarks/coverage_empirical_bayes.py``, 3-8 groups of 30-300
+studies, tau 0.1-0.3): for groups of 30-120 studies 84-94 % for the plain percentile interval of
+:math:`e^{s^*_{g,b}}`, 89-96 % with the bias term (the group's own-fit Wald interval: 89-96 %,
+the rest of the shortfall is that of the within-group variance at small n); 93-96 % for groups of
+200-300; 95-98 % when all groups share one T.
 """
 
 from __future__ import annotations
@@ -224,25 +243,13 @@ def bootstrap_group_temperatures(
     uncertainty of the shrinkage itself (of :math:`\mu` and :math:`\tau^2`), not only of the group's
     own fit.
 
-    It does not include the shrinkage's bias: a group whose true log T lies :math:`\delta` from
-    :math:`\mu` has :math:`E[s^*_g] - \sigma_g \approx -(1 - w_g) \delta`, and over groups drawn from
-    :math:`N(\mu, \tau^2)` that bias has variance :math:`(1 - w_g)^2 \tau^2`. With known
-    :math:`\mu, \tau^2, v_g` the error :math:`\sigma_g - s^*_g` is
-    :math:`(1 - w_g)(\sigma_g - \mu) - w_g e_g` with variance
-    :math:`(1 - w_g)^2 \tau^2 + w_g^2 v_g = w_g v_g`, the posterior variance (Efron & Morris 1975),
-    of which a resample of :math:`s^*_g` shows only :math:`w_g^2 v_g`. The interval of a group's true
-    T is therefore drawn from
-    :math:`s^*_{g,b} + (1 - w_{g,b}) \tau_b \varepsilon_{g,b}`, :math:`\varepsilon_{g,b} \sim N(0, 1)`
-    from ``numpy.random.default_rng(numpy.random.SeedSequence(spec.seed).spawn(2)[1])`` (a stream of
-    its own; resample-wise :math:`w` and :math:`\tau`, so the uncertainty of :math:`\tau^2` carries
-    over), in the spirit of Laird & Louis's (1987) bootstrap of the posterior. The paired replicates
-    (``log_temperature_replicates``) stay the shrunk estimates: they are what is deployed. BCa's
+    It does not include the spread of the shrinkage's bias, :math:`(1 - w_g) \tau` over groups drawn
+    from :math:`N(\mu, \tau^2)` (derived in the module docstring, with the coverage measured), so a
+    group's interval for its true T is drawn from :math:`s^*_{g,b} + (1 - w_{g,b}) \tau_b
+    \varepsilon_{g,b}`, :math:`\varepsilon_{g,b} \sim N(0, 1)` from a stream of its own,
+    ``numpy.random.default_rng(numpy.random.SeedSequence(spec.seed).spawn(2)[1])``. The paired
+    replicates (``log_temperature_replicates``) stay the shrunk estimates, which are deployed. BCa's
     acceleration uses the leave-one-patient-out values of the whole procedure over all fit patients.
-    Coverage of the true T (``benchmarks/coverage_empirical_bayes.py``, 3-8 groups of 30-300
-    studies, tau 0.1-0.3): for groups of 30-120 studies 84-94 % for the plain percentile interval of
-    :math:`e^{s^*_{g,b}}`, 89-96 % with the bias term (the group's own-fit Wald interval: 89-96 %,
-    the rest of the shortfall is that of the within-group variance at small n); 93-96 % for groups of
-    200-300; 95-98 % when all groups share one T.
 
     References
     ----------
@@ -270,17 +277,43 @@ def bootstrap_group_temperatures(
     y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func)
     names_of_row = check_groups(groups, n=z.shape[0], func=func)
     codes = cluster_codes(clusters, n=z.shape[0], func=func)
+    names, group_code = _group_codes(names_of_row, func=func)
+    return _intervals(z, y, names_of_row, names, group_code, codes, bounds=bounds, spec=spec)
+
+
+def _group_codes(names_of_row: NDArray[np.str_], *, func: str) -> tuple[NDArray[np.str_], NDArray[np.int64]]:
+    """The group names, sorted, and each row's index into them; at least two groups."""
     names, group_code = np.unique(names_of_row, return_inverse=True)
-    group_code = group_code.reshape(-1).astype(np.int64)
     g = int(names.shape[0])
     if g < 2:
         raise DataError(
             f"The 'groups' parameter of {func} must hold at least two groups (empirical Bayes pools groups). "
             f"Got {g}."
         )
+    return names, group_code.reshape(-1).astype(np.int64)
+
+
+def _intervals(
+    z: NDArray[np.float64],
+    y: NDArray[np.int64],
+    names_of_row: NDArray[np.str_],
+    names: NDArray[np.str_],
+    group_code: NDArray[np.int64],
+    codes: NDArray[np.int64],
+    *,
+    bounds: tuple[float, float],
+    spec: BootstrapSpec,
+) -> GroupTemperatureIntervals:
+    """Fit the empirical-Bayes point estimates and resample the whole shrinkage around them.
+
+    The rows are checked: ``names`` the sorted groups (at least two), ``group_code`` each row's index
+    into them, ``codes`` each row's patient.
+    """
+    func = "bootstrap_group_temperatures"
     temperatures = fit_group_temperatures(
         z, y, names_of_row, fallback="empirical_bayes", clusters=codes, bounds=bounds
     )
+    g = int(names.shape[0])
     # one cluster per (group, patient) pair; the strata are the groups, in sorted order
     plan = make_plan(z.shape[0], group_code * (int(codes.max()) + 1) + codes, group_code, func=func)
     rows_of, blocks, solvers = _solvers(z, y, group_code, plan, g, bounds)
@@ -288,8 +321,51 @@ def bootstrap_group_temperatures(
         z, y, plan.cluster_of_row, plan.n_clusters, bounds=bounds, func=func
     )
     estimate = np.log([temperatures.groups[str(name)].temperature for name in names])
+    reps = _resampled_shrinkage(plan, solvers, blocks, global_solver, spec)
+    interval_rep = _with_shrinkage_bias(reps, spec.seed)
+    jackknife = None
+    if spec.method == "bca" and plan.n_clusters > 1:
+        jackknife = _jackknife(solvers, blocks, global_solver, plan.n_clusters)
+    return GroupTemperatureIntervals(
+        temperatures=temperatures,
+        groups=tuple(str(n) for n in names),
+        spec=spec,
+        plan=plan,
+        group_sizes=tuple(int(r.shape[0]) for r in rows_of),
+        group_clusters=tuple(s.n_clusters for s in solvers),
+        log_temperature=_readonly(estimate),
+        log_temperature_replicates=_readonly(reps.shrunk),
+        log_temperature_jackknife=None if jackknife is None else _readonly(jackknife),
+        mean_replicates=_readonly(reps.mean),
+        tau2_replicates=_readonly(reps.tau2),
+        weight_replicates=_readonly(reps.weight),
+        interval_replicates=_readonly(interval_rep),
+        n_not_pooled=reps.n_not_pooled,
+        n_at_bound=reps.n_at_bound,
+    )
 
-    b = spec.n_resamples
+
+@dataclass(frozen=True)
+class _Replicates:
+    """The shrinkage in every resample: shrunk log T and weights (G, B), REML mean and tau² (B,)."""
+
+    shrunk: NDArray[np.float64]
+    mean: NDArray[np.float64]
+    tau2: NDArray[np.float64]
+    weight: NDArray[np.float64]
+    n_not_pooled: int  # resamples with fewer than two groups to pool
+    n_at_bound: int  # group fits, over all resamples, on a bound of T
+
+
+def _resampled_shrinkage(
+    plan: ClusterPlan,
+    solvers: list[BatchedTemperatureSolver],
+    blocks: list[slice],
+    global_solver: BatchedTemperatureSolver,
+    spec: BootstrapSpec,
+) -> _Replicates:
+    """Refit and shrink in each of ``spec.n_resamples`` resamples of the fit stream, chunk by chunk."""
+    g, b = len(solvers), spec.n_resamples
     chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // max(plan.n_clusters, 1)))
     s_rep = np.empty((g, b))
     mean_rep, tau2_rep, w_rep = np.empty(b), np.empty(b), np.empty((g, b))
@@ -305,32 +381,20 @@ def bootstrap_group_temperatures(
         n_lone += int(np.count_nonzero(~pooled))
         n_bound += at_bound
         start = stop
+    return _Replicates(s_rep, mean_rep, tau2_rep, w_rep, n_lone, n_bound)
 
-    # the spread of the shrinkage bias, resample by resample (see Notes); 0 where nothing was pooled
-    eps = np.random.default_rng(np.random.SeedSequence(spec.seed).spawn(2)[1]).standard_normal((g, b))
-    bias_sd = (1.0 - w_rep) * np.sqrt(tau2_rep)[None, :]
-    interval_rep = s_rep + np.where(np.isfinite(bias_sd), bias_sd, 0.0) * eps
 
-    jackknife = None
-    if spec.method == "bca" and plan.n_clusters > 1:
-        jackknife = _jackknife(solvers, blocks, global_solver, plan.n_clusters)
-    return GroupTemperatureIntervals(
-        temperatures=temperatures,
-        groups=tuple(str(n) for n in names),
-        spec=spec,
-        plan=plan,
-        group_sizes=tuple(int(r.shape[0]) for r in rows_of),
-        group_clusters=tuple(s.n_clusters for s in solvers),
-        log_temperature=_readonly(estimate),
-        log_temperature_replicates=_readonly(s_rep),
-        log_temperature_jackknife=None if jackknife is None else _readonly(jackknife),
-        mean_replicates=_readonly(mean_rep),
-        tau2_replicates=_readonly(tau2_rep),
-        weight_replicates=_readonly(w_rep),
-        interval_replicates=_readonly(interval_rep),
-        n_not_pooled=n_lone,
-        n_at_bound=n_bound,
-    )
+def _with_shrinkage_bias(reps: _Replicates, seed: int) -> NDArray[np.float64]:
+    """The interval's replicates, ``s*_{g,b} + (1 - w_{g,b}) tau_b eps_{g,b}``, on a stream of their own.
+
+    The spread of the shrinkage bias, resample by resample (see the module docstring); 0 where
+    nothing was pooled.
+    """
+    g, b = reps.shrunk.shape
+    eps = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]).standard_normal((g, b))
+    bias_sd = (1.0 - reps.weight) * np.sqrt(reps.tau2)[None, :]
+    out: NDArray[np.float64] = reps.shrunk + np.where(np.isfinite(bias_sd), bias_sd, 0.0) * eps
+    return out
 
 
 def _jackknife(
