@@ -8,6 +8,7 @@ from tests.conftest import DEMO_PROTOCOL
 
 import sitecal.run
 from sitecal.cli import main
+from sitecal.cli._commands import COMMANDS, COMMANDS_METAVAR
 
 
 def _protocol_with_inputs(tmp_path: Path) -> Path:
@@ -98,3 +99,17 @@ def test_demo_refuses_to_overwrite_foreign_data(tmp_path: Path, capsys: pytest.C
     assert main(["demo", "--protocol", str(protocol), "--no-progress"]) == 2
     assert "was not made by 'sitecal demo'; refusing to overwrite it" in capsys.readouterr().err
     assert (data / "precious.txt").exists()
+
+
+def test_the_usage_line_names_every_command_of_the_table() -> None:
+    names = [command.name for command in COMMANDS]
+    assert len(set(names)) == len(names)
+    assert sorted(COMMANDS_METAVAR.strip("{}").split(",")) == sorted(names)
+
+
+@pytest.mark.parametrize("command", [command.name for command in COMMANDS])
+def test_every_command_has_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: sitecal {command} [-h]")

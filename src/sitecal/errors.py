@@ -11,6 +11,9 @@ Every error says what was wrong, where (file, line, field, DICOM tag or path) an
     ├── DataError (SitecalError, ValueError)        arrays, labels or tables are unusable
     │   └── SealError                               a run folder's seal does not hold (edited, added,
     │                                               missing file, incomplete run, no key to check it)
+    ├── InputError (SitecalError, ValueError)       a command's input is missing or contradictory (an
+    │                                               option, a file a valid protocol names, an
+    │                                               environment variable); the command exits 2
     └── OutputError (SitecalError, OSError)         the run folder cannot be written
 
     Terminated (KeyboardInterrupt)                  SIGTERM, handled as an interruption (SIGINT) is
@@ -27,6 +30,7 @@ __all__ = [
     "ConvergenceWarning",
     "DataError",
     "DicomError",
+    "InputError",
     "ModelError",
     "OutputError",
     "ProtocolError",
@@ -63,6 +67,14 @@ class SealError(DataError):
 
     A sealed file was edited or is missing, a file was added, the seal itself was edited, the run did not
     finish, or no key is at hand to check it.
+    """
+
+
+class InputError(SitecalError, ValueError):
+    """A command's input cannot be used: a file a valid protocol names, an option or an environment variable.
+
+    Raised by the ``sitecal`` command line; like every :class:`SitecalError`, it exits with code 2 (bad
+    input) and a message naming the option, file or variable.
     """
 
 
