@@ -1,4 +1,38 @@
-"""Per-group temperatures (one per site or scanner): fallback, penalised or empirical-Bayes shrinkage."""
+r"""Per-group temperatures (one per site or scanner): fallback, penalised or empirical-Bayes shrinkage.
+
+Notes
+-----
+In the notation of :func:`fit_group_temperatures`: shrinkage (``fallback="shrink"``) minimises, over
+``s = log T``,
+
+.. math:: \mathrm{NLL}_g(s) + \frac{\lambda}{2}(s - \hat s_{\mathrm{global}})^2,
+          \qquad \lambda = \frac{m\, H}{n_g},
+
+with ``m = min_group_size``, ``n_g`` the group's size and ``H`` the second derivative of the
+global mean NLL at its optimum (floored at 1e-8). In sum form this is a Gaussian prior on log T
+centred on the global value and worth ``m`` rows of the global data's information, so a group of
+``n_g`` rows moves from the global T toward its own optimum with weight about ``n_g / (n_g + m)``
+(exactly so for quadratic NLLs). The penalised objective is solved by the same safeguarded Newton,
+started at the global log T; its minimiser lies between the global and the group's own optimum.
+The weight is written in the fit's ``note``.
+
+Empirical Bayes (``fallback="empirical_bayes"``; Efron & Morris 1975): each group ``g``, whatever
+its size, gets its own unpenalised fit :math:`s_g = \log \hat T_g` and the patient-cluster-robust
+(sandwich) variance :math:`v_g = \sum_c U_c^2 / H^2` (:math:`U_c`: the summed score of cluster
+``c``'s rows at :math:`s_g`, :math:`H`: the curvature of the group's summed NLL there). The mean
+:math:`\mu` and variance :math:`\tau^2` of log T across groups are estimated by REML (as
+:func:`sitecal.stats.random_effects_meta_analysis`), and
+
+.. math:: \log T_g = \hat\mu + w_g (s_g - \hat\mu), \qquad w_g = \hat\tau^2 / (\hat\tau^2 + v_g),
+
+continuous in the group's size: a large group keeps about its own T, a small one moves toward
+:math:`e^{\hat\mu}`, and with :math:`\hat\tau^2 = 0` all groups take :math:`e^{\hat\mu}`. A group
+whose own fit stopped on a bound of T, whose curvature is not positive or that has a single
+cluster gets infinite variance (weight 0: it takes :math:`e^{\hat\mu}` and does not inform the
+REML estimate). With fewer than two groups of finite variance nothing can be pooled and every
+group takes the global T (source ``"global_fallback"``; ``mean_log_temperature`` and ``tau2``
+None). Groups unseen at fitting time get the global T under every policy, as at deployment.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +45,15 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_float, check_groups, check_int, check_labels, check_logits, check_option
+from sitecal._validation import check_groups, check_int, check_labels, check_logits, check_option
 from sitecal.calibration._empirical_bayes import cluster_robust_variance, shrink_log_temperatures
 from sitecal.calibration._temperature import (
     _NLL,
     DEFAULT_BOUNDS,
     TemperatureFit,
+    fit_options,
     fit_validated,
     stored_temperature,
-    temperature_bounds,
 )
 from sitecal.errors import DataError
 
@@ -250,35 +284,11 @@ def fit_group_temperatures(
 
     Notes
     -----
-    Shrinkage minimises, over ``s = log T``,
-
-    .. math:: \mathrm{NLL}_g(s) + \frac{\lambda}{2}(s - \hat s_{\mathrm{global}})^2,
-              \qquad \lambda = \frac{m\, H}{n_g},
-
-    with ``m = min_group_size``, ``n_g`` the group's size and ``H`` the second derivative of the
-    global mean NLL at its optimum (floored at 1e-8). In sum form this is a Gaussian prior on log T
-    centred on the global value and worth ``m`` rows of the global data's information, so a group of
-    ``n_g`` rows moves from the global T toward its own optimum with weight about ``n_g / (n_g + m)``
-    (exactly so for quadratic NLLs). The penalised objective is solved by the same safeguarded Newton,
-    started at the global log T; its minimiser lies between the global and the group's own optimum.
-    The weight is written in the fit's ``note``.
-
-    Empirical Bayes (``fallback="empirical_bayes"``; Efron & Morris 1975): each group ``g``, whatever
-    its size, gets its own unpenalised fit :math:`s_g = \log \hat T_g` and the patient-cluster-robust
-    (sandwich) variance :math:`v_g = \sum_c U_c^2 / H^2` (:math:`U_c`: the summed score of cluster
-    ``c``'s rows at :math:`s_g`, :math:`H`: the curvature of the group's summed NLL there). The mean
-    :math:`\mu` and variance :math:`\tau^2` of log T across groups are estimated by REML (as
-    :func:`sitecal.stats.random_effects_meta_analysis`), and
-
-    .. math:: \log T_g = \hat\mu + w_g (s_g - \hat\mu), \qquad w_g = \hat\tau^2 / (\hat\tau^2 + v_g),
-
-    continuous in the group's size: a large group keeps about its own T, a small one moves toward
-    :math:`e^{\hat\mu}`, and with :math:`\hat\tau^2 = 0` all groups take :math:`e^{\hat\mu}`. A group
-    whose own fit stopped on a bound of T, whose curvature is not positive or that has a single
-    cluster gets infinite variance (weight 0: it takes :math:`e^{\hat\mu}` and does not inform the
-    REML estimate). With fewer than two groups of finite variance nothing can be pooled and every
-    group takes the global T (source ``"global_fallback"``; ``mean_log_temperature`` and ``tau2``
-    None). Groups unseen at fitting time get the global T under every policy, as at deployment.
+    ``"shrink"`` adds to a small group's NLL a Gaussian prior on log T centred on the global value and
+    worth ``min_group_size`` rows of the global data's information; ``"empirical_bayes"`` pulls every
+    group's own log T toward the REML mean of all groups' with weight :math:`\tau^2 / (\tau^2 + v_g)`.
+    The module docstring gives both in full. Groups unseen at fitting time get the global T under every
+    policy, as at deployment.
 
     Examples
     --------
@@ -299,21 +309,37 @@ def fit_group_temperatures(
     g = check_groups(groups, n=z.shape[0], func=func)
     m = check_int(min_group_size, name="min_group_size", func=func, minimum=1)
     policy = check_option(fallback, name="fallback", func=func, options=FALLBACKS)
-    tol_f = check_float(tol, name="tol", func=func, low=0.0)
-    iters = check_int(max_iter, name="max_iter", func=func, minimum=1)
-    low, high = temperature_bounds(bounds, func=func)
-    options: dict[str, Any] = {"tol": tol_f, "max_iter": iters, "low": low, "high": high}
+    options = fit_options(tol, max_iter, bounds, func=func)
 
     global_fit = fit_validated(z, y, **options)
-    curvature = max(_NLL(z, y)(global_fit.log_temperature)[2], _MIN_CURVATURE)
 
     names, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
+    group_names: list[str] = names.tolist()
     rows_by_group = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
     if policy == "empirical_bayes":
         codes = cluster_codes(clusters, n=z.shape[0], func=func)
-        return _empirical_bayes(z, y, names.tolist(), rows_by_group, codes, global_fit, m, options)
+        return _empirical_bayes(z, y, group_names, rows_by_group, codes, global_fit, m, options)
+    entries = _own_or_fallback(z, y, group_names, rows_by_group, global_fit, m, policy, options)
+    return GroupTemperatures(global_fit=global_fit, groups=entries, min_group_size=m, fallback=policy)
+
+
+def _own_or_fallback(
+    z: NDArray[np.float64],
+    y: NDArray[np.int64],
+    names: list[str],
+    rows_by_group: list[NDArray[np.intp]],
+    global_fit: TemperatureFit,
+    m: int,
+    policy: str,
+    options: dict[str, Any],
+) -> dict[str, GroupTemperature]:
+    """Own fits for groups of at least ``m`` rows; the global T (``"global"``) or a shrunk fit for the rest.
+
+    The shrinkage penalty's weight scales with the global mean NLL's curvature at its optimum (floored).
+    """
+    curvature = max(_NLL(z, y)(global_fit.log_temperature)[2], _MIN_CURVATURE)
     entries: dict[str, GroupTemperature] = {}
-    for name, rows in zip(names.tolist(), rows_by_group, strict=True):  # a loop over groups
+    for name, rows in zip(names, rows_by_group, strict=True):  # a loop over groups
         n_g = int(rows.shape[0])
         if n_g >= m:
             fit = fit_validated(z[rows], y[rows], **options)
@@ -334,7 +360,7 @@ def fit_group_temperatures(
                 ),
             )
             entries[name] = GroupTemperature(name, fit.temperature, n_g, "shrunk", fit)
-    return GroupTemperatures(global_fit=global_fit, groups=entries, min_group_size=m, fallback=policy)
+    return entries
 
 
 def cluster_codes(clusters: ArrayLike | None, *, n: int, func: str) -> NDArray[np.int64]:

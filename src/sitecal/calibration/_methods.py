@@ -3,6 +3,55 @@ r"""Recalibration methods beyond one temperature, fitted many times at once for 
 :func:`fit_method` fits one of :data:`METHODS` to logits and labels, once or under ``R`` row weightings
 (bootstrap multiplicities), and returns a :class:`FittedMethod` whose :meth:`~FittedMethod.probabilities`
 maps new logits through each of the ``R`` fitted maps.
+
+Notes
+-----
+The maps of :func:`fit_method`, with ``p = softmax(z)``:
+
+- **temperature** (Guo et al. 2017): ``softmax(z / T)``, fitted over ``log T`` in ``bounds``.
+  Unweighted, this is :func:`~sitecal.calibration.fit_temperature` itself; weighted, the
+  :class:`~sitecal.calibration.BatchedTemperatureSolver` (certified to 1e-9 in ``log T``).
+- **vector** (Guo et al. 2017): ``softmax(a * z + b)``, ``a, b`` in R^K, unpenalised. ``b_0`` is fixed
+  at 0: adding one constant to every ``b_k`` leaves the softmax unchanged, so it is not identified.
+- **matrix** (Kull et al. 2019, ODIR): ``softmax(W z + b)`` minimising
+
+  .. math:: \mathrm{NLL} + \lambda\,\frac{\sum_{i\ne j} W_{ij}^2}{K(K-1)} + \mu\,\frac{\sum_j b_j^2}{K}.
+
+  The default ``lambda = mu = 1e-2`` is a mild, fixed shrinkage of the off-diagonal terms and the
+  intercepts toward the identity map (on the mean-NLL scale, a Gaussian prior whose strength is
+  that of about ``0.01 N`` rows' worth of log-likelihood curvature at ``N`` rows): enough to keep
+  ``K^2 + K`` parameters finite on a small site sample, too weak to matter at a few hundred rows.
+  Kull et al. choose both by cross-validation; a refit bootstrap needs one fixed rule, so they
+  are options. ``lambda = 0`` (``mu = 0``) holds ``W``'s first row (``b_0``) at its identity value
+  (the softmax is unchanged by adding one vector to every row of ``W``, or one number to every
+  ``b_k``); the probabilities are then those of unpenalised multinomial logistic regression.
+- **dirichlet** (Kull et al. 2019): the same model and penalty on the features
+  ``ln max(p, eps)`` (``eps`` = machine epsilon) instead of ``z``.
+- **histogram** (Zadrozny & Elkan 2001): ``n_bins`` equal-width bins on [0, 1]; each bin's value
+  is the weighted frequency of the class among the fit rows whose score falls in it. Exactly
+  ``netcal.binning.HistogramBinning``: fit scores clipped to ``[eps, 1 - eps]`` and binned
+  ``[e_j, e_{j+1})``; new scores binned ``(e_j, e_{j+1}]`` (0 in the first bin); **an empty bin
+  gets its midpoint** ``(e_j + e_{j+1}) / 2``. With ``K > 2`` one-vs-rest per class, then each row
+  is divided by its sum (a class with no weight gets 0, as netcal; a row summing to 0 gets the
+  uniform ``1/K``, where netcal gives NaN).
+- **isotonic** (Zadrozny & Elkan 2002): scikit-learn's ``IsotonicRegression(out_of_bounds="clip",
+  y_min=0, y_max=1)`` with sample weights (scores within 1e-15 merged as scikit-learn does, linear
+  interpolation between thresholds, clipping outside them); with ``K > 2`` one-vs-rest and the
+  renormalisation of ``CalibratedClassifierCV`` (a row whose classes all get 0 becomes uniform).
+- **beta** (Kull, Silva Filho & Flach 2017), binary only:
+  ``q = sigmoid(a ln p_1 - b ln(1 - p_1) + c)``, ``ln p`` from the log-softmax of the logits (no
+  clipping). As betacal: if the fitted ``a < 0`` it is fixed at 0 and the fit repeated, else if
+  ``b < 0`` the same for ``b``; if the remaining coefficient then comes out negative it is fixed at
+  0 too (a constant map), where betacal would keep a decreasing map. A note lists the resamples.
+
+References
+----------
+C. Guo et al. "On Calibration of Modern Neural Networks." ICML 2017.
+M. Kull et al. "Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities with
+Dirichlet calibration." NeurIPS 2019.
+M. Kull, T. Silva Filho, P. Flach. "Beta calibration: a well-founded and easily implemented
+improvement on logistic calibration for binary classifiers." AISTATS 2017.
+B. Zadrozny, C. Elkan. ICML 2001 (histogram binning); KDD 2002 (isotonic, one-vs-rest).
 """
 
 from __future__ import annotations
@@ -271,58 +320,16 @@ def fit_method(
 
     Notes
     -----
-    With ``p = softmax(z)``:
-
-    - **temperature** (Guo et al. 2017): ``softmax(z / T)``, fitted over ``log T`` in ``bounds``.
-      Unweighted, this is :func:`~sitecal.calibration.fit_temperature` itself; weighted, the
-      :class:`~sitecal.calibration.BatchedTemperatureSolver` (certified to 1e-9 in ``log T``).
-    - **vector** (Guo et al. 2017): ``softmax(a * z + b)``, ``a, b`` in R^K, unpenalised. ``b_0`` is fixed
-      at 0: adding one constant to every ``b_k`` leaves the softmax unchanged, so it is not identified.
-    - **matrix** (Kull et al. 2019, ODIR): ``softmax(W z + b)`` minimising
-
-      .. math:: \mathrm{NLL} + \lambda\,\frac{\sum_{i\ne j} W_{ij}^2}{K(K-1)} + \mu\,\frac{\sum_j b_j^2}{K}.
-
-      The default ``lambda = mu = 1e-2`` is a mild, fixed shrinkage of the off-diagonal terms and the
-      intercepts toward the identity map (on the mean-NLL scale, a Gaussian prior whose strength is
-      that of about ``0.01 N`` rows' worth of log-likelihood curvature at ``N`` rows): enough to keep
-      ``K^2 + K`` parameters finite on a small site sample, too weak to matter at a few hundred rows.
-      Kull et al. choose both by cross-validation; a refit bootstrap needs one fixed rule, so they
-      are options. ``lambda = 0`` (``mu = 0``) holds ``W``'s first row (``b_0``) at its identity value
-      (the softmax is unchanged by adding one vector to every row of ``W``, or one number to every
-      ``b_k``); the probabilities are then those of unpenalised multinomial logistic regression.
-    - **dirichlet** (Kull et al. 2019): the same model and penalty on the features
-      ``ln max(p, eps)`` (``eps`` = machine epsilon) instead of ``z``.
-    - **histogram** (Zadrozny & Elkan 2001): ``n_bins`` equal-width bins on [0, 1]; each bin's value
-      is the weighted frequency of the class among the fit rows whose score falls in it. Exactly
-      ``netcal.binning.HistogramBinning``: fit scores clipped to ``[eps, 1 - eps]`` and binned
-      ``[e_j, e_{j+1})``; new scores binned ``(e_j, e_{j+1}]`` (0 in the first bin); **an empty bin
-      gets its midpoint** ``(e_j + e_{j+1}) / 2``. With ``K > 2`` one-vs-rest per class, then each row
-      is divided by its sum (a class with no weight gets 0, as netcal; a row summing to 0 gets the
-      uniform ``1/K``, where netcal gives NaN).
-    - **isotonic** (Zadrozny & Elkan 2002): scikit-learn's ``IsotonicRegression(out_of_bounds="clip",
-      y_min=0, y_max=1)`` with sample weights (scores within 1e-15 merged as scikit-learn does, linear
-      interpolation between thresholds, clipping outside them); with ``K > 2`` one-vs-rest and the
-      renormalisation of ``CalibratedClassifierCV`` (a row whose classes all get 0 becomes uniform).
-    - **beta** (Kull, Silva Filho & Flach 2017), binary only:
-      ``q = sigmoid(a ln p_1 - b ln(1 - p_1) + c)``, ``ln p`` from the log-softmax of the logits (no
-      clipping). As betacal: if the fitted ``a < 0`` it is fixed at 0 and the fit repeated, else if
-      ``b < 0`` the same for ``b``; if the remaining coefficient then comes out negative it is fixed at
-      0 too (a constant map), where betacal would keep a decreasing map. A note lists the resamples.
+    With ``p = softmax(z)``: temperature ``softmax(z / T)``; vector ``softmax(a * z + b)``; matrix
+    ``softmax(W z + b)`` with the ODIR penalty; dirichlet the same on ``ln p``; histogram binning;
+    isotonic regression; beta ``sigmoid(a ln p_1 - b ln(1 - p_1) + c)`` (binary only). The module
+    docstring gives each map's exact model, penalty, edge cases and references.
 
     The smooth methods (all but histogram and isotonic) are solved by a batched damped Newton method
     over all ``R`` problems (:mod:`._newton`), started at the identity map. A weighting with all weights
     0, or (vector, matrix, dirichlet, beta) with a class of zero total weight, has no finite optimum and
     keeps the identity map; temperature scaling then stops on a bound of ``T``; histogram and isotonic
     fit what there is (an empty weighting: midpoints / the identity). ``notes`` says which resamples.
-
-    References
-    ----------
-    C. Guo et al. "On Calibration of Modern Neural Networks." ICML 2017.
-    M. Kull et al. "Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities with
-    Dirichlet calibration." NeurIPS 2019.
-    M. Kull, T. Silva Filho, P. Flach. "Beta calibration: a well-founded and easily implemented
-    improvement on logistic calibration for binary classifiers." AISTATS 2017.
-    B. Zadrozny, C. Elkan. ICML 2001 (histogram binning); KDD 2002 (isotonic, one-vs-rest).
 
     Examples
     --------

@@ -278,10 +278,18 @@ def fit_temperature(
     func = "fit_temperature"
     z = check_logits(logits, func=func)
     y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func)
+    return fit_validated(z, y, **fit_options(tol, max_iter, bounds, func=func))
+
+
+def fit_options(tol: Any, max_iter: Any, bounds: Any, *, func: str) -> dict[str, Any]:
+    """Check ``tol``, ``max_iter`` and ``bounds``; return them as :func:`fit_validated`'s keywords.
+
+    The keywords are ``tol`` (float >= 0), ``max_iter`` (int >= 1) and ``low``, ``high`` (the bounds of T).
+    """
     tol_f = check_float(tol, name="tol", func=func, low=0.0)
     iters = check_int(max_iter, name="max_iter", func=func, minimum=1)
     low, high = temperature_bounds(bounds, func=func)
-    return fit_validated(z, y, tol=tol_f, max_iter=iters, low=low, high=high)
+    return {"tol": tol_f, "max_iter": iters, "low": low, "high": high}
 
 
 def fit_validated(
