@@ -15,8 +15,9 @@ from reportlab.platypus import Flowable, SimpleDocTemplate
 from tests.results import synthetic
 
 from sitecal.report._context import Context
+from sitecal.report._fitted import fitted_temperatures
 from sitecal.report._inputs import ReportInputs
-from sitecal.report._methods import fitted_temperatures, methods
+from sitecal.report._methods import methods
 from sitecal.report._styles import make_styles, register_fonts
 
 
