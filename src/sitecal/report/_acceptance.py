@@ -63,12 +63,8 @@ def needed_legend(target: object) -> str:
     )
 
 
-def acceptance(ctx: Context) -> list[Flowable]:
-    """Each criterion with its per-group values and verdicts, then the overall verdict."""
-    ev = ctx.evaluation
-    criteria = ev["acceptance"]
-    planning = ev.get("planning") if criteria and isinstance(ev.get("planning"), Mapping) else None
-    story: list[Flowable] = []
+def _lead(ctx: Context, criteria: list[Any]) -> list[Flowable]:
+    """The section heading and the paragraph that opens it, kept with the first criterion."""
     lead: list[Flowable] = [ctx.h1("Acceptance criteria")]
     if not criteria:
         lead.append(ctx.p("The protocol defines no acceptance criteria."))
@@ -79,78 +75,78 @@ def acceptance(ctx: Context) -> list[Flowable]:
                 "scope; the verdicts are those the evaluation recorded."
             )
         )
-    explained = False
-    for criterion in criteria:
-        measured, rule = _rule_text(ctx, criterion)
-        scope = criterion.get("scope")
-        scope_text = (
-            "all studies"
-            if scope in (None, "overall")
-            else f"every {para_text(ctx.attribute_label(scope).lower())} group"
+    return lead
+
+
+def _criterion_heading(
+    ctx: Context, criterion: Mapping[str, Any], *, measured: str, rule: str
+) -> tuple[Flowable, Flowable]:
+    """The criterion's id with its verdict, and what it says, measures, requires and covers."""
+    scope = criterion.get("scope")
+    scope_text = (
+        "all studies"
+        if scope in (None, "overall")
+        else f"every {para_text(ctx.attribute_label(scope).lower())} group"
+    )
+    word, ink, _ = verdict_text(criterion["verdict"])
+    header = ctx.p(
+        f"<b>{para_text(criterion['id'])}</b>&nbsp;&nbsp;"
+        f'<font color="{ink.hexval()}"><b>{para_text(word.upper())}</b></font>',
+        ctx.styles.h3,
+    )
+    text = ctx.p(
+        f"{para_text(criterion.get('description') or criterion_text(criterion))}<br/>"
+        f'<font color="{Palette.muted.hexval()}">Measured: {measured}; rule: {rule}; '
+        f"scope: {scope_text}.</font>",
+        ctx.styles.small,
+    )
+    return header, text
+
+
+def _results_table(
+    ctx: Context,
+    criterion: Mapping[str, Any],
+    *,
+    rule: str,
+    planning: Mapping[str, Any] | None,
+    marks: Marks,
+) -> Flowable:
+    """One row per judged group: n, estimate and interval, margin, needed n (when planned), verdict."""
+    head = [
+        ctx.head("Group"),
+        ctx.head("n", right=True),
+        ctx.head("Estimate [interval]", right=True),
+        ctx.head("Margin", right=True),
+    ]
+    if planning is not None:
+        head.append(
+            ctx.head(f"Needed n if calibrated ({_percent(planning.get('target_power'))})", right=True)
         )
-        word, ink, _ = verdict_text(criterion["verdict"])
-        header = ctx.p(
-            f"<b>{para_text(criterion['id'])}</b>&nbsp;&nbsp;"
-            f'<font color="{ink.hexval()}"><b>{para_text(word.upper())}</b></font>',
-            ctx.styles.h3,
-        )
-        text = ctx.p(
-            f"{para_text(criterion.get('description') or criterion_text(criterion))}<br/>"
-            f'<font color="{Palette.muted.hexval()}">Measured: {measured}; rule: {rule}; '
-            f"scope: {scope_text}.</font>",
-            ctx.styles.small,
-        )
-        head = [
-            ctx.head("Group"),
-            ctx.head("n", right=True),
-            ctx.head("Estimate [interval]", right=True),
-            ctx.head("Margin", right=True),
+    rows: list[list[Any]] = [[*head, ctx.head("Verdict")]]
+    extra: list[tuple[Any, ...]] = []
+    scope = str(criterion.get("scope") or "overall")
+    for j, result in enumerate(criterion["results"], start=1):
+        twin = ctx.twin(scope, result.get("group")) if scope != "overall" else None
+        group = para_text(result["group"]) + (f"<br/><i>{ctx.twin_text(twin)}</i>" if twin else "")
+        cells = [
+            ctx.p(group, ctx.styles.cell),
+            ctx.cell(format_count(result.get("n")), style=ctx.styles.cell_num),
+            ctx.cell(_estimate_interval(result, criterion.get("metric"), marks), style=ctx.styles.cell_num),
+            ctx.p(rule, ctx.styles.cell_num),
         ]
         if planning is not None:
-            head.append(
-                ctx.head(f"Needed n if calibrated ({_percent(planning.get('target_power'))})", right=True)
-            )
-        rows: list[list[Any]] = [[*head, ctx.head("Verdict")]]
-        extra: list[tuple[Any, ...]] = []
-        marks = Marks()
-        scope = str(criterion.get("scope") or "overall")
-        for j, result in enumerate(criterion["results"], start=1):
-            twin = ctx.twin(scope, result.get("group")) if scope != "overall" else None
-            group = para_text(result["group"]) + (f"<br/><i>{ctx.twin_text(twin)}</i>" if twin else "")
-            cells = [
-                ctx.p(group, ctx.styles.cell),
-                ctx.cell(format_count(result.get("n")), style=ctx.styles.cell_num),
-                ctx.cell(
-                    _estimate_interval(result, criterion.get("metric"), marks), style=ctx.styles.cell_num
-                ),
-                ctx.p(rule, ctx.styles.cell_num),
-            ]
-            if planning is not None:
-                cells.append(ctx.p(_needed_text(result, planning, criterion), ctx.styles.cell_num))
-            rows.append([*cells, ctx.verdict_cell(result["verdict"])])
-            extra.append(("BACKGROUND", (len(cells), j), (len(cells), j), verdict_text(result["verdict"])[2]))
-        w = ctx.width
-        widths = [0.4, 0.06, 0.24, 0.12, 0.18] if planning is None else [0.38, 0.06, 0.18, 0.09, 0.12, 0.17]
-        results_table = table(rows, [w * f for f in widths], extra=extra)
-        legend = marks.legend()
-        if planning is not None and not explained:  # once, under the first table with the column
-            legend.append(needed_legend(planning.get("target_power")))
-            explained = True
-        story.append(
-            KeepTogether(
-                [
-                    *lead,
-                    header,
-                    text,
-                    *ctx.table_block(
-                        f"Criterion {para_text(criterion['id'])}.", results_table, legend=legend
-                    ),
-                ]
-            )
-        )
-        lead = []
-    word, ink, background = verdict_text(ev["verdict"])
-    box = table(
+            cells.append(ctx.p(_needed_text(result, planning, criterion), ctx.styles.cell_num))
+        rows.append([*cells, ctx.verdict_cell(result["verdict"])])
+        extra.append(("BACKGROUND", (len(cells), j), (len(cells), j), verdict_text(result["verdict"])[2]))
+    w = ctx.width
+    widths = [0.4, 0.06, 0.24, 0.12, 0.18] if planning is None else [0.38, 0.06, 0.18, 0.09, 0.12, 0.17]
+    return table(rows, [w * f for f in widths], extra=extra)
+
+
+def _verdict_box(ctx: Context, verdict: object) -> Flowable:
+    """The overall verdict in a box of its colour."""
+    word, ink, background = verdict_text(verdict)
+    return table(
         [
             [
                 ctx.p(
@@ -170,6 +166,39 @@ def acceptance(ctx: Context) -> list[Flowable]:
             ("LEFTPADDING", (0, 0), (-1, -1), 8),
         ],
     )
+
+
+def acceptance(ctx: Context) -> list[Flowable]:
+    """Each criterion with its per-group values and verdicts, then the overall verdict."""
+    ev = ctx.evaluation
+    criteria = ev["acceptance"]
+    planning = ev.get("planning") if criteria and isinstance(ev.get("planning"), Mapping) else None
+    story: list[Flowable] = []
+    lead = _lead(ctx, criteria)
+    explained = False
+    for criterion in criteria:
+        measured, rule = _rule_text(ctx, criterion)
+        header, text = _criterion_heading(ctx, criterion, measured=measured, rule=rule)
+        marks = Marks()
+        results_table = _results_table(ctx, criterion, rule=rule, planning=planning, marks=marks)
+        legend = marks.legend()
+        if planning is not None and not explained:  # once, under the first table with the column
+            legend.append(needed_legend(planning.get("target_power")))
+            explained = True
+        story.append(
+            KeepTogether(
+                [
+                    *lead,
+                    header,
+                    text,
+                    *ctx.table_block(
+                        f"Criterion {para_text(criterion['id'])}.", results_table, legend=legend
+                    ),
+                ]
+            )
+        )
+        lead = []
+    box = _verdict_box(ctx, ev["verdict"])
     return [*lead, *story, box, *([] if planning is None else _study_size(ctx, planning))]
 
 
