@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -234,6 +234,80 @@ class _Document(BaseDocTemplate):  # type: ignore[misc]
             flowables.insert(0, Paragraph(LEFT_OUT.format(kind=kind), self.styles.note))
 
 
+@dataclass(frozen=True)
+class _Identity:
+    """What names the document in its running header and footer and in the PDF's metadata."""
+
+    title: str
+    name: str  # the protocol's name, on one line
+    sha: str  # the protocol's sha256, shortened
+    document: object  # the document ID, or None
+    draft: bool
+
+    @classmethod
+    def of(cls, inputs: ReportInputs) -> _Identity:
+        """Read the identity from the protocol facts, the evaluation and the provenance."""
+        protocol = inputs.protocol
+        name = plain_text(protocol["name"], max_chars=_METADATA_CHARS)
+        return cls(
+            title=str(protocol.get("title") or f"Calibration validation: protocol {name}"),
+            name=name,
+            sha=short_sha(protocol.get("sha256") or inputs.evaluation.get("protocol", {}).get("sha256")),
+            document=inputs.provenance.get("document_id"),
+            draft=is_draft(protocol),
+        )
+
+
+def _running(identity: _Identity, provenance: Mapping[str, Any], fonts: Fonts) -> _Running:
+    """The running header (title, document ID, protocol) and footer (sha256, run folder, version)."""
+    run_folder = provenance.get("run_folder")
+    document = identity.document
+    return _Running(
+        title=identity.title,
+        right=(f"Document {document} · " if document else "") + f"protocol {identity.name}",
+        footer_left=f"Protocol sha256 {identity.sha}"
+        + (f" · run {run_folder}" if run_folder else "")
+        + f" · sitecal {provenance.get('sitecal_version') or __version__}",
+        fonts=fonts,
+        draft=identity.draft,
+    )
+
+
+def _document(buffer: BytesIO, size: tuple[float, float], identity: _Identity, styles: Styles) -> _Document:
+    """The doc template writing into ``buffer``: margins, one body frame, the PDF's metadata."""
+    document = identity.document
+    doc = _Document(
+        buffer,
+        pagesize=size,
+        leftMargin=_MARGIN_X,
+        rightMargin=_MARGIN_X,
+        topMargin=_MARGIN_TOP,
+        bottomMargin=_MARGIN_BOTTOM,
+        title=identity.title[:_METADATA_CHARS],
+        author="sitecal",
+        subject=(f"{_DRAFT}: " if identity.draft else "")
+        + f"Calibration validation report, protocol {identity.name} (sha256 {identity.sha})"
+        + (f", document {document}" if document else ""),
+        creator=f"sitecal {__version__} (reportlab)",
+        keywords=["calibration", "validation", "sitecal", identity.name],
+        lang="en",
+    )
+    frame = Frame(
+        doc.leftMargin,
+        doc.bottomMargin,
+        doc.width,
+        doc.height,
+        id="body",
+        leftPadding=0,
+        rightPadding=0,
+        topPadding=0,
+        bottomPadding=0,
+    )
+    doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
+    doc.styles = styles
+    return doc
+
+
 def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4") -> ReportArtifacts:
     """Render the PDF validation report and its figures from stored results.
 
@@ -283,52 +357,10 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     out_dir = Path(out_dir)
     fonts = register_fonts()
     styles = make_styles(fonts)
-    protocol = inputs.protocol
-    name = plain_text(protocol["name"], max_chars=_METADATA_CHARS)
-    title = str(protocol.get("title") or f"Calibration validation: protocol {name}")
-    sha = short_sha(protocol.get("sha256") or inputs.evaluation.get("protocol", {}).get("sha256"))
-    run_folder = inputs.provenance.get("run_folder")
-    document = inputs.provenance.get("document_id")
-    draft = is_draft(protocol)
-    running = _Running(
-        title=title,
-        right=(f"Document {document} · " if document else "") + f"protocol {name}",
-        footer_left=f"Protocol sha256 {sha}"
-        + (f" · run {run_folder}" if run_folder else "")
-        + f" · sitecal {inputs.provenance.get('sitecal_version') or __version__}",
-        fonts=fonts,
-        draft=draft,
-    )
+    identity = _Identity.of(inputs)
+    running = _running(identity, inputs.provenance, fonts)
     buffer = BytesIO()
-    doc = _Document(
-        buffer,
-        pagesize=size,
-        leftMargin=_MARGIN_X,
-        rightMargin=_MARGIN_X,
-        topMargin=_MARGIN_TOP,
-        bottomMargin=_MARGIN_BOTTOM,
-        title=title[:_METADATA_CHARS],
-        author="sitecal",
-        subject=(f"{_DRAFT}: " if draft else "")
-        + f"Calibration validation report, protocol {name} (sha256 {sha})"
-        + (f", document {document}" if document else ""),
-        creator=f"sitecal {__version__} (reportlab)",
-        keywords=["calibration", "validation", "sitecal", name],
-        lang="en",
-    )
-    frame = Frame(
-        doc.leftMargin,
-        doc.bottomMargin,
-        doc.width,
-        doc.height,
-        id="body",
-        leftPadding=0,
-        rightPadding=0,
-        topPadding=0,
-        bottomPadding=0,
-    )
-    doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
-    doc.styles = styles
+    doc = _document(buffer, size, identity, styles)
     ctx = Context(inputs=inputs, styles=styles, width=doc.width, figures_dir=out_dir / "figures")
     story: list[Flowable] = []
     for build in BUILDERS:
