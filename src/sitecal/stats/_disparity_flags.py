@@ -28,13 +28,13 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._kernels import assign_rows, grouped_row_sums, layout_starts
-from sitecal._validation import check_float, check_int, check_option
+from sitecal._kernels import grouped_row_sums
 from sitecal.errors import DataError
 from sitecal.metrics.registry import ECE
 from sitecal.metrics.registry import metric as registry_metric
 from sitecal.stats._disparity import checked_groups
-from sitecal.stats._resample import for_each, make_plan
+from sitecal.stats._flag_permutations import PatientLayout, PermutationOptions
+from sitecal.stats._resample import for_each
 
 __all__ = ["GroupFlags", "size_matched_flags", "size_matched_flags_attributes", "size_matched_flags_each"]
 
@@ -62,7 +62,9 @@ class GroupFlags:
     adjusted_p : Mapping[str, float]
         Max-T adjusted p-value, ``(1 + #{perm: max_h z*_h >= z_g}) / (1 + n_permutations)``.
     alternative : str
-        "worse" (only a gap on the metric's worse side is flagged) or "two-sided".
+        "worse" (only a gap on the metric's worse side is flagged) or "two-sided": always for a signed
+        metric (direction ``"target"``: the calibration gap, O:E), which has no worse side (an
+        over-confident group and an under-confident one both differ from the rest).
     flagged : Mapping[str, bool]
         ``adjusted_p <= 1 - level``.
     n_permutations : int
@@ -133,10 +135,8 @@ def size_matched_flags(
     alternative : {"worse", "two-sided"}, default "worse"
         "worse": flag only groups whose gap lies on the metric's worse side of the reference (higher for
         an error, lower for accuracy): the question "for whom are the probabilities not honest";
-        "two-sided": a group better than the rest is flagged too. A signed metric (direction
-        ``"target"``: the calibration gap, O:E) has no worse side and is always tested two-sided (an
-        over-confident group and an under-confident one both differ from the rest); its
-        :attr:`GroupFlags.alternative` says so.
+        "two-sided": a group better than the rest is flagged too. A signed metric is always tested
+        two-sided (see :attr:`GroupFlags.alternative`).
 
     Returns
     -------
@@ -144,13 +144,12 @@ def size_matched_flags(
 
     Notes
     -----
-    Rows are ordered by patient, then each permutation draws a random order of the patients and lays the
-    rows out in it; the original sequence of group labels (in patient order) is then assigned to the new
-    sequence of rows. Every group keeps its number of rows exactly, and a patient's studies stay together
-    (only a patient at the boundary between two groups' runs is split). With ``d_g`` the gap and ``d*_g``
-    its permutation values, ``z_g = s (d_g - mean d*_g) / sd d*_g`` with ``s`` = 1 for an error and -1 for
-    accuracy (two-sided: ``|z_g|``); the adjusted p-value of group ``g`` is the share of permutations with
-    ``max_h z*_h >= z_g`` (counting the observed assignment once).
+    Each permutation lays the rows out in a random order of the patients (a patient's rows together) and
+    assigns them the original sequence of group labels in patient order: every group keeps its number of
+    rows exactly, and only a patient at the boundary between two groups' runs is split. With ``d_g`` the
+    gap and ``d*_g`` its permutation values, ``z_g = s (d_g - mean d*_g) / sd d*_g`` with ``s`` = 1 for
+    an error and -1 for accuracy (two-sided: ``|z_g|``); the adjusted p-value of group ``g`` is the share
+    of permutations with ``max_h z*_h >= z_g`` (counting the observed assignment once).
 
     References
     ----------
@@ -159,10 +158,9 @@ def size_matched_flags(
     Examples
     --------
     >>> rng = np.random.default_rng(0)
-    >>> n = 600
-    >>> conf = rng.uniform(0.5, 1.0, n)
+    >>> conf = rng.uniform(0.5, 1.0, 600)
     >>> g = np.array(["a"] * 100 + ["b"] * 200 + ["c"] * 300)
-    >>> correct = rng.uniform(size=n) < np.where(g == "a", conf - 0.25, conf)  # 'a' is overconfident
+    >>> correct = rng.uniform(size=600) < np.where(g == "a", conf - 0.25, conf)  # 'a' is overconfident
     >>> probs = np.stack([conf, 1 - conf], axis=1)
     >>> y = np.where(correct, 0, 1)
     >>> res = size_matched_flags(probs, y, g, clusters=None, n_permutations=200)
@@ -290,69 +288,67 @@ def size_matched_flags_attributes(
     chunk of permutations side by side (the results do not depend on it).
     """
     func = "size_matched_flags"
-    n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
-    lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
-    rng_seed = check_int(seed, name="seed", func=func, minimum=0)
-    check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
+    options = PermutationOptions.checked(n_permutations, level, seed, alternative, func=func)
     if not attributes:
         raise DataError(f"{func}: give at least one attribute.")
     parts = [_Attribute(g, cases, labels, n_bins, min_group_size, func) for g, cases in attributes]
-    n = parts[0].n
-    plan = make_plan(n, clusters, None, func=func)
-    patient = plan.cluster_of_row
-    # rows in patient order (then row order within a patient): the layout every permutation reshuffles
-    by_patient = np.lexsort((np.arange(n), patient))
-    within = np.empty(n, dtype=np.int64)
-    first = np.searchsorted(patient[by_patient], patient[by_patient])
-    within[by_patient] = np.arange(n) - first
-    label_sequences = [part.codes[by_patient] for part in parts]
+    layout = PatientLayout.of(parts[0].n, clusters, func=func)
     observed = [[gaps[0] for gaps in part.gaps(part.codes[None, :])] for part in parts]
-    permuted = [[np.empty((n_perm, part.names.shape[0])) for _ in part.forms] for part in parts]
-    rng = np.random.default_rng(rng_seed)
-    patient_size = np.bincount(patient, minlength=plan.n_clusters)
-    itemsize = max(sequence.dtype.itemsize for sequence in label_sequences)
-    chunk = max(1, min(_CHUNK, _CHUNK_BYTES // (8 * plan.n_clusters + itemsize * n)))
-    bounds = [(a, min(n_perm, a + chunk)) for a in range(0, n_perm, chunk)]
-
-    def layouts(size: int) -> list[NDArray[np.int64]]:
-        """The next ``size`` permutations' layouts: the patients in rank order, each's rows in order."""
-        return [layout_starts(rng.permutation(plan.n_clusters), patient_size) for _ in range(size)]
-
-    # one thread draws the next chunk's permutations, in order from the one stream, while the workers
-    # compute this chunk's gaps
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sitecal-permutations") as ahead:
-        upcoming = ahead.submit(layouts, bounds[0][1] - bounds[0][0])
-        for k, (start, stop) in enumerate(bounds):  # a loop over chunks of permutations
-            starts = upcoming.result()
-            if k + 1 < len(bounds):
-                upcoming = ahead.submit(layouts, bounds[k + 1][1] - bounds[k + 1][0])
-
-            def one(a: int, at: int = start, size: int = stop - start, starts: list[Any] = starts) -> None:
-                """Attribute ``a``'s gaps under the chunk's permutations, every case."""
-                assigned = np.empty((size, n), dtype=label_sequences[a].dtype)
-                for i in range(size):  # a loop over the chunk's permutations
-                    assigned[i] = assign_rows(starts[i], patient, within, label_sequences[a])
-                for c, gaps in enumerate(parts[a].gaps(assigned)):  # cases, on the same permutations
-                    permuted[a][c][at : at + size] = gaps
-
-            for_each(one, len(parts), workers)
+    permuted = _permuted_gaps(parts, layout, options, workers)
     return [
         [
-            _flags(
-                metric,
-                observed[a][c],
-                permuted[a][c],
-                part.names,
-                part.judged,
-                lvl,
-                n_perm,
-                rng_seed,
-                alternative,
-            )
+            _flags(metric, observed[a][c], permuted[a][c], part.names, part.judged, options)
             for c, metric in enumerate(part.metrics)
         ]
         for a, part in enumerate(parts)
     ]
+
+
+def _permuted_gaps(
+    parts: list[_Attribute], layout: PatientLayout, options: PermutationOptions, workers: int
+) -> list[list[NDArray[np.float64]]]:
+    """Per attribute and case, the (P, G) gaps under each permutation of one stream, chunk by chunk.
+
+    A permutation depends on the patients and the seed only: each is drawn once, in order from the one
+    stream, and every attribute's groups are read off its layout. One thread draws the next chunk's
+    permutations while ``workers`` threads compute this chunk's gaps, an attribute each.
+    """
+    n, n_perm = layout.patient.shape[0], options.n_permutations
+    label_sequences = [part.codes[layout.by_patient] for part in parts]
+    permuted = [[np.empty((n_perm, part.names.shape[0])) for _ in part.forms] for part in parts]
+    rng = np.random.default_rng(options.seed)
+    itemsize = max(sequence.dtype.itemsize for sequence in label_sequences)
+    chunk = max(1, min(_CHUNK, _CHUNK_BYTES // (8 * layout.n_patients + itemsize * n)))
+    bounds = [(a, min(n_perm, a + chunk)) for a in range(0, n_perm, chunk)]
+
+    def layouts(size: int) -> list[NDArray[np.int64]]:
+        """The next ``size`` permutations' layouts: the patients in rank order, each's rows in order."""
+        return [layout.starts(rng) for _ in range(size)]
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sitecal-permutations") as ahead:
+        upcoming = ahead.submit(layouts, bounds[0][1] - bounds[0][0])
+        for k, (start, _) in enumerate(bounds):  # a loop over chunks of permutations
+            starts = upcoming.result()
+            if k + 1 < len(bounds):
+                upcoming = ahead.submit(layouts, bounds[k + 1][1] - bounds[k + 1][0])
+
+            def one(a: int, at: int = start, starts: list[NDArray[np.int64]] = starts) -> None:
+                """Attribute ``a``'s gaps under the chunk's permutations, every case."""
+                for c, gaps in enumerate(_assigned_gaps(parts[a], layout, label_sequences[a], starts)):
+                    permuted[a][c][at : at + len(starts)] = gaps
+
+            for_each(one, len(parts), workers)
+    return permuted
+
+
+def _assigned_gaps(
+    part: _Attribute, layout: PatientLayout, sequence: NDArray[np.integer], starts: list[NDArray[np.int64]]
+) -> list[NDArray[np.float64]]:
+    """One attribute's gaps, per case (P, G), under the permutations laid out at ``starts``."""
+    assigned = np.empty((len(starts), layout.patient.shape[0]), dtype=sequence.dtype)
+    for i, first in enumerate(starts):  # a loop over the chunk's permutations
+        assigned[i] = layout.assign(first, sequence)
+    return part.gaps(assigned)
 
 
 def _flags(
@@ -361,17 +357,14 @@ def _flags(
     permuted: NDArray[np.float64],
     names: NDArray[Any],
     cols: NDArray[np.int64],
-    lvl: float,
-    n_perm: int,
-    rng_seed: int,
-    alternative: Literal["worse", "two-sided"],
+    options: PermutationOptions,
 ) -> GroupFlags:
     """The max-T adjusted p-values and flags from the observed and permuted gaps of one case."""
     expected = permuted[:, cols].mean(axis=0)
     spread = permuted[:, cols].std(axis=0, ddof=1)
     direction = registry_metric(metric).direction
-    if direction == "target":  # a signed metric (calibration gap, O:E) has no worse side: either way
-        alternative = "two-sided"
+    # a signed metric (calibration gap, O:E) has no worse side: either way
+    alternative = "two-sided" if direction == "target" else options.alternative
     # standardised so that larger is worse (or farther, two-sided)
     sign = -1.0 if direction == "higher" else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -381,7 +374,7 @@ def _flags(
         z, z_perm = np.abs(z), np.abs(z_perm)
     z = np.where(np.isfinite(z), z, -np.inf)  # no spread: the gap cannot differ from the reference
     largest = np.nan_to_num(z_perm, nan=-np.inf, posinf=-np.inf).max(axis=1)
-    adjusted = (1.0 + (largest[:, None] >= z[None, :] - 1e-12).sum(axis=0)) / (1.0 + n_perm)
+    adjusted = (1.0 + (largest[:, None] >= z[None, :] - 1e-12).sum(axis=0)) / (1.0 + options.n_permutations)
     judged_names = tuple(str(names[i]) for i in cols)
     return GroupFlags(
         metric=metric,
@@ -389,9 +382,11 @@ def _flags(
         gap={name: float(observed[i]) for name, i in zip(judged_names, cols, strict=True)},
         expected_gap={name: float(e) for name, e in zip(judged_names, expected, strict=True)},
         adjusted_p={name: float(a) for name, a in zip(judged_names, adjusted, strict=True)},
-        flagged={name: bool(a <= 1.0 - lvl) for name, a in zip(judged_names, adjusted, strict=True)},
-        n_permutations=n_perm,
-        level=lvl,
-        seed=rng_seed,
+        flagged={
+            name: bool(a <= 1.0 - options.level) for name, a in zip(judged_names, adjusted, strict=True)
+        },
+        n_permutations=options.n_permutations,
+        level=options.level,
+        seed=options.seed,
         alternative=alternative,
     )

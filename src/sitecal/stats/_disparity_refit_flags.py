@@ -20,43 +20,21 @@ max-T flags keep their level (Westfall & Young 1993), whatever the temperatures'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._kernels import assign_rows, layout_starts
-from sitecal._validation import check_float, check_int, check_labels, check_logits, check_option
+from sitecal._validation import check_labels, check_logits
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.stats._disparity import _apply, checked_groups
 from sitecal.stats._disparity_flags import GroupFlags, _flags
-from sitecal.stats._resample import make_plan
-from sitecal.stats._term_sums import term_sums_at_temperatures
+from sitecal.stats._flag_permutations import PatientLayout, PermutationOptions
+from sitecal.stats._refit_terms import RefitTerms, checked_metrics
 
 __all__ = ["refit_size_matched_flags"]
-
-
-class _Layout:
-    """Rows in patient order and the permutations' group assignments of one set of rows."""
-
-    def __init__(self, codes: NDArray[np.int64], clusters: ArrayLike | None, *, func: str) -> None:
-        n = codes.shape[0]
-        plan = make_plan(n, clusters, None, func=func)
-        self.patient = plan.cluster_of_row
-        self.n_patients = plan.n_clusters
-        by_patient = np.lexsort((np.arange(n), self.patient))
-        first = np.searchsorted(self.patient[by_patient], self.patient[by_patient])
-        self.within = np.empty(n, dtype=np.int64)
-        self.within[by_patient] = np.arange(n) - first
-        self.sequence = codes[by_patient]
-        self.size = np.bincount(self.patient, minlength=self.n_patients)
-
-    def assigned(self, rng: np.random.Generator) -> NDArray[np.int64]:
-        """One permutation's group of each row: the patients in a random order, the group runs kept."""
-        starts = layout_starts(rng.permutation(self.n_patients), self.size)
-        return np.asarray(assign_rows(starts, self.patient, self.within, self.sequence), dtype=np.int64)
 
 
 def refit_size_matched_flags(
@@ -124,59 +102,110 @@ def refit_size_matched_flags(
     {'a': False, 'b': False, 'c': False, 'd': False}
     """
     func = "refit_size_matched_flags"
-    n_perm = check_int(n_permutations, name="n_permutations", func=func, minimum=1)
-    lvl = check_float(level, name="level", func=func, low=0.0, high=1.0)
-    rng_seed = check_int(seed, name="seed", func=func, minimum=0)
-    check_option(alternative, name="alternative", func=func, options=("worse", "two-sided"))
+    options = PermutationOptions.checked(n_permutations, level, seed, alternative, func=func)
+    z, z_f, y_f = _checked_logits(logits, fit_logits, fit_labels, func=func)
+    p0 = softmax(z)
+    y, grouped, statistics = checked_metrics(p0, labels, groups, metrics, n_bins, min_group_size, func=func)
+    codes_f = _fit_codes(fit_groups, grouped.names, z_f.shape[0], func=func)
+    evaluated = _GroupRows.of(grouped.codes, clusters, func=func)
+    fitted = _GroupRows.of(codes_f, fit_clusters, func=func)
+    gaps = _RefitGaps.of(RefitTerms.of(statistics, z, p0, y), z_f, y_f, grouped.names.shape[0], bounds, func)
+    observed = gaps(grouped.codes.astype(np.int64), codes_f)
+    permuted = _permuted_gaps(gaps, evaluated, fitted, options)
+    return [
+        _flags(m, obs, perm, grouped.names, grouped.judged, options)
+        for m, obs, perm in zip(metrics, observed, permuted, strict=True)
+    ]
+
+
+def _checked_logits(
+    logits: ArrayLike, fit_logits: ArrayLike, fit_labels: ArrayLike, *, func: str
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """The evaluated logits, and the fit logits and labels, checked: the same classes in both sets."""
     z = check_logits(logits, func=func)
     z_f = check_logits(fit_logits, func=func, name="fit_logits")
     y_f = check_labels(fit_labels, n=z_f.shape[0], n_classes=z_f.shape[1], func=func, name="fit_labels")
     if z_f.shape[1] != z.shape[1]:
         raise DataError(f"{func}: 'fit_logits' has {z_f.shape[1]} classes and 'logits' {z.shape[1]}.")
-    p0 = softmax(z)
-    checked = [checked_groups(p0, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics]
-    if not checked:
-        raise DataError(f"{func}: give at least one metric.")
-    _, y, _, grouped = checked[0]
-    statistics = [c[2] for c in checked]
+    return z, z_f, y_f
+
+
+def _fit_codes(fit_groups: ArrayLike, names: NDArray[np.str_], n_fit: int, *, func: str) -> NDArray[np.int64]:
+    """Each fit study's group as an index into the evaluated groups ``names``; every group has some."""
     g_f = np.asarray(fit_groups).astype(str)
-    if g_f.shape != (z_f.shape[0],) or set(g_f.tolist()) != set(grouped.names.tolist()):
+    if g_f.shape != (n_fit,) or set(g_f.tolist()) != set(names.tolist()):
         raise DataError(
             f"{func}: 'fit_groups' must give each fit study one of the evaluated groups, and every group "
             f"must have fit studies (its own temperature). Got fit groups {sorted(set(g_f.tolist()))} and "
-            f"evaluated groups {grouped.names.tolist()}."
+            f"evaluated groups {names.tolist()}."
         )
-    n_groups = grouped.names.shape[0]
-    codes_f = np.searchsorted(grouped.names, g_f).astype(np.int64)
-    evaluated = _Layout(grouped.codes, clusters, func=func)
-    fitted = _Layout(codes_f, fit_clusters, func=func)
-    rows_f = np.arange(z_f.shape[0], dtype=np.int64)  # each fit study its own cluster: 0/1 weights
-    solver = BatchedTemperatureSolver(z_f, y_f, rows_f, rows_f.shape[0], bounds=bounds, func=func)
-    widths = [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics]
-    z_t = np.ascontiguousarray(z.T)
-    ones = np.ones((1, z.shape[0]))
+    return np.searchsorted(names, g_f).astype(np.int64)
 
-    def gaps(assigned: NDArray[np.int64], assigned_f: NDArray[np.int64]) -> list[NDArray[np.float64]]:
+
+@dataclass(frozen=True)
+class _RefitGaps:
+    """Each group's gap to the rest after calibration by its own temperature, refitted on its fit rows."""
+
+    terms: RefitTerms
+    solver: BatchedTemperatureSolver  # every fit study, each its own cluster: 0/1 weights pick a group's
+    n_groups: int
+
+    @classmethod
+    def of(
+        cls,
+        terms: RefitTerms,
+        z_f: NDArray[np.float64],
+        y_f: NDArray[np.int64],
+        n_groups: int,
+        bounds: tuple[float, float],
+        func: str,
+    ) -> _RefitGaps:
+        """The gaps of ``terms``' evaluated rows, the temperatures fitted on ``z_f``, ``y_f``."""
+        rows_f = np.arange(z_f.shape[0], dtype=np.int64)  # each fit study its own cluster: 0/1 weights
+        solver = BatchedTemperatureSolver(z_f, y_f, rows_f, rows_f.shape[0], bounds=bounds, func=func)
+        return cls(terms, solver, n_groups)
+
+    def __call__(
+        self, assigned: NDArray[np.int64], assigned_f: NDArray[np.int64]
+    ) -> list[NDArray[np.float64]]:
         """Per metric, each group's gap to the rest, (G,), under one assignment of both sets of rows."""
-        membership = (assigned_f[None, :] == np.arange(n_groups)[:, None]).astype(np.float64)
-        s = solver.solve(membership).log_temperature  # (G,): each group's temperature
-        sums = term_sums_at_temperatures(
-            statistics, widths, z_t, y, s[None, :], ones, assigned, n_groups, row_temperature=assigned
+        membership = (assigned_f[None, :] == np.arange(self.n_groups)[:, None]).astype(np.float64)
+        s = self.solver.solve(membership).log_temperature  # (G,): each group's temperature
+        ones = np.ones((1, assigned.shape[0]))
+        values = self.terms.group_and_rest(
+            s[None, :], ones, assigned, self.n_groups, row_temperature=assigned
         )
-        out = []
-        for statistic, total in zip(statistics, sums, strict=True):  # a loop over metrics
-            rest = total.sum(axis=1, keepdims=True) - total
-            out.append((_apply(statistic, total) - _apply(statistic, rest))[0])
-        return out
+        return [(group - rest)[0] for group, rest in values]
 
-    observed = gaps(grouped.codes.astype(np.int64), codes_f)
-    permuted = [np.empty((n_perm, n_groups)) for _ in statistics]
-    rng = np.random.default_rng(rng_seed)
-    for p in range(n_perm):  # a loop over permutations: the evaluated rows' layout, then the fit rows'
+
+@dataclass(frozen=True)
+class _GroupRows:
+    """One set of rows (evaluated or fit) as the permutations reassign its groups."""
+
+    layout: PatientLayout
+    sequence: NDArray[np.integer]  # the rows' group codes in patient order
+
+    @classmethod
+    def of(cls, codes: NDArray[np.integer], clusters: ArrayLike | None, *, func: str) -> _GroupRows:
+        """The rows of group ``codes`` (N,) and patients ``clusters`` (None: each row its own)."""
+        layout = PatientLayout.of(codes.shape[0], clusters, func=func)
+        return cls(layout, codes[layout.by_patient])
+
+    def assigned(self, rng: np.random.Generator) -> NDArray[np.int64]:
+        """One permutation's group of each row: the patients in a random order, the group runs kept."""
+        starts = self.layout.starts(rng)
+        return np.asarray(self.layout.assign(starts, self.sequence), dtype=np.int64)
+
+
+def _permuted_gaps(
+    gaps: _RefitGaps, evaluated: _GroupRows, fitted: _GroupRows, options: PermutationOptions
+) -> list[NDArray[np.float64]]:
+    """Per metric, the (P, G) gaps under each permutation of the evaluated rows and, apart, the fit rows."""
+    permuted = [np.empty((options.n_permutations, gaps.n_groups)) for _ in gaps.terms.statistics]
+    rng = np.random.default_rng(options.seed)
+    # a loop over permutations, each drawing the evaluated rows' layout, then the fit rows'
+    for p in range(options.n_permutations):
         assigned = evaluated.assigned(rng)
         for out, gap in zip(permuted, gaps(assigned, fitted.assigned(rng)), strict=True):
             out[p] = gap
-    return [
-        _flags(m, obs, perm, grouped.names, grouped.judged, lvl, n_perm, rng_seed, alternative)
-        for m, obs, perm in zip(metrics, observed, permuted, strict=True)
-    ]
+    return permuted
