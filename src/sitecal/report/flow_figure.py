@@ -35,6 +35,11 @@ _EXCLUDED = "#fbeeee"
 _EDGE = "#1f4e79"
 _EXCLUDED_EDGE = "#a61c1c"
 _MAX_REASONS = 4
+# layout in axis units: x runs 0-100 across the figure, y counts "lines" down from the top
+_MAIN_X, _MAIN_W = 4.0, 40.0  # the main column's left edge and width
+_CENTRE = _MAIN_X + _MAIN_W / 2
+_BOX_H = 1.5  # height of a box
+_SPLIT_GAP = 1.3  # from the last step down to the split's boxes
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,7 @@ def flow_figure(
     side = [_excluded_text(exclusions, s.excluded_stage) if s.excluded_stage else None for s in steps]
     # vertical budget in "lines": a step box is 2 lines high; an exclusion box sits in the gap above its step
     gaps = [0.0] + [max(1.6, (text.count("\n") + 1) * 0.62 + 0.5) if text else 1.2 for text in side[1:]]
-    box_h, split_gap = 1.5, 1.3
-    total = sum(gaps) + box_h * len(steps) + split_gap + box_h
+    total = sum(gaps) + _BOX_H * len(steps) + _SPLIT_GAP + _BOX_H
     line_in = 0.2
     fig = Figure(figsize=(width_in, total * line_in + 0.2), dpi=FIGURE_DPI)
     FigureCanvasAgg(fig)
@@ -185,22 +189,27 @@ def flow_figure(
     ax.set_xlim(0, 100)
     ax.set_ylim(total + 0.5, -0.5)
     ax.axis("off")
-    main_x, main_w = 4.0, 40.0
-    centre = main_x + main_w / 2
+    bottom = _draw_steps(ax, steps, gaps, side)
+    _draw_split(ax, _split_halves(flow, split), y=bottom + _SPLIT_GAP, top=bottom)
+    return fig
+
+
+def _draw_steps(
+    ax: Any, steps: Sequence[FlowStep], gaps: Sequence[float], side: Sequence[str | None]
+) -> float:
+    """Draw the main column top down, each step's exclusions beside the arrow into it.
+
+    Returns the bottom of the last box.
+    """
     y = 0.0
     previous_bottom: float | None = None
     for step, gap, text in zip(steps, gaps, side, strict=True):
         y += gap
         if previous_bottom is not None:
-            ax.annotate(
-                "",
-                xy=(centre, y),
-                xytext=(centre, previous_bottom),
-                arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
-            )
+            _arrow(ax, (_CENTRE, y), (_CENTRE, previous_bottom))
         if text and previous_bottom is not None:
             mid = (previous_bottom + y) / 2
-            ax.plot([centre, 50.0], [mid, mid], color=_EXCLUDED_EDGE, lw=0.7)
+            ax.plot([_CENTRE, 50.0], [mid, mid], color=_EXCLUDED_EDGE, lw=0.7)
             ax.text(
                 50.5,
                 mid,
@@ -212,24 +221,23 @@ def flow_figure(
                 linespacing=1.25,
                 bbox={"boxstyle": "round,pad=0.45", "fc": _EXCLUDED, "ec": _EXCLUDED_EDGE, "lw": 0.6},
             )
-        _box(ax, main_x, y, main_w, box_h, f"{step.label}\n{format_count(step.count)}")
-        previous_bottom = y + box_h
-        y += box_h
+        _box(ax, _MAIN_X, y, _MAIN_W, _BOX_H, f"{step.label}\n{format_count(step.count)}")
+        previous_bottom = y + _BOX_H
+        y += _BOX_H
     assert previous_bottom is not None
-    y += split_gap
-    halves: tuple[tuple[str, object, object], ...] = (
-        ("Fit split (temperatures)", flow.get("fit", split.get("n_fit")), split.get("patients_fit")),
-        (
-            "Evaluation split (metrics)",
-            flow.get("evaluation", split.get("n_evaluation")),
-            split.get("patients_evaluation"),
-        ),
-    )
-    if (
-        split.get("method") == "crossfit"
-    ):  # every study is in both: fitted for the other folds, evaluated once
+    return previous_bottom
+
+
+_Half = tuple[str, object, object]
+"""A box of the split: its label, its studies (or a text in their place) and its patients."""
+
+
+def _split_halves(flow: Mapping[str, Any], split: Mapping[str, Any]) -> tuple[_Half, ...]:
+    """The two boxes below the column: the fit split and the evaluation split."""
+    # under cross-fitting every study is in both: fitted for the other folds, evaluated once
+    if split.get("method") == "crossfit":
         folds = format_count(split.get("folds"))
-        halves = (
+        return (
             (f"{folds} folds: temperatures of each", "fitted on the other folds", None),
             (
                 "Every study evaluated once",
@@ -237,19 +245,35 @@ def flow_figure(
                 split.get("patients_evaluation"),
             ),
         )
+    return (
+        ("Fit split (temperatures)", flow.get("fit", split.get("n_fit")), split.get("patients_fit")),
+        (
+            "Evaluation split (metrics)",
+            flow.get("evaluation", split.get("n_evaluation")),
+            split.get("patients_evaluation"),
+        ),
+    )
+
+
+def _draw_split(ax: Any, halves: Sequence[_Half], *, y: float, top: float) -> None:
+    """Draw the split's boxes side by side at height ``y``, each with an arrow from the column (``top``)."""
     for i, (label, n, patients) in enumerate(halves):
-        x = main_x + i * (main_w / 2 + 1.0) - (1.0 if i else 0)
-        w = main_w / 2 - 0.5
+        x = _MAIN_X + i * (_MAIN_W / 2 + 1.0) - (1.0 if i else 0)
+        w = _MAIN_W / 2 - 0.5
         who = f" · {format_count(patients)} patients" if patients is not None else ""
         count = n if isinstance(n, str) else f"{format_count(n)} studies{who}"
-        ax.annotate(
-            "",
-            xy=(x + w / 2, y),
-            xytext=(centre, previous_bottom),
-            arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
-        )
-        _box(ax, x, y, w, box_h, f"{label}\n{count}", size=6.3)
-    return fig
+        _arrow(ax, (x + w / 2, y), (_CENTRE, top))
+        _box(ax, x, y, w, _BOX_H, f"{label}\n{count}", size=6.3)
+
+
+def _arrow(ax: Any, tip: tuple[float, float], tail: tuple[float, float]) -> None:
+    """Draw an arrow from ``tail`` to ``tip`` (data coordinates)."""
+    ax.annotate(
+        "",
+        xy=tip,
+        xytext=tail,
+        arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 0.8, "shrinkA": 0, "shrinkB": 0},
+    )
 
 
 def _box(ax: Any, x: float, y: float, w: float, h: float, text: str, *, size: float = 7.2) -> None:
