@@ -118,12 +118,9 @@ def _status_note(ctx: Context) -> Paragraph:
     )
 
 
-def title_page(ctx: Context) -> list[Flowable]:
-    """Title, key identifiers, the overall verdict, criteria at a glance and points to note."""
+def _identifiers(ctx: Context) -> Table:
+    """The key identifiers: document, protocol, model (and where its outputs came from), sites, run, sizes."""
     protocol, provenance, ev = ctx.protocol, ctx.provenance, ctx.evaluation
-    title = protocol.get("title") or f"Calibration validation: protocol {protocol['name']}"
-    heading = ctx.p("Validation report", ctx.styles.kicker)
-    heading.outline = (0, "Validation report")
     model = get(provenance, "model", "name")
     flow = get(ev, "cohort_flow") or {}
     split = get(ev, "split") or {}
@@ -143,6 +140,70 @@ def title_page(ctx: Context) -> list[Flowable]:
             ("Model sha256", weights_text(provenance)),
             ("Model outputs", ctx.p(read_from_file_text(record, provenance), ctx.styles.cell)),
         ]
+    return key_values(
+        ctx,
+        [
+            ("Document ID", provenance.get("document_id")),
+            ("Protocol", protocol["name"]),
+            ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
+            ("Model", model),
+            ("Model version", get(provenance, "model", "version")),
+            *weights,
+            ("Site(s)", sites),
+            ("Run date (UTC)", format_utc(provenance.get("created_utc"))),
+            ("Run folder", provenance.get("run_folder")),
+            ("Studies analysed", analysed),
+            ("Evaluation split", evaluated),
+            ("Produced by", f"sitecal {provenance.get('sitecal_version') or '(version not recorded)'}"),
+        ],
+    )
+
+
+def _criteria_at_a_glance(ctx: Context, criteria: list[Any]) -> list[Flowable]:
+    """Each criterion with its margin, the groups that do not pass and its verdict; the marks' legend."""
+    rows: list[list[Any]] = [
+        [ctx.head("Acceptance criterion"), ctx.head("Groups that do not pass"), ctx.head("Verdict")]
+    ]
+    marks = Marks()
+    for criterion in criteria:
+        rows.append(
+            [
+                ctx.p(
+                    para_text(criterion.get("description") or criterion_text(criterion))
+                    + f'<br/><font color="{Palette.muted.hexval()}">margin: '
+                    + f"{para_text(margin_text(criterion))}</font>",
+                    ctx.styles.cell,
+                ),
+                ctx.p(_not_passing(ctx, criterion, marks), ctx.styles.cell),
+                ctx.verdict_cell(criterion["verdict"]),
+            ]
+        )
+    return [
+        Spacer(1, 5 * mm),
+        ctx.p(
+            "<b>Acceptance criteria at a glance</b> (estimate [interval] of each group that does not "
+            f"pass; the intervals are two-sided {ctx.level_text()}"
+            + (
+                "; <i>needed</i>: the evaluation studies a group like it would need for an 80% chance "
+                "to pass if it were perfectly calibrated, where it has fewer; a group whose estimate is "
+                "near the margin may stay inconclusive with more (Acceptance criteria, Study size)"
+                if isinstance(ctx.evaluation.get("planning"), Mapping)
+                else ""
+            )
+            + ")",
+            ctx.styles.small,
+        ),
+        table(rows, [ctx.width * 0.42, ctx.width * 0.4, ctx.width * 0.18]),
+        *[ctx.p(para_text(line), ctx.styles.note) for line in marks.legend()],
+    ]
+
+
+def title_page(ctx: Context) -> list[Flowable]:
+    """Title, key identifiers, the overall verdict, criteria at a glance and points to note."""
+    protocol, ev = ctx.protocol, ctx.evaluation
+    title = protocol.get("title") or f"Calibration validation: protocol {protocol['name']}"
+    heading = ctx.p("Validation report", ctx.styles.kicker)
+    heading.outline = (0, "Validation report")
     story: list[Flowable] = [
         Spacer(1, 18 * mm),
         heading,
@@ -151,61 +212,11 @@ def title_page(ctx: Context) -> list[Flowable]:
         Spacer(1, 6 * mm),
         _verdict_box(ctx),
         Spacer(1, 6 * mm),
-        key_values(
-            ctx,
-            [
-                ("Document ID", provenance.get("document_id")),
-                ("Protocol", protocol["name"]),
-                ("Protocol sha256", short_sha(protocol.get("sha256") or get(ev, "protocol", "sha256"))),
-                ("Model", model),
-                ("Model version", get(provenance, "model", "version")),
-                *weights,
-                ("Site(s)", sites),
-                ("Run date (UTC)", format_utc(provenance.get("created_utc"))),
-                ("Run folder", provenance.get("run_folder")),
-                ("Studies analysed", analysed),
-                ("Evaluation split", evaluated),
-                ("Produced by", f"sitecal {provenance.get('sitecal_version') or '(version not recorded)'}"),
-            ],
-        ),
+        _identifiers(ctx),
     ]
     criteria = ev["acceptance"]
     if criteria:
-        rows: list[list[Any]] = [
-            [ctx.head("Acceptance criterion"), ctx.head("Groups that do not pass"), ctx.head("Verdict")]
-        ]
-        marks = Marks()
-        for criterion in criteria:
-            rows.append(
-                [
-                    ctx.p(
-                        para_text(criterion.get("description") or criterion_text(criterion))
-                        + f'<br/><font color="{Palette.muted.hexval()}">margin: '
-                        + f"{para_text(margin_text(criterion))}</font>",
-                        ctx.styles.cell,
-                    ),
-                    ctx.p(_not_passing(ctx, criterion, marks), ctx.styles.cell),
-                    ctx.verdict_cell(criterion["verdict"]),
-                ]
-            )
-        story += [
-            Spacer(1, 5 * mm),
-            ctx.p(
-                "<b>Acceptance criteria at a glance</b> (estimate [interval] of each group that does not "
-                f"pass; the intervals are two-sided {ctx.level_text()}"
-                + (
-                    "; <i>needed</i>: the evaluation studies a group like it would need for an 80% chance "
-                    "to pass if it were perfectly calibrated, where it has fewer; a group whose estimate is "
-                    "near the margin may stay inconclusive with more (Acceptance criteria, Study size)"
-                    if isinstance(ev.get("planning"), Mapping)
-                    else ""
-                )
-                + ")",
-                ctx.styles.small,
-            ),
-            table(rows, [ctx.width * 0.42, ctx.width * 0.4, ctx.width * 0.18]),
-            *[ctx.p(para_text(line), ctx.styles.note) for line in marks.legend()],
-        ]
+        story += _criteria_at_a_glance(ctx, criteria)
     warnings = ev.get("warnings") or []
     if warnings:
         story += [Spacer(1, 4 * mm), ctx.p("<b>Points to note</b>", ctx.styles.small)]
