@@ -71,6 +71,68 @@ class Styles:
     bullet: ParagraphStyle
 
 
+def _heading_styles(
+    body: ParagraphStyle, fonts: Fonts
+) -> tuple[ParagraphStyle, ParagraphStyle, ParagraphStyle]:
+    """The section, subsection and sub-subsection headings (h1, h2, h3), each kept with what follows."""
+    h1 = ParagraphStyle(
+        "h1",
+        parent=body,
+        fontName=fonts.bold,
+        fontSize=13.5,
+        leading=17,
+        spaceBefore=10,
+        spaceAfter=7,
+        textColor=Palette.accent,
+        keepWithNext=1,
+    )
+    h2 = ParagraphStyle(
+        "h2",
+        parent=body,
+        fontName=fonts.bold,
+        fontSize=10.5,
+        leading=13.5,
+        spaceBefore=9,
+        spaceAfter=4,
+        keepWithNext=1,
+    )
+    h3 = ParagraphStyle(
+        "h3",
+        parent=body,
+        fontName=fonts.bold,
+        fontSize=9,
+        leading=12,
+        spaceBefore=7,
+        spaceAfter=3,
+        keepWithNext=1,
+    )
+    return h1, h2, h3
+
+
+def _caption_styles(body: ParagraphStyle) -> tuple[ParagraphStyle, ParagraphStyle]:
+    """A figure's caption (below it) and a table's numbered title (above it, kept with it)."""
+    caption = ParagraphStyle(
+        "caption",
+        parent=body,
+        fontSize=7.8,
+        leading=10,
+        textColor=Palette.muted,
+        spaceBefore=3,
+        spaceAfter=10,
+    )
+    table_title = ParagraphStyle(
+        "table_title",
+        parent=body,
+        fontSize=7.8,
+        leading=10,
+        textColor=Palette.muted,
+        spaceBefore=4,
+        spaceAfter=3,
+        keepWithNext=1,
+    )
+    return caption, table_title
+
+
 def make_styles(fonts: Fonts) -> Styles:
     """Build the paragraph styles on ``fonts``."""
     ink = Palette.ink
@@ -84,6 +146,8 @@ def make_styles(fonts: Fonts) -> Styles:
         alignment=TA_LEFT,
     )
     cell = ParagraphStyle("cell", parent=body, fontSize=7.8, leading=9.8, spaceAfter=0)
+    h1, h2, h3 = _heading_styles(body, fonts)
+    caption, table_title = _caption_styles(body)
     return Styles(
         fonts=fonts,
         body=body,
@@ -95,37 +159,9 @@ def make_styles(fonts: Fonts) -> Styles:
         cell_num=ParagraphStyle("cell_num", parent=cell, alignment=TA_RIGHT),
         cell_head=ParagraphStyle("cell_head", parent=cell, fontName=fonts.bold),
         mono=ParagraphStyle("mono", parent=cell, fontName=fonts.mono, fontSize=7.2, leading=9.2),
-        h1=ParagraphStyle(
-            "h1",
-            parent=body,
-            fontName=fonts.bold,
-            fontSize=13.5,
-            leading=17,
-            spaceBefore=10,
-            spaceAfter=7,
-            textColor=Palette.accent,
-            keepWithNext=1,
-        ),
-        h2=ParagraphStyle(
-            "h2",
-            parent=body,
-            fontName=fonts.bold,
-            fontSize=10.5,
-            leading=13.5,
-            spaceBefore=9,
-            spaceAfter=4,
-            keepWithNext=1,
-        ),
-        h3=ParagraphStyle(
-            "h3",
-            parent=body,
-            fontName=fonts.bold,
-            fontSize=9,
-            leading=12,
-            spaceBefore=7,
-            spaceAfter=3,
-            keepWithNext=1,
-        ),
+        h1=h1,
+        h2=h2,
+        h3=h3,
         kicker=ParagraphStyle(
             "kicker",
             parent=body,
@@ -138,25 +174,8 @@ def make_styles(fonts: Fonts) -> Styles:
         title=ParagraphStyle(
             "title", parent=body, fontName=fonts.bold, fontSize=19, leading=24, textColor=ink, spaceAfter=10
         ),
-        caption=ParagraphStyle(
-            "caption",
-            parent=body,
-            fontSize=7.8,
-            leading=10,
-            textColor=Palette.muted,
-            spaceBefore=3,
-            spaceAfter=10,
-        ),
-        table_title=ParagraphStyle(
-            "table_title",
-            parent=body,
-            fontSize=7.8,
-            leading=10,
-            textColor=Palette.muted,
-            spaceBefore=4,
-            spaceAfter=3,
-            keepWithNext=1,
-        ),
+        caption=caption,
+        table_title=table_title,
         indent_cell=ParagraphStyle("indent_cell", parent=cell, leftIndent=12),
         cell_head_num=ParagraphStyle("cell_head_num", parent=cell, fontName=fonts.bold, alignment=TA_RIGHT),
         bullet=ParagraphStyle("bullet", parent=body, leftIndent=10, bulletIndent=0, spaceAfter=2),
