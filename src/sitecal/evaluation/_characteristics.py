@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sitecal.evaluation._groups import UNKNOWN, ordered_groups
+from sitecal.evaluation._plan import EvaluationData, EvaluationPlan, EvaluationPolicy
 from sitecal.evaluation._split import Split
-from sitecal.protocol import Protocol
 from sitecal.results import (
     Characteristics,
     CharacteristicsNote,
@@ -34,10 +33,7 @@ from sitecal.results import (
     MixEntry,
 )
 
-if TYPE_CHECKING:
-    from ._core import EvaluationData
-
-__all__ = ["MAX_ERRORS", "UNKNOWN", "cohort_characteristics", "highest_confidence_errors"]
+__all__ = ["MAX_ERRORS", "UNKNOWN", "characteristics", "cohort_characteristics", "highest_confidence_errors"]
 
 #: How many highest-confidence errors ``evaluation.json`` lists.
 MAX_ERRORS = 10
@@ -54,9 +50,9 @@ def _mix(values: np.ndarray) -> tuple[MixEntry, ...]:
     )
 
 
-def _mix_attribute(protocol: Protocol, attributes: Mapping[str, np.ndarray], tag: str) -> str | None:
+def _mix_attribute(policy: EvaluationPolicy, attributes: Mapping[str, np.ndarray], tag: str) -> str | None:
     """The first subgroup (protocol order) read from ``tag`` (with bands, for PatientAge) that has values."""
-    for name, settings in protocol.subgroups.items():
+    for name, settings in policy.subgroups.items():
         banded = tag != "PatientAge" or settings.bands is not None
         if settings.tag == tag and banded and name in attributes:
             return name
@@ -90,16 +86,21 @@ def _row(
     )
 
 
+def characteristics(plan: EvaluationPlan) -> Characteristics:
+    """The plan's cohort and reported subgroups described (:func:`cohort_characteristics`)."""
+    return cohort_characteristics(plan.policy, plan.data, plan.split)
+
+
 def cohort_characteristics(
-    protocol: Protocol, data: EvaluationData, split: Split | np.ndarray
+    policy: EvaluationPolicy, data: EvaluationData, split: Split | np.ndarray
 ) -> Characteristics:
     """Describe the analysed cohort and every reported subgroup: sizes, classes, sex and age-band mix.
 
     Parameters
     ----------
-    protocol : Protocol
+    policy : EvaluationPolicy
         Its ``subgroups`` say which attributes hold sex (``tag: PatientSex``) and age band
-        (``tag: PatientAge`` with ``bands``); ``reported_subgroups`` which attributes are described.
+        (``tag: PatientAge`` with ``bands``); ``reported`` which attributes are described.
     data : EvaluationData
         Every analysed study (``N`` rows).
     split : Split or numpy.ndarray of bool, shape (N,)
@@ -124,15 +125,15 @@ def cohort_characteristics(
     """
     split = split if isinstance(split, Split) else Split.from_fit_mask(split)
     mixes = {
-        "sex": _mix_attribute(protocol, data.attributes, "PatientSex"),
-        "age_band": _mix_attribute(protocol, data.attributes, "PatientAge"),
+        "sex": _mix_attribute(policy, data.attributes, "PatientSex"),
+        "age_band": _mix_attribute(policy, data.attributes, "PatientAge"),
     }
     notes: list[CharacteristicsNote] = []
     if mixes["sex"] is None:  # the protocol has no subgroup read from PatientSex
         notes.append("no_sex_attribute")
     if mixes["age_band"] is None:  # ... nor one read from PatientAge with bands
         notes.append("no_age_band_attribute")
-    attributes = protocol.reported_subgroups
+    attributes = policy.reported
     subgroups = {
         name: tuple(
             _row(group, data.attributes[name] == group, data, split, mixes)
@@ -144,7 +145,7 @@ def cohort_characteristics(
         sex_attribute=mixes["sex"],
         age_attribute=mixes["age_band"],
         notes=tuple(notes),
-        tags={name: protocol.subgroups[name].tag for name in attributes},
+        tags={name: policy.subgroups[name].tag for name in attributes},
         overall=_row("All studies", np.ones(len(data.labels), dtype=bool), data, split, mixes),
         subgroups=subgroups,
     )

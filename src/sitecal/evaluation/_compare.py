@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from sitecal.evaluation._disparities import bootstrap_summary
 from sitecal.evaluation._groups import OVERALL, ordered_groups
-from sitecal.protocol import Protocol
+from sitecal.evaluation._plan import EvaluationPlan
 from sitecal.results import ComparedGroup, ComparedMeasure, ComparisonFinding, MethodComparison
 from sitecal.stats import BootstrapSpec, compare_methods
 from sitecal.stats import MethodComparison as Compared
@@ -23,84 +23,37 @@ from sitecal.stats import MethodComparison as Compared
 __all__ = ["compare_recalibration"]
 
 
-def compare_recalibration(
-    protocol: Protocol,
-    fit: Mapping[str, np.ndarray],
-    held: Mapping[str, np.ndarray],
-    *,
-    spec: BootstrapSpec,
-    progress: bool = False,
-) -> MethodComparison | None:
+def compare_recalibration(plan: EvaluationPlan, *, progress: bool = False) -> MethodComparison | None:
     """The comparison of calibration.compare's methods, or None when it lists none.
 
-    Parameters
-    ----------
-    protocol : Protocol
-    fit, held : mapping
-        The fit and the evaluation rows: ``logits``, ``labels``, ``patients`` and ``groups`` (each row's
-        calibration group; one value for all when calibration.per is unset), and under cross-fitting
-        ``folds`` (each row's fold; both are then every study).
-    spec : BootstrapSpec
-        The evaluation's resampling; its intervals are read as percentile intervals.
-    progress : bool
-        A progress bar over the groups.
+    Each group's methods are fitted on the plan's fit rows (every row under cross-fitting, each fold by
+    the other folds) and measured on its evaluated rows, on the plan's resamples; its intervals are read
+    as percentile intervals. ``progress``: a progress bar over the groups.
     """
-    cal, ev = protocol.calibration, protocol.evaluation
+    cal = plan.policy.calibration
     if not cal.compare:
         return None
-    spec = BootstrapSpec(n_resamples=spec.n_resamples, level=spec.level, method="percentile", seed=spec.seed)
-    folds = cal.split.folds if cal.split.by == "crossfit" else None
-    plan: list[tuple[str, str, np.ndarray, np.ndarray]] = [
+    given = plan.spec
+    spec = BootstrapSpec(
+        n_resamples=given.n_resamples, level=given.level, method="percentile", seed=given.seed
+    )
+    fitted, held_groups = plan.fit_rows, plan.calibration_groups[plan.held]
+    compared: list[tuple[str, str, np.ndarray, np.ndarray]] = [
         (
             OVERALL,
             "All studies",
-            np.ones(len(fit["labels"]), dtype=bool),
-            np.ones(len(held["labels"]), dtype=bool),
+            np.ones(len(fitted.labels), dtype=bool),
+            np.ones(len(plan.labels), dtype=bool),
         )
     ]
     if cal.per is not None:
-        for group in ordered_groups(held["groups"]):
-            plan.append((cal.per, group, fit["groups"] == group, held["groups"] == group))
+        for group in ordered_groups(held_groups):
+            compared.append((cal.per, group, fitted.groups == group, held_groups == group))
     groups: list[ComparedGroup] = []
     options: dict[str, dict[str, float]] = {}
-    for attribute, group, fit_mask, held_mask in tqdm(
-        plan, desc="Methods compared", unit="group", disable=not progress
-    ):
-        own = attribute == OVERALL or _fitted_on(fit, fit_mask, folds) >= cal.min_group_size
-        rows = fit_mask if own else np.ones(len(fit["labels"]), dtype=bool)
-        crossfit = (
-            {}
-            if folds is None
-            else {
-                "fit_folds": fit["folds"][rows],
-                "eval_folds": held["folds"][held_mask],
-                "folds": folds,
-            }
-        )
-        result = compare_methods(
-            fit["logits"][rows],
-            fit["labels"][rows],
-            held["logits"][held_mask],
-            held["labels"][held_mask],
-            fit_clusters=fit["patients"][rows],
-            eval_clusters=held["patients"][held_mask],
-            methods=tuple(cal.compare),
-            n_bins=ev.n_bins,
-            spec=spec,
-            **crossfit,
-        )
-        options = {m: _numeric(o) for m, o in result.options.items()}
-        groups.append(
-            ComparedGroup(
-                attribute=attribute,
-                group=group,
-                n_fit=int(rows.sum()),
-                n_evaluation=int(held_mask.sum()),
-                fit_rows="own" if own else "global",
-                small=bool(held_mask.sum() < ev.min_group_size),
-                methods={m: _measures(result, m) for m in result.methods},
-            )
-        )
+    for item in tqdm(compared, desc="Methods compared", unit="group", disable=not progress):
+        entry, options = _compared_group(plan, item, spec)
+        groups.append(entry)
     return MethodComparison(
         reference="temperature",
         methods=("temperature", *cal.compare),
@@ -115,11 +68,58 @@ def compare_recalibration(
     )
 
 
-def _fitted_on(fit: Mapping[str, np.ndarray], mask: np.ndarray, folds: int | None) -> int:
+def _compared_group(
+    plan: EvaluationPlan, item: tuple[str, str, np.ndarray, np.ndarray], spec: BootstrapSpec
+) -> tuple[ComparedGroup, dict[str, dict[str, float]]]:
+    """One group's methods against temperature scaling, and each method's fitted options (as numbers).
+
+    ``item``: the group's attribute and name, its fit rows and its evaluated rows. A group with fewer
+    own fit studies than calibration.min_group_size is fitted on every fit row (the global fallback).
+    """
+    cal, ev = plan.policy.calibration, plan.policy.evaluation
+    attribute, group, fit_mask, held_mask = item
+    fitted = plan.fit_rows
+    folds = cal.split.folds if cal.split.by == "crossfit" else None
+    own = attribute == OVERALL or _fitted_on(fitted.folds, fit_mask, folds) >= cal.min_group_size
+    rows = fit_mask if own else np.ones(len(fitted.labels), dtype=bool)
+    crossfit = (
+        {}
+        if folds is None
+        else {
+            "fit_folds": fitted.folds[rows],
+            "eval_folds": plan.split.fold[plan.held][held_mask],
+            "folds": folds,
+        }
+    )
+    result = compare_methods(
+        fitted.logits[rows],
+        fitted.labels[rows],
+        plan.logits[held_mask],
+        plan.labels[held_mask],
+        fit_clusters=fitted.patients[rows],
+        eval_clusters=plan.patients[held_mask],
+        methods=tuple(cal.compare),
+        n_bins=ev.n_bins,
+        spec=spec,
+        **crossfit,
+    )
+    entry = ComparedGroup(
+        attribute=attribute,
+        group=group,
+        n_fit=int(rows.sum()),
+        n_evaluation=int(held_mask.sum()),
+        fit_rows="own" if own else "global",
+        small=bool(held_mask.sum() < ev.min_group_size),
+        methods={m: _measures(result, m) for m in result.methods},
+    )
+    return entry, {m: _numeric(o) for m, o in result.options.items()}
+
+
+def _fitted_on(fit_folds: np.ndarray, mask: np.ndarray, folds: int | None) -> int:
     """Fit studies a group's own fit would use: its fit rows, or cross-fitted its fewest outside a fold."""
     if folds is None:
         return int(mask.sum())
-    return min(int((mask & (fit["folds"] != k)).sum()) for k in range(folds))
+    return min(int((mask & (fit_folds != k)).sum()) for k in range(folds))
 
 
 def _numeric(options: Mapping[str, object]) -> dict[str, float]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
+from tqdm import tqdm
 
 from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._groups import patient_strata
+from sitecal.evaluation._plan import EvaluationPlan
+from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.evaluation._split import Split, fold_fits
-from sitecal.protocol import Protocol
 from sitecal.results import BootstrapSummary, Disparity, DisparityStages, IntervalNote, NotCompared
 from sitecal.stats import (
     BootstrapResult,
@@ -25,7 +27,75 @@ from sitecal.stats import (
     size_matched_flags_attributes,
 )
 
-__all__ = ["attribute_disparities", "attribute_flags", "refit_after_flags", "refit_temperatures"]
+if TYPE_CHECKING:
+    from sitecal.protocol import EvaluationSettings
+
+__all__ = [
+    "attribute_disparities",
+    "attribute_flags",
+    "disparities",
+    "refit_after_flags",
+    "refit_temperatures",
+]
+
+
+def disparities(plan: EvaluationPlan, *, progress: bool = False) -> dict[str, dict[str, DisparityStages]]:
+    """Each reported attribute's gaps between its groups, per disparity metric and stage, with flags.
+
+    With ``bootstrap.refit`` (temperature scaling), the after-calibration gaps refit every temperature in
+    each resample. Under one split with each calibration group's own temperature, the calibration
+    attribute's after-calibration flags refit them in every permutation too (:func:`refit_after_flags`).
+    """
+    policy, spec = plan.policy, plan.spec
+    ev, cal = policy.evaluation, policy.calibration
+    attributes = policy.reported
+    data, split = plan.data, plan.split
+    replicates = (
+        refit_temperatures(
+            split,
+            data.logits,
+            data.labels,
+            plan.calibration_groups,
+            data.patient_keys,
+            policy.temperature_policy,
+            spec,
+            fits=plan.fits,
+        )
+        if ev.bootstrap.refit and attributes and ev.disparity_metrics and plan.methods is None
+        else None
+    )
+    held_attributes = {name: plan.attribute(name) for name in attributes}
+    probs, labels, patients = plan.probabilities, plan.labels, plan.patients
+    flags = attribute_flags(held_attributes, probs, labels, patients, ev=ev, spec=spec)
+    own_temperatures = all(entry.source == "own" for entry in plan.temperatures.groups.values())
+    per, fit = cal.per, split.fit
+    if per in flags and cal.method == "temperature" and split.method == "patient" and own_temperatures:
+        flags[per] = refit_after_flags(
+            flags[per],
+            (plan.logits, labels, held_attributes[per], patients),
+            (data.logits[fit], data.labels[fit], plan.calibration_groups[fit], data.patient_keys[fit]),
+            ev=ev,
+            spec=spec,
+        )
+
+    def compared(name: str) -> dict[str, DisparityStages]:
+        return attribute_disparities(
+            name,
+            probs,
+            labels,
+            patients,
+            held_attributes[name],
+            ev=ev,
+            spec=spec,
+            refit=None if replicates is None else (plan.logits, replicates),
+            flags=flags.get(name),
+        )
+
+    # attributes are compared side by side: each draws from its own seeded streams, so the results do
+    # not depend on which thread computes them or when
+    with tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar:
+        compared_all = side_by_side(compared, list(attributes), spec.n_workers, lambda: bar.update(1))
+    return dict(zip(attributes, compared_all, strict=True))
 
 
 def refit_temperatures(
@@ -82,7 +152,7 @@ def attribute_disparities(
     patients: np.ndarray,
     values: np.ndarray,
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
     refit: tuple[np.ndarray, TemperatureReplicates] | None = None,
     flags: list[GroupFlags] | None = None,
@@ -98,7 +168,6 @@ def attribute_disparities(
     attribute's flags (:func:`attribute_flags`), where the caller computed them with the other
     attributes'; None: computed here.
     """
-    ev = protocol.evaluation
     if not ev.disparity_metrics:  # the protocol compares no metric: no gap, and no flag, to compute
         return {}
     note = _not_compared(values, ev.min_group_size)
@@ -121,7 +190,7 @@ def attribute_disparities(
             fixed={stage: probs for stage, probs in prob_sets.items() if stage != "after"},
         )
     if flags is None:
-        flags = attribute_flags({"": values}, prob_sets, labels, patients, protocol=protocol, spec=spec)[""]
+        flags = attribute_flags({"": values}, prob_sets, labels, patients, ev=ev, spec=spec)[""]
     flagged = iter(flags)
     # each stage's metrics on the same draws, counted once for all of them (the after stage is the
     # refit's, where it is refitted)
@@ -168,7 +237,7 @@ def attribute_flags(
     labels: np.ndarray,
     patients: np.ndarray,
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
 ) -> dict[str, list[GroupFlags]]:
     """Each comparable attribute's size-matched flags, per disparity metric and stage in that order.
@@ -178,7 +247,6 @@ def attribute_flags(
     (:func:`~sitecal.stats.size_matched_flags_attributes`), and each attribute's flags are those it
     would get alone. Attributes with fewer than two groups to compare are left out.
     """
-    ev = protocol.evaluation
     cases = [(probs, metric) for metric in ev.disparity_metrics for probs in prob_sets.values()]
     names = [name for name, values in attributes.items() if _not_compared(values, ev.min_group_size) is None]
     if not names or not cases:
@@ -202,7 +270,7 @@ def refit_after_flags(
     evaluated: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     fitted: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
 ) -> list[GroupFlags]:
     """The calibration attribute's flags with its after-calibration ones refitted in every permutation.
@@ -215,7 +283,6 @@ def refit_after_flags(
     are ``(logits, labels, groups, patients)``; ``flags`` is :func:`attribute_flags`' list for the
     calibration attribute (before and after per metric), whose "after" entries are replaced.
     """
-    ev = protocol.evaluation
     refitted = refit_size_matched_flags(
         evaluated[0],
         evaluated[1],

@@ -11,14 +11,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
+from tqdm import tqdm
 
 from sitecal.calibration import GroupMethods, GroupTemperatures
+from sitecal.evaluation._group_identity import membership_digest
+from sitecal.evaluation._groups import OVERALL
+from sitecal.evaluation._plan import EvaluationPlan, FitRows
+from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.evaluation._split import Split
 from sitecal.metrics import TopLabelOEStatistic, reliability_curve
-from sitecal.protocol import Protocol
 from sitecal.results import (
     GroupResult,
     Interval,
@@ -34,6 +38,7 @@ from sitecal.stats import (
     CrossfitIntervals,
     GroupTemperatureIntervals,
     RefitIntervals,
+    bootstrap_group_temperatures,
     bootstrap_metrics,
     bootstrap_temperature,
     crossfit_bootstrap,
@@ -41,17 +46,139 @@ from sitecal.stats import (
     refit_method_bootstrap,
 )
 
+if TYPE_CHECKING:
+    from sitecal.protocol import EvaluationSettings
+
 __all__ = [
     "TOP_LABEL_OE",
-    "FitRows",
+    "GroupIntervals",
     "add_method_uncertainty",
     "add_temperature_uncertainty",
+    "group_intervals",
     "group_result",
     "interval_fields",
 ]
 
 #: The name the per-group bootstraps give the top-label O/E (the sensitivity analyses' statistic).
 TOP_LABEL_OE = "top_label_oe_ratio"
+
+
+@dataclass(frozen=True)
+class GroupIntervals:
+    """Every group's metrics with intervals, and what other analyses reuse of their resamples.
+
+    Attributes
+    ----------
+    overall : GroupResult
+        The whole evaluated cohort.
+    subgroups : dict of str to list of GroupResult
+        Each reported attribute's groups, in order.
+    oe_intervals : dict
+        ``(attribute, group) -> {stage: BootstrapResult}``: each group's top-label O/E interval, drawn on
+        the groups' resamples (the sensitivity analyses report it); the whole cohort's attribute is
+        ``"overall"``.
+    global_temperature : BootstrapResult
+        The interval of the global temperature, resampled from every fit row.
+    """
+
+    overall: GroupResult
+    subgroups: dict[str, list[GroupResult]]
+    oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]]
+    global_temperature: BootstrapResult
+
+
+def group_intervals(plan: EvaluationPlan, *, progress: bool = False) -> GroupIntervals:
+    """Every group's metrics before and after calibration, with paired, patient-clustered intervals.
+
+    A calibration group (or the whole cohort under one global temperature) also gets its temperature's
+    (or method's) interval and, with ``bootstrap.refit``, after-calibration intervals that refit it in
+    every resample. Each group's result carries its ``membership`` fingerprint.
+    """
+    shrinkage = None
+    if any(entry.source == "empirical_bayes" for entry in plan.temperatures.groups.values()):
+        # every group's shrunk T depends on every group's fit rows: one bootstrap of the whole procedure
+        fit = plan.fit_rows
+        shrinkage = bootstrap_group_temperatures(
+            fit.logits, fit.labels, fit.groups, clusters=fit.patients, spec=plan.spec
+        )
+    # groups side by side: each draws from its own seeded stream, so the results do not depend on which
+    # thread computes them or when (one group's serial parts, its draws and refits, overlap another's)
+    with tqdm(total=len(plan.groups), desc="Bootstrap", unit="group", disable=not progress) as bar:
+        grouped = side_by_side(
+            lambda item: _one_group(plan, item, shrinkage),
+            list(plan.groups),
+            plan.spec.n_workers,
+            lambda: bar.update(1),
+        )
+    subgroups: dict[str, list[GroupResult]] = {name: [] for name in plan.policy.reported}
+    overall: GroupResult | None = None
+    oe_intervals: dict[tuple[str, str], dict[str, BootstrapResult]] = {}
+    # each evaluated row's rank by (patient, logits): the groups' fingerprints do not depend on row order
+    row_rank = np.empty(len(plan.labels), dtype=np.int64)
+    row_rank[np.lexsort((*plan.logits.T[::-1], plan.patients))] = np.arange(len(plan.labels))
+    for (attribute, group, mask), (entry, oe) in zip(plan.groups, grouped, strict=True):  # over groups
+        entry = dataclasses.replace(entry, membership=membership_digest(row_rank[mask]))
+        oe_intervals[attribute, group] = oe
+        if attribute == OVERALL:
+            overall = entry
+        else:
+            subgroups[attribute].append(entry)
+    assert overall is not None  # the plan's groups start with it
+    fit = plan.fit_rows
+    global_temperature = bootstrap_temperature(fit.logits, fit.labels, clusters=fit.patients, spec=plan.spec)
+    return GroupIntervals(overall, subgroups, oe_intervals, global_temperature.temperature)
+
+
+def _one_group(
+    plan: EvaluationPlan, item: tuple[str, str, np.ndarray], shrinkage: GroupTemperatureIntervals | None
+) -> tuple[GroupResult, dict[str, BootstrapResult]]:
+    """One group's metrics with intervals (refitted for a calibration group), and its O/E intervals."""
+    attribute, group, mask = item
+    ev, per, methods = plan.policy.evaluation, plan.policy.calibration.per, plan.methods
+    split = plan.split
+    entry, oe = group_result(
+        attribute,
+        group,
+        {k: v[mask] for k, v in plan.probabilities.items()},
+        plan.labels[mask],
+        plan.patients[mask],
+        plan.strata[mask] if attribute == OVERALL else None,
+        ev=ev,
+        spec=plan.spec,
+        temperature=plan.temperatures.temperature_for(group)
+        if attribute == per and methods is None
+        else None,
+    )
+    if attribute != (per or OVERALL):  # not a calibration group (nor the single global temperature)
+        return entry, oe
+    held_folds = split.fold[split.held][mask]
+    if methods is not None:
+        entry = add_method_uncertainty(
+            entry,
+            None if per is None else group,
+            methods,
+            plan.fit_rows,
+            (plan.logits[mask], plan.labels[mask], plan.patients[mask], held_folds),
+            ev=ev,
+            spec=plan.spec,
+            folds=split.folds if split.method == "crossfit" else None,
+        )
+    else:
+        entry = add_temperature_uncertainty(
+            entry,
+            None if per is None else group,
+            plan.temperatures,
+            plan.fit_rows,
+            plan.logits[mask],
+            plan.labels[mask],
+            plan.patients[mask],
+            held_folds,
+            ev=ev,
+            spec=plan.spec,
+            split=split,
+            shrinkage=shrinkage,
+        )
+    return entry, oe
 
 
 def group_result(
@@ -62,7 +189,7 @@ def group_result(
     patients: np.ndarray,
     strata: np.ndarray | None,
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
     temperature: float | None,
 ) -> tuple[GroupResult, dict[str, BootstrapResult]]:
@@ -71,7 +198,6 @@ def group_result(
     The O/E is bootstrapped on the same resamples as the metrics (the sensitivity analyses report it:
     :func:`~sitecal.evaluation._sensitivity.sensitivity_analyses` would draw the same resamples again).
     """
-    ev = protocol.evaluation
     intervals = bootstrap_metrics(
         prob_sets,
         labels,
@@ -109,15 +235,6 @@ def group_result(
     return entry, {stage: intervals.get(TOP_LABEL_OE, stage) for stage in prob_sets}
 
 
-@dataclass(frozen=True)
-class FitRows:
-    logits: np.ndarray
-    labels: np.ndarray
-    patients: np.ndarray
-    groups: np.ndarray
-    folds: np.ndarray
-
-
 def add_temperature_uncertainty(
     entry: GroupResult,
     group: str | None,
@@ -128,7 +245,7 @@ def add_temperature_uncertainty(
     patients: np.ndarray,
     folds: np.ndarray,
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
     split: Split,
     shrinkage: GroupTemperatureIntervals | None = None,
@@ -155,7 +272,6 @@ def add_temperature_uncertainty(
     )
     if source == "shrunk":
         return dataclasses.replace(entry, temperature_interval=Note(note="no_interval_shrunk"))
-    ev = protocol.evaluation
     given: dict[str, Any] = {}
     if source == "empirical_bayes":
         assert shrinkage is not None and group is not None  # evaluate() made it for these groups
@@ -231,7 +347,7 @@ def add_method_uncertainty(
     fit_rows: FitRows,
     held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     *,
-    protocol: Protocol,
+    ev: EvaluationSettings,
     spec: BootstrapSpec,
     folds: int | None,
 ) -> GroupResult:
@@ -248,7 +364,6 @@ def add_method_uncertainty(
         "global" if group is None else "own" if own else "global_fallback"
     )
     entry = dataclasses.replace(entry, calibration_source=source)
-    ev = protocol.evaluation
     if not ev.bootstrap.refit:
         return entry
     rows = fit_rows.groups == group if own else np.ones(fit_rows.labels.shape[0], dtype=bool)

@@ -10,12 +10,14 @@ share.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
 import numpy as np
 from scipy.special import ndtri
 
-from sitecal.evaluation._groups import OVERALL, ordered_groups
+from sitecal.evaluation._groups import OVERALL
+from sitecal.evaluation._plan import EvaluationPlan
 from sitecal.evaluation._side_by_side import side_by_side
 from sitecal.metrics import RecalibrationStatistic, TopLabelOEStatistic, top_label_recalibration
 from sitecal.results import (
@@ -28,9 +30,6 @@ from sitecal.results import (
     RecalibrationValue,
 )
 from sitecal.stats import BootstrapResult, BootstrapSpec, bootstrap_interval
-
-if TYPE_CHECKING:
-    from sitecal.evaluation._sensitivity import _Setup
 
 __all__ = ["STAGES", "finite", "recalibration"]
 
@@ -56,7 +55,8 @@ def _recalibration_stage(
     labels: np.ndarray,
     patients: np.ndarray,
     strata: np.ndarray | None,
-    setup: _Setup,
+    plan: EvaluationPlan,
+    slope_intervals: str,
     oe: BootstrapResult | None = None,
 ) -> RecalibrationStage:
     """Slope and intercept with cluster-robust Wald (or bootstrap) intervals; O/E with a cluster bootstrap.
@@ -64,7 +64,7 @@ def _recalibration_stage(
     ``oe``: the O/E's bootstrap interval where the evaluation already drew these resamples (the same
     patients, strata, probabilities and settings: the interval this function would compute).
     """
-    boot = setup.protocol.evaluation.bootstrap
+    boot = plan.policy.evaluation.bootstrap
     point = top_label_recalibration(probs, labels, clusters=patients)
     z = float(ndtri((1.0 + boot.level) / 2.0))
     kw: dict[str, Any] = {
@@ -81,7 +81,7 @@ def _recalibration_stage(
     ):
         note = _fit_note(reason)
         entry: dict[str, Any] = {"estimate": estimate, "low": None, "high": None, "standard_error": se}
-        if estimate is not None and setup.slope_intervals == "bootstrap":
+        if estimate is not None and slope_intervals == "bootstrap":
             res = bootstrap_interval(
                 RecalibrationStatistic(cast(Any, name)),
                 (probs, labels),
@@ -120,22 +120,33 @@ def _recalibration_stage(
     )
 
 
-def recalibration(setup: _Setup) -> Recalibration:
-    plan: list[tuple[str, str, np.ndarray]] = [(OVERALL, "All studies", np.ones(len(setup.labels), bool))]
-    for name in setup.protocol.reported_subgroups:
-        values = setup.data.attributes[name][setup.held]
-        plan += [(name, value, values == value) for value in ordered_groups(values)]
-    min_size = setup.protocol.evaluation.min_group_size
+def recalibration(
+    plan: EvaluationPlan,
+    *,
+    slope_intervals: str,
+    oe_intervals: Mapping[tuple[str, str], Mapping[str, BootstrapResult]],
+) -> Recalibration:
+    """Slope, intercept and O/E of every group of the plan, before and after calibration.
+
+    ``oe_intervals``: the O/E intervals already drawn on these resamples (by the per-group intervals).
+    """
+    min_size = plan.policy.evaluation.min_group_size
 
     def recalibrated(item: tuple[str, str, np.ndarray]) -> RecalibrationGroup:
         """One group's slope, intercept and O/E, before and after."""
         attribute, group, mask = item
-        patients = setup.patients[mask]
-        strata = setup.strata[mask] if attribute == OVERALL else None
-        given = setup.oe_intervals.get((attribute, group), {})
+        patients = plan.patients[mask]
+        strata = plan.strata[mask] if attribute == OVERALL else None
+        given = oe_intervals.get((attribute, group), {})
         stages = {
             stage: _recalibration_stage(
-                setup.probs[stage][mask], setup.labels[mask], patients, strata, setup, given.get(stage)
+                plan.probabilities[stage][mask],
+                plan.labels[mask],
+                patients,
+                strata,
+                plan,
+                slope_intervals,
+                given.get(stage),
             )
             for stage in STAGES
         }
@@ -150,18 +161,18 @@ def recalibration(setup: _Setup) -> Recalibration:
         )
 
     # the groups' fits are independent of each other (their bootstraps draw their own seeded streams)
-    entries = side_by_side(recalibrated, plan, BootstrapSpec().n_workers)
+    entries = side_by_side(recalibrated, list(plan.groups), BootstrapSpec().n_workers)
     overall: RecalibrationGroup | None = None
-    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in setup.protocol.reported_subgroups}
-    for (attribute, _, _), entry in zip(plan, entries, strict=True):  # a loop over groups
+    groups: dict[str, list[RecalibrationGroup]] = {name: [] for name in plan.policy.reported}
+    for (attribute, _, _), entry in zip(plan.groups, entries, strict=True):  # a loop over groups
         if attribute == OVERALL:
             overall = entry
         else:
             groups[attribute].append(entry)
-    boot = setup.protocol.evaluation.bootstrap
+    boot = plan.policy.evaluation.bootstrap
     # the bootstrap's settings (method, resamples, seed) are the document's 'bootstrap'
     fits: Literal["cluster_bootstrap", "wald_cluster_robust"] = (
-        "cluster_bootstrap" if setup.slope_intervals == "bootstrap" else "wald_cluster_robust"
+        "cluster_bootstrap" if slope_intervals == "bootstrap" else "wald_cluster_robust"
     )
     assert overall is not None  # the plan starts with it
     return Recalibration(

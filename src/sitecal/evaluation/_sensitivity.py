@@ -25,21 +25,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
 from sitecal._validation import check_option
-from sitecal.calibration import GroupMethods, GroupTemperatures, fit_group_methods, fit_group_temperatures
+from sitecal.calibration import GroupTemperatures, fit_group_methods, fit_group_temperatures
 from sitecal.errors import SitecalError
-from sitecal.evaluation._groups import ordered_groups, patient_strata
+from sitecal.evaluation._groups import ordered_groups
+from sitecal.evaluation._plan import EvaluationPlan, EvaluationPolicy
 from sitecal.evaluation._recalibration_groups import finite, recalibration
 from sitecal.evaluation._side_by_side import side_by_side
-from sitecal.evaluation._split import Split, applied_probabilities, applied_temperatures
-from sitecal.metrics import (
-    softmax,
-    top_label_recalibration,
-)
+from sitecal.evaluation._split import applied_probabilities, applied_temperatures
+from sitecal.metrics import softmax, top_label_recalibration
 from sitecal.metrics.registry import metric
 from sitecal.metrics.registry import names as metric_names
 from sitecal.results import (
@@ -58,10 +56,6 @@ from sitecal.results import (
 )
 from sitecal.stats import BootstrapResult, BootstrapSpec, random_effects_meta_analysis
 
-if TYPE_CHECKING:
-    from sitecal.evaluation._core import EvaluationData
-    from sitecal.protocol import Protocol
-
 __all__ = ["LOSO_METRICS", "sensitivity_analyses"]
 
 log = logging.getLogger(__name__)
@@ -71,82 +65,48 @@ LOSO_METRICS = metric_names(default=True)
 _HOW = ("wald", "bootstrap")
 
 
-class _Setup:
-    """The split, the calibration groups and the evaluation probabilities, as the main evaluation has them."""
+def _applied(plan: EvaluationPlan, temps: GroupTemperatures, keep: np.ndarray) -> np.ndarray:
+    """The temperature of each evaluated row among ``keep`` (NaN elsewhere), shape (N,).
 
-    def __init__(
-        self,
-        protocol: Protocol,
-        data: EvaluationData,
-        split: Split,
-        temps: GroupTemperatures,
-        how: str,
-        methods: GroupMethods | None = None,
-        applied: np.ndarray | None = None,
-        oe_intervals: Mapping[tuple[str, str], Mapping[str, BootstrapResult]] | None = None,
-    ):
-        cal = protocol.calibration
-        self.oe_intervals = {} if oe_intervals is None else oe_intervals
-        # the deployed temperatures and each row's applied one, as evaluate() has them: the analyses
-        # that keep every row start from these instead of fitting them again
-        self.temps, self._applied_all = temps, applied
-        self.slope_intervals = how
-        n = len(data.labels)
-        self.protocol, self.data, self.split = protocol, data, split
-        self.fit, self.held = split.fit, split.held
-        self.policy: dict[str, Any] = {"min_group_size": cal.min_group_size, "fallback": cal.fallback}
-        self.cal_groups = data.attributes[cal.per] if cal.per else np.full(n, "all", dtype=object)
-        stratify = cal.split.stratify or cal.per
-        strata_all = data.attributes[stratify] if stratify else np.full(n, "all", dtype=object)
-        held = self.held
-        self.labels, self.patients = data.labels[held], data.patient_keys[held]
-        self.strata = patient_strata(self.patients, strata_all[held])
-        logits = data.logits[held]
-        self.method = cal.method
-        if methods is not None:  # another method than temperature scaling
-            after = applied_probabilities(
-                split, data.logits, data.labels, self.cal_groups, cal.method, cal.min_group_size
-            )[held]
-        else:
-            after = softmax(logits, temperature=self.applied(temps, np.ones(n, dtype=bool))[held])
-        self.probs = {"before": softmax(logits), "after": after}
-
-    def applied(self, temps: GroupTemperatures, keep: np.ndarray) -> np.ndarray:
-        """The temperature of each evaluated row among ``keep`` (NaN elsewhere), shape (N,).
-
-        ``temps``: fitted on the kept fit rows; one split evaluates with them, cross-fitting refits each
-        fold's temperatures on the kept rows of the other folds.
-        """
-        data = self.data
-        if temps is self.temps and self._applied_all is not None and keep.all():  # as evaluate() applied them
-            return self._applied_all.copy()
-        if self.split.method == "crossfit":
-            return applied_temperatures(
-                self.split, data.logits, data.labels, self.cal_groups, data.patient_keys, self.policy, keep
-            )
-        out = np.full(len(data.labels), np.nan)
-        rows = self.held & keep
-        out[rows] = temps.temperatures_for(self.cal_groups[rows])
-        return out
+    ``temps``: fitted on the kept fit rows; one split evaluates with them, cross-fitting refits each
+    fold's temperatures on the kept rows of the other folds.
+    """
+    data, split = plan.data, plan.split
+    if temps is plan.temperatures and plan.applied is not None and keep.all():  # as the plan applied them
+        return plan.applied.copy()
+    if split.method == "crossfit":
+        return applied_temperatures(
+            split,
+            data.logits,
+            data.labels,
+            plan.calibration_groups,
+            data.patient_keys,
+            plan.policy.temperature_policy,
+            keep,
+        )
+    out = np.full(len(data.labels), np.nan)
+    rows = split.held & keep
+    out[rows] = temps.temperatures_for(plan.calibration_groups[rows])
+    return out
 
 
-def site_attribute(protocol: Protocol) -> tuple[str | None, SiteSource]:
+def site_attribute(policy: EvaluationPolicy) -> tuple[str | None, SiteSource]:
     """The attribute whose groups are the sites, and where it came from (a code)."""
-    if "site" in protocol.subgroups:
+    if "site" in policy.subgroups:
         return "site", "site_subgroup"
-    if protocol.calibration.per:
-        return protocol.calibration.per, "calibration_attribute"
+    if policy.calibration.per:
+        return policy.calibration.per, "calibration_attribute"
     return None, "no_site_attribute"
 
 
-def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> PooledSites | UnpooledSites:
-    ev = setup.protocol.evaluation
+def _heterogeneity_stage(plan: EvaluationPlan, stage: str, values: np.ndarray) -> PooledSites | UnpooledSites:
+    ev = plan.policy.evaluation
     rows: list[dict[str, Any]] = []
     excluded: list[HeterogeneityExcluded] = []
     for site in ordered_groups(values):  # a loop over sites
         mask = values == site
         n = int(mask.sum())
-        patients = setup.patients[mask]
+        patients = plan.patients[mask]
         base: dict[str, Any] = {"group": site, "n": n, "n_patients": len(set(patients.tolist()))}
         if site == "unknown":  # studies whose site was not recorded: a mixture, not one site
             excluded.append(HeterogeneityExcluded(**base, reason="site_unknown"))
@@ -154,7 +114,7 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
         if n < ev.min_group_size:  # the heterogeneity's min_group_size says how many
             excluded.append(HeterogeneityExcluded(**base, reason="site_too_small"))
             continue
-        res = top_label_recalibration(setup.probs[stage][mask], setup.labels[mask], clusters=patients)
+        res = top_label_recalibration(plan.probabilities[stage][mask], plan.labels[mask], clusters=patients)
         if res.log_oe_se is None or res.log_oe_se == 0.0:
             # top_label_recalibration's code ('log_oe_undefined', 'too_few_clusters'), else zero variance
             reason = cast(SiteExclusionReason, res.oe_note or "zero_variance")
@@ -190,27 +150,27 @@ def _heterogeneity_stage(setup: _Setup, stage: str, values: np.ndarray) -> Poole
     )
 
 
-def _heterogeneity(setup: _Setup, attribute: str | None, source: SiteSource) -> Heterogeneity:
+def _heterogeneity(plan: EvaluationPlan, attribute: str | None, source: SiteSource) -> Heterogeneity:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
         "effect": "log_oe",
         "variance": "cluster_robust_delta_method",
         "method": "reml_hartung_knapp",
-        "min_group_size": setup.protocol.evaluation.min_group_size,
+        "min_group_size": plan.policy.evaluation.min_group_size,
     }
     if attribute is None:
         return Heterogeneity(**base, note="no_site_attribute")
-    values = setup.data.attributes[attribute][setup.held]
+    values = plan.attribute(attribute)
     return Heterogeneity(
         **base,
-        before=_heterogeneity_stage(setup, "before", values),
-        after=_heterogeneity_stage(setup, "after", values),
+        before=_heterogeneity_stage(plan, "before", values),
+        after=_heterogeneity_stage(plan, "after", values),
     )
 
 
 def _after_metrics(
-    setup: _Setup, keep: np.ndarray
+    plan: EvaluationPlan, keep: np.ndarray
 ) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None, dict[str, float | None]]:
     """Refit on the kept fit rows, evaluate after calibration on the kept evaluation rows.
 
@@ -218,34 +178,34 @@ def _after_metrics(
     studies, none of which the refitted temperatures saw), its groups unseen at fitting taking the
     global T: the internal-external validation of that site (empty when nothing is left out).
     """
-    ev, data = setup.protocol.evaluation, setup.data
-    fit, held = setup.fit & keep, setup.held & keep
+    ev, data = plan.policy.evaluation, plan.data
+    fit, held = plan.split.fit & keep, plan.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
     empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
     if n_eval == 0:
         return empty, None, n_fit, n_eval, "no_evaluation_studies", empty
     if n_fit == 0:
         return empty, None, n_fit, n_eval, "no_fit_studies", empty
-    if setup.method != "temperature":
-        return _after_method(setup, keep)
+    if plan.policy.calibration.method != "temperature":
+        return _after_method(plan, keep)
     try:
         temps = (
-            setup.temps  # every fit row kept: the deployed temperatures, fitted on exactly these
+            plan.temperatures  # every fit row kept: the deployed temperatures, fitted on exactly these
             if keep.all()
             else fit_group_temperatures(
                 data.logits[fit],
                 data.labels[fit],
-                setup.cal_groups[fit],
+                plan.calibration_groups[fit],
                 clusters=data.patient_keys[fit],
-                **setup.policy,
+                **plan.policy.temperature_policy,
             )
         )
-        applied = setup.applied(temps, keep)
+        applied = _applied(plan, temps, keep)
     except SitecalError as exc:  # the document records the code; the reason goes to the log
         log.warning("leave one site out: the temperatures could not be refitted (%s)", exc)
         return empty, None, n_fit, n_eval, "refit_failed", empty
     # the rows left out are measured with the temperatures fitted on every kept fit row
-    applied[~keep] = temps.temperatures_for(setup.cal_groups[~keep])
+    applied[~keep] = temps.temperatures_for(plan.calibration_groups[~keep])
 
     def measured(rows: np.ndarray) -> dict[str, float | None]:
         if not rows.any():
@@ -259,33 +219,32 @@ def _after_metrics(
 
 
 def _after_method(
-    setup: _Setup, keep: np.ndarray
+    plan: EvaluationPlan, keep: np.ndarray
 ) -> tuple[dict[str, float | None], float | None, int, int, LeftOutNote | None, dict[str, float | None]]:
     """:func:`_after_metrics` for another method than temperature scaling (no global temperature)."""
-    ev, data = setup.protocol.evaluation, setup.data
-    fit, held = setup.fit & keep, setup.held & keep
+    ev, data, cal = plan.policy.evaluation, plan.data, plan.policy.calibration
+    fit, held = plan.split.fit & keep, plan.held & keep
     n_fit, n_eval = int(fit.sum()), int(held.sum())
     empty: dict[str, float | None] = dict.fromkeys(LOSO_METRICS)
     try:
         methods = fit_group_methods(
-            setup.method,
+            cal.method,
             data.logits[fit],
             data.labels[fit],
-            setup.cal_groups[fit],
-            min_group_size=setup.protocol.calibration.min_group_size,
+            plan.calibration_groups[fit],
+            min_group_size=cal.min_group_size,
         )
     except SitecalError as exc:  # the document records the code; the reason goes to the log
-        log.warning("leave one site out: the %s calibration could not be refitted (%s)", setup.method, exc)
+        log.warning("leave one site out: the %s calibration could not be refitted (%s)", cal.method, exc)
         return empty, None, n_fit, n_eval, "refit_failed", empty
 
-    cal = setup.protocol.calibration
     # the kept evaluated rows as the evaluation calibrates them (cross-fitted: each fold by the other folds'
     # kept rows); the rows left out by the fit on every kept fit row
     probs = applied_probabilities(
-        setup.split, data.logits, data.labels, setup.cal_groups, cal.method, cal.min_group_size, keep
+        plan.split, data.logits, data.labels, plan.calibration_groups, cal.method, cal.min_group_size, keep
     )
     if not keep.all():
-        probs[~keep] = methods.probabilities(data.logits[~keep], setup.cal_groups[~keep])[0]
+        probs[~keep] = methods.probabilities(data.logits[~keep], plan.calibration_groups[~keep])[0]
 
     def measured(rows: np.ndarray) -> dict[str, float | None]:
         if not rows.any():
@@ -296,25 +255,25 @@ def _after_method(
     return measured(held), None, n_fit, n_eval, None, measured(~keep)
 
 
-def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource) -> LeaveOneSiteOut:
+def _leave_one_site_out(plan: EvaluationPlan, attribute: str | None, source: SiteSource) -> LeaveOneSiteOut:
     base: dict[str, Any] = {
         "attribute": attribute,
         "attribute_source": source,
         "metrics": tuple(LOSO_METRICS),
         "stage": "after",
-        "n_bins": setup.protocol.evaluation.n_bins,
+        "n_bins": plan.policy.evaluation.n_bins,
         "refit": "refit_by_protocol_policy",
     }
     if attribute is None:
         return LeaveOneSiteOut(**base, note="no_site_attribute")
-    n = len(setup.data.labels)
-    full, full_t, n_fit, n_eval, note, _ = _after_metrics(setup, np.ones(n, dtype=bool))
+    n = len(plan.data.labels)
+    full, full_t, n_fit, n_eval, note, _ = _after_metrics(plan, np.ones(n, dtype=bool))
     remaining = RemainingCohort(n_fit=n_fit, n_evaluation=n_eval, global_temperature=full_t, metrics=full)
-    values = setup.data.attributes[attribute]
+    values = plan.data.attributes[attribute]
     sites = ordered_groups(values)
     # each site's refit is independent of the others': they run side by side on the cores
     workers = BootstrapSpec().n_workers  # the cores available to this process
-    refits = side_by_side(lambda site: _after_metrics(setup, values != site), sites, workers)
+    refits = side_by_side(lambda site: _after_metrics(plan, values != site), sites, workers)
     rows = []
     for site, refit in zip(sites, refits, strict=True):  # a loop over sites
         left, t, n_fit, n_eval, note, external = refit
@@ -325,8 +284,8 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
         rows.append(
             LeftOutSite(
                 left_out=site,
-                n_left_out_fit=int((setup.fit & (values == site)).sum()),
-                n_left_out_evaluation=int((setup.held & (values == site)).sum()),
+                n_left_out_fit=int((plan.split.fit & (values == site)).sum()),
+                n_left_out_evaluation=int((plan.held & (values == site)).sum()),
                 n_fit=n_fit,
                 n_evaluation=n_eval,
                 global_temperature=t,
@@ -340,57 +299,40 @@ def _leave_one_site_out(setup: _Setup, attribute: str | None, source: SiteSource
 
 
 def sensitivity_analyses(
-    protocol: Protocol,
-    data: EvaluationData,
-    split: Split | np.ndarray,
-    temperatures: GroupTemperatures,
+    plan: EvaluationPlan,
     *,
     slope_intervals: str = "wald",
-    methods: GroupMethods | None = None,
-    applied: np.ndarray | None = None,
     oe_intervals: Mapping[tuple[str, str], Mapping[str, BootstrapResult]] | None = None,
 ) -> Sensitivity:
     """The ``sensitivity`` entry of the evaluation document.
 
     Parameters
     ----------
-    protocol : Protocol
-        Calibration policy, evaluation settings (bootstrap, ``min_group_size``, ``n_bins``), subgroups.
-    data : EvaluationData
-        Every analysed study.
-    split : Split or numpy.ndarray of bool, shape (N,)
-        How :func:`evaluate` split the rows; a boolean mask is the rows of the fit part (one split).
-    temperatures : GroupTemperatures
-        The temperatures fitted on the fit part (on every row under cross-fitting).
+    plan : EvaluationPlan
+        The split, the deployed calibration and the evaluated rows' probabilities
+        (:func:`~sitecal.evaluation._plan.plan_evaluation`); its policy gives the bootstrap settings,
+        ``min_group_size``, ``n_bins`` and the subgroups.
     slope_intervals : {"wald", "bootstrap"}, default "wald"
         Intervals of the slope and intercept: Wald from cluster-robust (patient) sandwich standard
-        errors, or the patient-cluster bootstrap with the protocol's settings (a Newton fit per
-        resample, vectorised: about 2.4 s for the demo's 15 groups against 0.2 s, on 2 CPU cores).
-    methods : GroupMethods, optional
-        The deployed calibration under another method than temperature scaling (one split): the after
-        stage uses it, and leave-one-site-out refits that method (no global temperature then).
-    applied : numpy.ndarray, shape (N,), optional
-        Each row's temperature as :func:`evaluate` applied it under cross-fitting (each fold's from the
-        other folds, ``applied_temperatures``), where the caller has it: not fitted again.
+        errors, or the patient-cluster bootstrap with the plan's settings (a Newton fit per resample,
+        vectorised: about 2.4 s for the demo's 15 groups against 0.2 s, on 2 CPU cores).
     oe_intervals : mapping, optional
         ``(attribute, group) -> {stage: BootstrapResult}``: each group's top-label O/E interval where the
-        caller bootstrapped it on the resamples this analysis draws (:func:`evaluate`'s per-group
-        intervals: the same patients, strata, probabilities and bootstrap settings), not drawn again;
-        the attribute of the whole cohort is ``"overall"``.
+        caller bootstrapped it on the resamples this analysis draws (the per-group intervals,
+        :func:`~sitecal.evaluation._group_intervals.group_intervals`: the same patients, strata,
+        probabilities and bootstrap settings), not drawn again; the whole cohort's attribute is
+        ``"overall"``.
 
     Returns
     -------
     Sensitivity
-        No NaN or infinity, deterministic for a given protocol and data: ``recalibration``,
-        ``heterogeneity`` and ``leave_one_site_out`` (see the module docstring and
-        :class:`sitecal.results.Sensitivity`).
+        No NaN or infinity, deterministic for a given plan: ``recalibration``, ``heterogeneity`` and
+        ``leave_one_site_out`` (see the module docstring and :class:`sitecal.results.Sensitivity`).
     """
     how = check_option(slope_intervals, name="slope_intervals", func="sensitivity_analyses", options=_HOW)
-    parts = split if isinstance(split, Split) else Split.from_fit_mask(split)
-    setup = _Setup(protocol, data, parts, temperatures, how, methods, applied, oe_intervals)
-    attribute, source = site_attribute(protocol)
+    attribute, source = site_attribute(plan.policy)
     return Sensitivity(
-        recalibration=recalibration(setup),
-        heterogeneity=_heterogeneity(setup, attribute, source),
-        leave_one_site_out=_leave_one_site_out(setup, attribute, source),
+        recalibration=recalibration(plan, slope_intervals=how, oe_intervals=oe_intervals or {}),
+        heterogeneity=_heterogeneity(plan, attribute, source),
+        leave_one_site_out=_leave_one_site_out(plan, attribute, source),
     )
