@@ -11,7 +11,7 @@ import pytest
 import yaml
 from tests.conftest import DEMO_PROTOCOL, PATIENT_SPLIT
 
-from sitecal.evaluation import EvaluationData, evaluate
+from sitecal.evaluation import EvaluationData, EvaluationPolicy, evaluate
 from sitecal.evaluation._characteristics import (
     MAX_ERRORS,
     cohort_characteristics,
@@ -68,7 +68,7 @@ def small_case() -> tuple[EvaluationData, np.ndarray]:
 
 def test_characteristics_of_a_hand_built_cohort() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(), data, fit).to_dict()
+    out = cohort_characteristics(EvaluationPolicy.from_protocol(_protocol()), data, fit).to_dict()
     assert out["sex_attribute"] == "sex" and out["age_attribute"] == "age_band" and out["notes"] == []
     assert out["tags"] == {
         "scanner": "ManufacturerModelName",
@@ -106,7 +106,7 @@ def test_characteristics_of_a_hand_built_cohort() -> None:
 
 def test_characteristics_match_pandas_groupby() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(), data, fit).to_dict()
+    out = cohort_characteristics(EvaluationPolicy.from_protocol(_protocol()), data, fit).to_dict()
     frame = pd.DataFrame({**data.attributes, "patient": data.patient_keys, "label": data.labels, "fit": fit})
     for attribute, rows in out["subgroups"].items():
         grouped = frame.groupby(attribute)
@@ -126,7 +126,9 @@ def test_characteristics_match_pandas_groupby() -> None:
 
 def test_protocol_without_sex_or_age_bands_says_so() -> None:
     data, fit = small_case()
-    out = cohort_characteristics(_protocol(sex=False, age=False, subgroups=["scanner"]), data, fit).to_dict()
+    out = cohort_characteristics(
+        EvaluationPolicy.from_protocol(_protocol(sex=False, age=False, subgroups=["scanner"])), data, fit
+    ).to_dict()
     assert out["sex_attribute"] is None and out["age_attribute"] is None
     assert out["notes"] == ["no_sex_attribute", "no_age_band_attribute"]  # codes: the report words them
     assert list(out["subgroups"]) == ["scanner"]

@@ -30,8 +30,7 @@ from tests.report.sections import render_section
 
 from sitecal.calibration import fit_group_temperatures
 from sitecal.errors import DataError
-from sitecal.evaluation import EvaluationData, evaluate
-from sitecal.evaluation._groups import patient_codes
+from sitecal.evaluation import EvaluationData, EvaluationPlan, EvaluationPolicy, evaluate, plan_evaluation
 from sitecal.evaluation._sensitivity import sensitivity_analyses, site_attribute
 from sitecal.metrics import (
     RecalibrationStatistic,
@@ -110,6 +109,11 @@ def document(outcome: Any) -> Document:
     return doc
 
 
+def _plan(data: EvaluationData, protocol: Protocol | None = None) -> EvaluationPlan:
+    """The plan the evaluation of ``data`` under ``protocol`` (default: this module's) starts from."""
+    return plan_evaluation(EvaluationPolicy.from_protocol(protocol or _protocol()), data)
+
+
 def _after_probs(data: EvaluationData, outcome: Any) -> tuple[np.ndarray, np.ndarray]:
     held = ~outcome.fit_mask
     applied = outcome.temperatures.temperatures_for(data.attributes["scanner"][held])
@@ -168,8 +172,7 @@ def test_the_evaluations_o_e_intervals_are_those_the_analysis_draws_itself(
     data: EvaluationData, outcome: Any
 ) -> None:
     """evaluate() hands over each group's O/E from its own resamples: the same as drawing them again."""
-    coded = dataclasses.replace(data, patient_keys=patient_codes(data.patient_keys))
-    alone = sensitivity_analyses(_protocol(), coded, outcome.split, outcome.temperatures)
+    alone = sensitivity_analyses(_plan(data))
     assert alone.recalibration == outcome.result.sensitivity.recalibration
     overall = alone.recalibration.overall.before.oe_ratio
     assert overall.low is not None and overall.low < overall.estimate < overall.high
@@ -286,13 +289,13 @@ def test_leave_one_site_out_refits_on_the_remaining_fit_part(
 
 
 def test_deterministic_and_without_nan(data: EvaluationData, outcome: Any, document: Document) -> None:
-    again = sensitivity_analyses(_protocol(), data, outcome.fit_mask, outcome.temperatures).to_dict()
+    again = sensitivity_analyses(_plan(data)).to_dict()
     assert json.dumps(again, allow_nan=False) == json.dumps(document["sensitivity"], allow_nan=False)
 
 
 def test_site_falls_back_to_the_calibration_attribute(data: EvaluationData) -> None:
     protocol = _protocol(with_site=False)
-    assert site_attribute(protocol) == ("scanner", "calibration_attribute")
+    assert site_attribute(EvaluationPolicy.from_protocol(protocol)) == ("scanner", "calibration_attribute")
     attributes = {k: v for k, v in data.attributes.items() if k != "site"}
     reduced = EvaluationData(data.logits, data.labels, data.patient_keys, attributes, data.class_names)
     doc = evaluate(protocol, reduced, cohort_flow=FLOW, protocol_sha256="0" * 64).document
@@ -380,7 +383,7 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
     changed = EvaluationData(
         data.logits, data.labels, data.patient_keys, {**data.attributes, "site": site}, data.class_names
     )
-    sens = sensitivity_analyses(_protocol(), changed, outcome.fit_mask, outcome.temperatures).to_dict()
+    sens = sensitivity_analyses(_plan(changed)).to_dict()
     after = sens["heterogeneity"]["after"]
     assert [g["group"] for g in after["groups"]] == ["North", "River"]
     assert [e["group"] for e in after["excluded"]] == ["Tiny", "unknown"]
@@ -395,9 +398,7 @@ def test_unknown_site_is_left_out_of_the_pooling_but_not_of_leave_one_out(
 
 
 def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome: Any) -> None:
-    sens = sensitivity_analyses(
-        _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="bootstrap"
-    ).to_dict()
+    sens = sensitivity_analyses(_plan(data), slope_intervals="bootstrap").to_dict()
     assert sens["recalibration"]["intervals"]["slope"] == "cluster_bootstrap"
     probs, held = _after_probs(data, outcome)
     rows = data.attributes["site"][held] == "River"
@@ -413,27 +414,21 @@ def test_bootstrap_option_for_slope_and_intercept(data: EvaluationData, outcome:
         assert (entry["after"][name]["low"], entry["after"][name]["high"]) == (res.low, res.high)
         assert entry["after"][name]["estimate"] == pytest.approx(res.estimate, rel=1e-8)
     with pytest.raises(DataError, match="'slope_intervals' parameter of sensitivity_analyses"):
-        sensitivity_analyses(
-            _protocol(), data, outcome.fit_mask, outcome.temperatures, slope_intervals="profile"
-        )
+        sensitivity_analyses(_plan(data), slope_intervals="profile")
 
 
 def test_cross_fitted_sensitivity_from_the_applied_temperatures_equals_one_that_fits_them_again(
     data: EvaluationData,
 ) -> None:
-    """evaluate() hands its cross-fitted temperatures over: leave-one-site-out's full cohort and the
-    after stage start from them, and every number is what fitting them again gives."""
-    from sitecal.evaluation._split import Split, applied_temperatures, crossfit_folds, deployed_temperatures
-
+    """The plan hands its cross-fitted temperatures over: leave-one-site-out's full cohort starts from
+    them, and every number is what fitting them again gives."""
     raw = _protocol().model_dump()
     raw["calibration"]["split"] = {"by": "crossfit", "folds": 3, "seed": 5}
-    protocol = Protocol.model_validate(raw)
-    groups = data.attributes["scanner"]
-    split = Split("crossfit", crossfit_folds(data.patient_keys, groups, folds=3, seed=5), 3)
-    policy = {"min_group_size": 100, "fallback": protocol.calibration.fallback}
-    temps = deployed_temperatures(split, data.logits, data.labels, groups, data.patient_keys, policy)
-    applied = applied_temperatures(split, data.logits, data.labels, groups, data.patient_keys, policy)
-    given = sensitivity_analyses(protocol, data, split, temps, applied=applied).to_dict()
-    again = sensitivity_analyses(protocol, data, split, temps).to_dict()
+    raw["calibration"]["min_group_size"] = 100
+    plan = _plan(data, Protocol.model_validate(raw))
+    assert plan.applied is not None
+    given = sensitivity_analyses(plan).to_dict()
+    again = sensitivity_analyses(dataclasses.replace(plan, applied=None)).to_dict()
     assert given == again
-    assert given["leave_one_site_out"]["full"]["global_temperature"] == temps.global_fit.temperature
+    temperature = plan.temperatures.global_fit.temperature
+    assert given["leave_one_site_out"]["full"]["global_temperature"] == temperature
