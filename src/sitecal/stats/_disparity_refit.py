@@ -19,19 +19,12 @@ from sitecal._validation import check_labels, check_logits, check_probs
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.stats._disparity import (
-    DisparityResult,
-    FixedComparison,
-    _apply,
-    assemble,
-    checked_groups,
-    group_jackknife,
-)
+from sitecal.stats._disparity import DisparityResult, FixedComparison, Grouped, assemble, group_jackknife
 from sitecal.stats._refit_result import fit_stream_seed
+from sitecal.stats._refit_terms import RefitTerms, checked_metrics
 from sitecal.stats._resample import CHUNK_ELEMENTS, ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapSpec
-from sitecal.stats._term_sums import term_sums_at_temperatures
 
 __all__ = ["TemperatureFit", "TemperatureReplicates", "refit_disparity_intervals", "refit_disparity_stages"]
 
@@ -295,7 +288,6 @@ def refit_disparity_stages(
         at the full-data temperatures (the temperatures' own jackknife is not repeated).
     """
     func = "refit_disparity_intervals"
-    spec = temperatures.spec
     z = check_logits(logits, func=func)
     s0 = temperatures.s0
     if s0.shape[0] != z.shape[0]:
@@ -303,88 +295,118 @@ def refit_disparity_stages(
             f"{func}: 'temperatures' was built for {s0.shape[0]} evaluated rows, not {z.shape[0]}."
         )
     p0 = softmax(z, temperature=np.exp(s0))
-    checked = [checked_groups(p0, labels, groups, m, n_bins, min_group_size, func=func) for m in metrics]
-    if not checked:
-        raise DataError(f"{func}: give at least one metric.")
-    _, y, _, grouped = checked[0]
-    statistics = [c[2] for c in checked]
-    too_small = {
-        str(grouped.names[i]): int(grouped.sizes[i])
-        for i in range(grouped.names.shape[0])
-        if grouped.sizes[i] < min_group_size
-    }
-    (patients,) = cluster_ids(clusters)
-    if patients.dtype != temperatures.eval_patients.dtype or not np.array_equal(
-        patients, temperatures.eval_patients
-    ):
-        raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
-    plan = make_plan(z.shape[0], patients, strata, func=func)
+    y, grouped, statistics = checked_metrics(p0, labels, groups, metrics, n_bins, min_group_size, func=func)
+    plan = _evaluated_plan(clusters, strata, temperatures, z.shape[0], func=func)
     comparisons = {
         name: FixedComparison(
             check_probs(probs, func=func), labels, groups, plan, metrics, n_bins, min_group_size, func=func
         )
         for name, probs in (fixed or {}).items()
     }
-    fixed_reps = {name: c.empty_replicates(spec.n_resamples) for name, c in comparisons.items()}
-    n_groups = grouped.names.shape[0]
-    codes = grouped.codes.astype(np.int64)
-    widths = [st.row_terms(p0[:1], y[:1]).shape[1] for st in statistics]
-    n = z.shape[0]
-    z_t = np.ascontiguousarray(z.T)
+    refit = _RefitComparison(
+        list(metrics), RefitTerms.of(statistics, z, p0, y), p0, grouped, min_group_size, plan, temperatures
+    )
+    at_full_data = refit.values(temperatures.s0_solvers[None, :], np.ones((1, plan.n_clusters)))
+    reps, fixed_reps = refit.replicates(comparisons)
+    refitted = refit.results(at_full_data, reps)
+    return refitted, {name: c.results(fixed_reps[name], temperatures.spec) for name, c in comparisons.items()}
 
-    def values(
-        s: NDArray[np.float64], cluster_weights: NDArray[np.float64]
-    ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+
+def _evaluated_plan(
+    clusters: ArrayLike, strata: ArrayLike | None, temperatures: TemperatureReplicates, n: int, *, func: str
+) -> ClusterPlan:
+    """The evaluated rows' plan: their patients, which must be those ``temperatures`` was built with."""
+    (patients,) = cluster_ids(clusters)
+    if patients.dtype != temperatures.eval_patients.dtype or not np.array_equal(
+        patients, temperatures.eval_patients
+    ):
+        raise DataError(f"{func}: 'clusters' must be the evaluated patients 'temperatures' was built with.")
+    return make_plan(n, patients, strata, func=func)
+
+
+_GroupAndRest = tuple[NDArray[np.float64], NDArray[np.float64]]  # every group's values and complement's
+
+
+@dataclass(frozen=True)
+class _RefitComparison:
+    """The refitted comparison of the evaluated rows' groups: its values, replicates and results.
+
+    ``probs``: the rows' probabilities at the full-data temperatures; ``plan``: the evaluated rows'
+    cluster plan, whose draws are the resamples; ``temperatures``: the rows' temperatures and refits.
+    """
+
+    metrics: list[str]
+    terms: RefitTerms
+    probs: NDArray[np.float64]
+    grouped: Grouped
+    min_group_size: int
+    plan: ClusterPlan
+    temperatures: TemperatureReplicates
+
+    def values(self, s: NDArray[np.float64], cluster_weights: NDArray[np.float64]) -> list[_GroupAndRest]:
         """Per metric: every group's value and its complement's, (R, G) each.
 
         ``s``: each resample's temperatures (R, n_solvers); ``cluster_weights``: its plan's (R, K).
         """
-        sums = term_sums_at_temperatures(
-            statistics,
-            widths,
-            z_t,
-            y,
+        return self.terms.group_and_rest(
             s,
             cluster_weights,
-            codes,
-            n_groups,
-            workers=spec.n_workers,
-            row_temperature=temperatures.solver_of_row,
-            row_cluster=plan.cluster_of_row,
+            self.grouped.codes.astype(np.int64),
+            self.grouped.names.shape[0],
+            workers=self.temperatures.spec.n_workers,
+            row_temperature=self.temperatures.solver_of_row,
+            row_cluster=self.plan.cluster_of_row,
         )
-        return [
-            (_apply(statistic, total), _apply(statistic, total.sum(axis=1, keepdims=True) - total))
-            for statistic, total in zip(statistics, sums, strict=True)
-        ]
 
-    at_full_data = values(temperatures.s0_solvers[None, :], np.ones((1, plan.n_clusters)))
-    estimates = [(g[0], rest[0]) for g, rest in at_full_data]
-    reps = [
-        (np.empty((spec.n_resamples, n_groups)), np.empty((spec.n_resamples, n_groups))) for _ in statistics
-    ]
-    # resamples per chunk: the (chunk, patients) draws and weights near 4 * CHUNK_ELEMENTS, so that each
-    # temperature's batched solve is called once per chunk of many resamples (its Newton steps are array
-    # operations over the chunk) and the solvers' table is read once per chunk
-    chunk = spec.chunk_size or max(
-        1, min(spec.n_resamples, 4 * CHUNK_ELEMENTS // max(n, temperatures.patients.shape[0]))
-    )
-    eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
-    start = 0
-    for draws, s in temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
-        stop = start + draws.size
-        for (group_reps, rest_reps), (group_v, rest_v) in zip(reps, values(s, draws.weights), strict=True):
-            group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
-        for name, comparison in comparisons.items():  # a loop over the fixed sets: the same draws
-            comparison.store(fixed_reps[name], start, stop, comparison.values(draws.indices))
-        start = stop
-    out = {}
-    for metric, statistic, estimate, replicates in zip(metrics, statistics, estimates, reps, strict=True):
-        jackknife = (
-            group_jackknife(statistic, p0, y, plan, grouped)
-            if spec.method == "bca" and plan.n_clusters > 1
-            else None
-        )
-        out[metric] = assemble(
-            metric, grouped, too_small, estimate, replicates, jackknife, spec=spec, plan=plan
-        )
-    return out, {name: c.results(fixed_reps[name], spec) for name, c in comparisons.items()}
+    def replicates(
+        self, comparisons: Mapping[str, FixedComparison]
+    ) -> tuple[list[_GroupAndRest], dict[str, list[_GroupAndRest]]]:
+        """Per metric, every group's and complement's (B, G) replicates; each fixed set's, on the same draws.
+
+        Resample ``b`` draws the evaluated patients (stream ``spec.seed``, within the plan's strata) and
+        refits the temperatures on that draw (:meth:`TemperatureReplicates.chunks`).
+        """
+        spec, plan = self.temperatures.spec, self.plan
+        b, n_groups = spec.n_resamples, self.grouped.names.shape[0]
+        n_patients = self.temperatures.patients.shape[0]  # the fit and evaluated patients together
+        fixed_reps = {name: c.empty_replicates(b) for name, c in comparisons.items()}
+        reps = [(np.empty((b, n_groups)), np.empty((b, n_groups))) for _ in self.metrics]
+        # resamples per chunk: the (chunk, patients) draws and weights near 4 * CHUNK_ELEMENTS, so that each
+        # temperature's batched solve is called once per chunk of many resamples (its Newton steps are array
+        # operations over the chunk) and the solvers' table is read once per chunk
+        chunk = spec.chunk_size or max(1, min(b, 4 * CHUNK_ELEMENTS // max(plan.n, n_patients)))
+        eval_draws = draw_chunks(plan, seed=spec.seed, n_resamples=b, chunk_size=chunk)
+        start = 0
+        for draws, s in self.temperatures.chunks(eval_draws, plan, chunk):  # a loop over chunks of resamples
+            stop = start + draws.size
+            values = self.values(s, draws.weights)
+            for (group_reps, rest_reps), (group_v, rest_v) in zip(reps, values, strict=True):
+                group_reps[start:stop], rest_reps[start:stop] = group_v, rest_v
+            for name, comparison in comparisons.items():  # a loop over the fixed sets: the same draws
+                comparison.store(fixed_reps[name], start, stop, comparison.values(draws.indices))
+            start = stop
+        return reps, fixed_reps
+
+    def results(
+        self, at_full_data: list[_GroupAndRest], reps: list[_GroupAndRest]
+    ) -> dict[str, DisparityResult]:
+        """Per metric, the intervals of the gaps (BCa: each evaluated patient left out once, at ``s0``)."""
+        spec, plan, grouped = self.temperatures.spec, self.plan, self.grouped
+        too_small = {
+            str(grouped.names[i]): int(grouped.sizes[i])
+            for i in range(grouped.names.shape[0])
+            if grouped.sizes[i] < self.min_group_size
+        }
+        out = {}
+        for metric, statistic, (group, rest), replicates in zip(
+            self.metrics, self.terms.statistics, at_full_data, reps, strict=True
+        ):
+            jackknife = (
+                group_jackknife(statistic, self.probs, self.terms.labels, plan, grouped)
+                if spec.method == "bca" and plan.n_clusters > 1
+                else None
+            )
+            out[metric] = assemble(
+                metric, grouped, too_small, (group[0], rest[0]), replicates, jackknife, spec=spec, plan=plan
+            )
+        return out
