@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import split_key
+from sitecal.cohort._choice import Chosen, choose, folder_of, series_key_of
 from sitecal.cohort._header import declared_values
 from sitecal.cohort._records import Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
@@ -17,7 +17,6 @@ from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
 from sitecal.cohort.predictions_file import PredictionRow, PredictionTable, warn_unusable_rows
 from sitecal.cohort.scan import InstanceHeader, ScanResult
-from sitecal.cohort.series import group_by_study, select_series
 from sitecal.cohort.sources import source_values
 from sitecal.protocol import PrivacySettings, SeriesRules, SubgroupSettings
 
@@ -91,6 +90,29 @@ def build_cohort(
     ValueError
         When a subgroup declares a mapping that ``mappings`` does not hold.
     """
+    describe = _Describe(subgroups, _checked_mappings(subgroups, mappings), scan.root, pseudonymize)
+    chosen = choose(scan, series, unavailable, key=key, pseudonymize=pseudonymize)
+    joined = _join(chosen, labels, predictions, key=key, pseudonymize=pseudonymize, describe=describe)
+    return Cohort(
+        studies=_shown(joined.studies, subgroups, min_count_shown),
+        exclusions=joined.exclusions,
+        files_found=scan.files_found,
+        dicom_instances=len(scan.instances),
+        n_studies_found=len({i.study_instance_uid for i in scan.instances}),
+        n_labelled=len(joined.studies),
+        attributes=tuple(subgroups),
+        n_series_found=chosen.n_series,
+        n_series_selected=None if series is None else len(chosen.studies),
+        predictions_file=(
+            None if predictions is None else predictions.summary(dicom=True, labels_file=labels_from_file)
+        ),
+    )
+
+
+def _checked_mappings(
+    subgroups: Mapping[str, SubgroupSettings], mappings: Mapping[str, ValueMapping] | None
+) -> dict[str, ValueMapping]:
+    """The mappings given, once every subgroup that declares a mapping is known to have one."""
     mappings = dict(mappings or {})
     for name, settings in subgroups.items():
         if settings.mapping is not None and name not in mappings:
@@ -98,28 +120,43 @@ def build_cohort(
                 f"subgroup '{name}' declares mapping '{settings.mapping}': read it with "
                 "sitecal.cohort.mapping.read_mappings and pass it in mappings="
             )
-    exclusions = [
-        replace(e, key=pseudonymize("study", e.study_uid)) if e.study_uid and e.key is None else e
-        for e in (*unavailable, *scan.exclusions)
-    ]
-    # a label of a study whose only file was excluded (or that never arrived) is accounted for by that
-    # exclusion
-    excluded_keys = (
-        {e.study_uid for e in (*unavailable, *scan.exclusions) if e.study_uid}
-        if key == "StudyInstanceUID"
-        else set()
-    )
+    return mappings
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """The studies analysed, and every exclusion in the order the cohort lists them."""
+
+    studies: list[Study]
+    exclusions: tuple[Exclusion, ...]
+
+
+def _join(
+    chosen: Chosen,
+    labels: LabelTable,
+    predictions: PredictionTable | None,
+    *,
+    key: str,
+    pseudonymize: Pseudonymizer,
+    describe: _Describe,
+) -> _Joined:
+    """Join each chosen study to its label (and its predictions row); an exclusion for whatever is left.
+
+    The exclusions come in this order: those before the join, the studies without a label or a usable
+    row, the unusable label rows and labels matching no study, then the predictions rows not accounted
+    for by a study (:func:`prediction_row_exclusions`).
+    """
+    exclusions = list(chosen.exclusions)
     studies: list[Study] = []
     matched: set[str] = set()
     # keys of the predictions rows a study accounts for: analysed with its row, or excluded once, for one
     # reason (no label, or its row unusable); such a row is not listed again
     accounted: set[str] = set()
-    chosen_per_study, n_series = _choose(scan, series, key, pseudonymize, exclusions, excluded_keys)
     if predictions is not None:
         warn_unusable_rows(predictions)
-        accounted |= _excluded_row_keys(predictions, exclusions, excluded_keys, pseudonymize)
-    for chosen in chosen_per_study:
-        first = chosen[0]
+        accounted |= _excluded_row_keys(predictions, chosen.exclusions, chosen.excluded_keys, pseudonymize)
+    for instances in chosen.studies:
+        first = instances[0]
         study_key = pseudonymize("study", first.study_instance_uid)
         join_value = first.values.get(key)
         row_key = study_key if predictions is not None and predictions.pseudonymised else join_value
@@ -137,167 +174,99 @@ def build_cohort(
             if row is None:
                 exclusions.append(Exclusion(stage="predictions", reason=missing, key=study_key, unit="study"))
                 continue
-        studies.append(_study(chosen, label, study_key, subgroups, mappings, scan, pseudonymize, row))
-    if labels.labels and chosen_per_study and not matched:
+        studies.append(describe.study(instances, label, study_key, row))
+    _warn_if_no_key_matches(labels, matched, key, len(chosen.studies))
+    exclusions += label_row_exclusions(labels)
+    exclusions += [
+        Exclusion(
+            stage="labels",
+            reason="label matches no study",
+            key=pseudonymize("study", unmatched),
+            unit="label",
+        )
+        for unmatched in sorted(set(labels.labels) - matched - chosen.excluded_keys)
+    ]
+    if predictions is not None:
+        exclusions += prediction_row_exclusions(predictions, accounted)
+    return _Joined(studies, tuple(exclusions))
+
+
+def _warn_if_no_key_matches(labels: LabelTable, matched: Collection[str], key: str, n_studies: int) -> None:
+    """Warn when there are labels and studies but no label's key matches a study."""
+    if labels.labels and n_studies and not matched:
         # the usual cause is a key that joins on the wrong field, not missing studies
         logger.warning(
             "none of the %d keys in the labels file matches the %s of any of the %d studies found: check "
             "data.key and data.key_column in the protocol, and that the labels belong to these studies.",
             len(labels.labels),
             key,
-            len(chosen_per_study),
+            n_studies,
         )
-    # reasons name the problem and the location is the line or row: the cell's text (a key, or free text a
-    # site typed into the label column) never reaches an output
-    for line, reason in labels.bad_rows:  # a CSV line or a Parquet row
-        exclusions.append(
-            Exclusion(
-                stage="labels",
-                reason=f"unusable label row: {reason}",
-                key=f"{labels.numbered_by} {line}",
-                unit="label",
-            )
-        )
-    for unmatched in sorted(set(labels.labels) - matched - excluded_keys):
-        exclusions.append(
-            Exclusion(
-                stage="labels",
-                reason="label matches no study",
-                key=pseudonymize("study", unmatched),
-                unit="label",
-            )
-        )
-    if predictions is not None:
-        exclusions += prediction_row_exclusions(predictions, accounted)
-    return Cohort(
-        studies=_shown(studies, subgroups, min_count_shown),
-        exclusions=tuple(exclusions),
-        files_found=scan.files_found,
-        dicom_instances=len(scan.instances),
-        n_studies_found=len({i.study_instance_uid for i in scan.instances}),
-        n_labelled=len(studies),
-        attributes=tuple(subgroups),
-        n_series_found=n_series,
-        n_series_selected=None if series is None else len(chosen_per_study),
-        predictions_file=(
-            None if predictions is None else predictions.summary(dicom=True, labels_file=labels_from_file)
-        ),
-    )
 
 
-def _choose(
-    scan: ScanResult,
-    series: SeriesRules | None,
-    key: str,
-    pseudonymize: Pseudonymizer,
-    exclusions: list[Exclusion],
-    excluded_keys: set[str],
-) -> tuple[list[tuple[InstanceHeader, ...]], int | None]:
-    """The instances each study is analysed on, in order of StudyInstanceUID; exclusions for the rest.
+def label_row_exclusions(labels: LabelTable) -> list[Exclusion]:
+    """An exclusion for each row of the labels file that cannot be used, named by its line or row.
 
-    Also returns the number of series considered (volumes; ``None`` for images).
-
-    The join value (``key``) of a study excluded for want of a qualifying series goes into
-    ``excluded_keys``, so that its label is accounted for by that exclusion.
+    Reasons name the problem and the location is the line or row: the cell's text (a key, or free text a
+    site typed into the label column) never reaches an output.
     """
-    chosen: list[tuple[InstanceHeader, ...]] = []
-    if series is None:
-        for image, others in group_by_study(scan.instances):
-            study_key = pseudonymize("study", image.study_instance_uid)
-            exclusions.extend(
-                Exclusion(
-                    stage="studies",
-                    reason="additional image in study (one image per study is analysed)",
-                    path=other.path.relative_to(scan.root),
-                    key=study_key,
-                    unit="image",
-                )
-                for other in others
-            )
-            chosen.append((image,))
-        return chosen, None
-    n_series = 0
-    for choice in select_series(scan.instances, series):
-        n_series += len(choice.passed_over) + (choice.chosen is not None)
-        study_key = pseudonymize("study", choice.study_instance_uid)
-        exclusions.extend(
-            Exclusion(
-                stage="series",
-                reason=reason,
-                path=_folder(group, scan.root),
-                key=study_key,
-                series_key=_series_key(group, pseudonymize),
-                unit="series",
-            )
-            for group, reason in choice.passed_over
+    return [
+        Exclusion(
+            stage="labels",
+            reason=f"unusable label row: {reason}",
+            key=f"{labels.numbered_by} {line}",
+            unit="label",
         )
-        if choice.chosen is None:
-            exclusions.append(
-                Exclusion(
-                    stage="series",
-                    reason="study has no series that meets data.series",
-                    key=study_key,
-                    study_uid=choice.study_instance_uid,
-                    unit="study",
-                )
-            )
-            join_value = choice.passed_over[0][0][0].values.get(key)
-            if join_value:
-                excluded_keys.add(join_value)
-        else:
-            chosen.append(choice.chosen)
-    return chosen, n_series
+        for line, reason in labels.bad_rows  # a CSV line or a Parquet row
+    ]
 
 
-def _folder(files: Sequence[InstanceHeader], root: Path) -> Path:
-    """The folder holding a series' files, relative to the DICOM folder (the file itself for one file)."""
-    if len(files) == 1:
-        return files[0].path.relative_to(root)
-    return Path(os.path.commonpath([f.path for f in files])).relative_to(root)
+@dataclass(frozen=True)
+class _Describe:
+    """What makes a joined study a :class:`Study`: the subgroups, their mappings, the folder, the hash."""
 
+    subgroups: Mapping[str, SubgroupSettings]
+    mappings: Mapping[str, ValueMapping]
+    root: Path
+    pseudonymize: Pseudonymizer
 
-def _study(
-    instances: tuple[InstanceHeader, ...],
-    label: int,
-    study_key: str,
-    subgroups: Mapping[str, SubgroupSettings],
-    mappings: Mapping[str, ValueMapping],
-    scan: ScanResult,
-    pseudonymize: Pseudonymizer,
-    row: PredictionRow | None = None,
-) -> Study:
-    values = instances[0].values
-    patient_id = values.get("PatientID")
-    patient_key = (
-        pseudonymize("patient", patient_id) if patient_id else pseudonymize("patient", "study:" + study_key)
-    )
-    study_uid = str(instances[0].study_instance_uid)
-    order = split_key("patient", patient_id) if patient_id else split_key("study", study_uid)
-    attributes = _tag_values(values, subgroups, mappings) | (
-        column_values(row.columns, subgroups, mappings) if row is not None else {}
-    )
-    return Study(
-        study_key=study_key,
-        patient_key=patient_key,
-        files=tuple(i.path for i in instances),
-        relative_path=pseudonymize.path(_folder(instances, scan.root)),
-        instance_uids=tuple(i.sop_instance_uid for i in instances),
-        attributes=attributes,
-        label=label,
-        sources=source_values(values),
-        series_key=_series_key(instances, pseudonymize),
-        series_number=values.get("SeriesNumber", ""),
-        declared_values=sum(declared_values(i.values) for i in instances),
-        logits=None if row is None else row.logits,
-        split_key=order,
-        study_order=split_key("study", study_uid),
-    )
-
-
-def _series_key(instances: Sequence[InstanceHeader], pseudonymize: Pseudonymizer) -> str:
-    """The pseudonym of the series' SeriesInstanceUID ("" when the header has none)."""
-    uid = instances[0].values.get("SeriesInstanceUID")
-    return pseudonymize("series", uid) if uid else ""
+    def study(
+        self,
+        instances: tuple[InstanceHeader, ...],
+        label: int,
+        study_key: str,
+        row: PredictionRow | None = None,
+    ) -> Study:
+        """The study of these instances, with its label, pseudonyms, attributes and (given) row's logits."""
+        pseudonymize = self.pseudonymize
+        values = instances[0].values
+        patient_id = values.get("PatientID")
+        patient_key = (
+            pseudonymize("patient", patient_id)
+            if patient_id
+            else pseudonymize("patient", "study:" + study_key)
+        )
+        study_uid = str(instances[0].study_instance_uid)
+        order = split_key("patient", patient_id) if patient_id else split_key("study", study_uid)
+        attributes = _tag_values(values, self.subgroups, self.mappings) | (
+            column_values(row.columns, self.subgroups, self.mappings) if row is not None else {}
+        )
+        return Study(
+            study_key=study_key,
+            patient_key=patient_key,
+            files=tuple(i.path for i in instances),
+            relative_path=pseudonymize.path(folder_of(instances, self.root)),
+            instance_uids=tuple(i.sop_instance_uid for i in instances),
+            attributes=attributes,
+            label=label,
+            sources=source_values(values),
+            series_key=series_key_of(instances, pseudonymize),
+            series_number=values.get("SeriesNumber", ""),
+            declared_values=sum(declared_values(i.values) for i in instances),
+            logits=None if row is None else row.logits,
+            split_key=order,
+            study_order=split_key("study", study_uid),
+        )
 
 
 def _tag_values(

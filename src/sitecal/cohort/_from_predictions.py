@@ -11,7 +11,7 @@ import numpy as np
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import rank_key, split_key
-from sitecal.cohort._build import column_values, prediction_row_exclusions
+from sitecal.cohort._build import column_values, label_row_exclusions, prediction_row_exclusions
 from sitecal.cohort._column_policy import check_subgroup_columns
 from sitecal.cohort._prediction_rows import UsableRows, paused_gc
 from sitecal.cohort._records import Cohort, Exclusion, Study
@@ -102,26 +102,18 @@ def cohort_from_predictions(
         )
     # every usable row was taken above: what is left to list are the rows that cannot be used
     exclusions += prediction_row_exclusions(replace(table, rows={}), set())
-    for line, reason in labels.bad_rows:
-        exclusions.append(
-            Exclusion(
-                stage="labels",
-                reason=f"unusable label row: {reason}",
-                key=f"{labels.numbered_by} {line}",
-                unit="label",
-            )
-        )
+    exclusions += label_row_exclusions(labels)
     # a label of a key whose rows are all unusable is accounted for by that row's exclusion
     unmatched_keys = (k for k in labels.labels if k not in usable.index and k not in table.unusable_keys)
-    for unmatched in sorted(unmatched_keys):
-        exclusions.append(
-            Exclusion(
-                stage="labels",
-                reason="label matches no row of the predictions file",
-                key=study_pseudonym(table, unmatched, key, pseudonymize),
-                unit="label",
-            )
+    exclusions += [
+        Exclusion(
+            stage="labels",
+            reason="label matches no row of the predictions file",
+            key=study_pseudonym(table, unmatched, key, pseudonymize),
+            unit="label",
         )
+        for unmatched in sorted(unmatched_keys)
+    ]
     return Cohort(
         studies=tuple(studies),
         exclusions=tuple(exclusions),
@@ -210,38 +202,10 @@ def _studies(
     """The studies of the labelled rows, and an exclusion per row without a label, in file order."""
     n = len(usable.keys)
     found = list(map(labels.labels.get, usable.keys))
-    # a network's rows repeat a few combinations of subgroup cells: each is normalised, banded, mapped and
-    # pooled once, and its studies share the result
-    combos: dict[tuple[str, ...], int] = {}
-    if usable.columns:
-        combo_of = list(map(combos.setdefault, zip(*usable.columns.values(), strict=True), itertools.count()))
-    else:
-        combo_of = [combos.setdefault((), 0)] * n
-    counts = Counter(c for c, label in zip(combo_of, found, strict=True) if label is not None)
-    cells = {c: dict(zip(usable.columns, combo, strict=True)) for combo, c in combos.items() if c in counts}
-    shown = _shown_values(
-        {c: column_values(cells[c], subgroups, mappings) for c in counts}, counts, subgroups, min_count_shown
-    )
-    # a file sitecal wrote ranks studies by (patient, study) split keys: a patient's first rank orders it
-    first_rank: dict[str, int] = {}
-    if usable.split_ranks is not None and usable.patients is not None:
-        for rank, patient in zip(usable.split_ranks, usable.patients, strict=True):
-            if patient is not None:
-                first_rank[patient] = min(rank, first_rank.get(patient, rank))
-    if pseudonymised:
-        study_keys = usable.keys
-    elif key == "StudyInstanceUID":
-        study_keys = pseudonymize.many("study", usable.keys)
-    else:
-        study_keys = pseudonymize.many("study", [f"{key}:{k}" for k in usable.keys])
-    # a patient's pseudonym and split key, computed once per patient
-    patients = (
-        [] if usable.patients is None else list(dict.fromkeys(p for p in usable.patients if p is not None))
-    )
-    patient_keys = dict(
-        zip(patients, patients if pseudonymised else pseudonymize.many("patient", patients), strict=True)
-    )
-    patient_orders = {} if usable.split_ranks is not None else {p: split_key("patient", p) for p in patients}
+    combo_of, shown = _shown_combinations(usable, found, subgroups, mappings, min_count_shown)
+    first_rank = _first_ranks(usable)
+    study_keys = _study_keys(usable.keys, key, pseudonymised, pseudonymize)
+    patient_keys, patient_orders = _patients(usable, pseudonymised, pseudonymize)
     study_kind = "study" if key == "StudyInstanceUID" else key
     studies: list[Study] = []
     exclusions: list[Exclusion] = []
@@ -285,3 +249,62 @@ def _studies(
             )
         )
     return studies, exclusions
+
+
+def _shown_combinations(
+    usable: UsableRows,
+    found: Sequence[int | None],
+    subgroups: Mapping[str, SubgroupSettings],
+    mappings: Mapping[str, ValueMapping],
+    k: int,
+) -> tuple[list[int], dict[int, dict[str, str]]]:
+    """Each row's combination of subgroup cells, and each labelled combination's values as shown.
+
+    ``found`` holds each row's label (``None``: no label). A network's rows repeat a few combinations of
+    subgroup cells: each is normalised, banded, mapped and pooled once, and its studies share the result.
+    """
+    combos: dict[tuple[str, ...], int] = {}
+    if usable.columns:
+        combo_of = list(map(combos.setdefault, zip(*usable.columns.values(), strict=True), itertools.count()))
+    else:
+        combo_of = [combos.setdefault((), 0)] * len(usable.keys)
+    counts = Counter(c for c, label in zip(combo_of, found, strict=True) if label is not None)
+    cells = {c: dict(zip(usable.columns, combo, strict=True)) for combo, c in combos.items() if c in counts}
+    shown = _shown_values(
+        {c: column_values(cells[c], subgroups, mappings) for c in counts}, counts, subgroups, k
+    )
+    return combo_of, shown
+
+
+def _first_ranks(usable: UsableRows) -> dict[str, int]:
+    """Each patient's first split rank, for a file sitecal wrote (empty for another)."""
+    # a file sitecal wrote ranks studies by (patient, study) split keys: a patient's first rank orders it
+    first_rank: dict[str, int] = {}
+    if usable.split_ranks is not None and usable.patients is not None:
+        for rank, patient in zip(usable.split_ranks, usable.patients, strict=True):
+            if patient is not None:
+                first_rank[patient] = min(rank, first_rank.get(patient, rank))
+    return first_rank
+
+
+def _study_keys(keys: list[str], key: str, pseudonymised: bool, pseudonymize: Pseudonymizer) -> list[str]:
+    """The study pseudonym of each of a file's keys (as :func:`study_pseudonym`, a million at a time)."""
+    if pseudonymised:
+        return keys
+    if key == "StudyInstanceUID":
+        return pseudonymize.many("study", keys)
+    return pseudonymize.many("study", [f"{key}:{k}" for k in keys])
+
+
+def _patients(
+    usable: UsableRows, pseudonymised: bool, pseudonymize: Pseudonymizer
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each patient's pseudonym, and its split key unless the file ranks its rows, computed once a patient."""
+    patients = (
+        [] if usable.patients is None else list(dict.fromkeys(p for p in usable.patients if p is not None))
+    )
+    patient_keys = dict(
+        zip(patients, patients if pseudonymised else pseudonymize.many("patient", patients), strict=True)
+    )
+    patient_orders = {} if usable.split_ranks is not None else {p: split_key("patient", p) for p in patients}
+    return patient_keys, patient_orders

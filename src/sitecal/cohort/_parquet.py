@@ -85,17 +85,7 @@ def parquet_chunks(
     names = [str(f.name).strip() for f in fields]
     chosen = set(choose(names))
     read = [i for i, name in enumerate(names) if name in chosen]
-    for i in read:
-        if names.count(names[i]) > 1:
-            raise DataError(
-                f"{path}: the column '{names[i]}' appears {names.count(names[i])} times in the header. "
-                "Keep one column of that name."
-            )
-        if pa.types.is_nested(fields[i].type):
-            raise DataError(
-                f"{path}: column '{names[i]}' holds {fields[i].type} values; a {what} holds one number or "
-                "text per cell. Save it with plain columns, or as CSV."
-            )
+    _check_columns(pa, path, names, fields, read, what)
     originals = [fields[i].name for i in read]
     _check_footer(path, metadata, originals, max_rows, max_bytes, max_cell, what, field)
     if metadata.num_rows == 0:
@@ -109,6 +99,23 @@ def parquet_chunks(
     budget = _Budget(path, max_bytes, max_cell, what, field, text or _text)
     chunks = _chunks(pa, parquet, originals, [names[i] for i in read], budget, chunk_rows)
     return names, [names[i] for i in read], chunks
+
+
+def _check_columns(
+    pa: Any, path: Path, names: list[str], fields: list[Any], read: list[int], what: str
+) -> None:
+    """Refuse a column to read that is given twice or holds lists or structs (nested values)."""
+    for i in read:
+        if names.count(names[i]) > 1:
+            raise DataError(
+                f"{path}: the column '{names[i]}' appears {names.count(names[i])} times in the header. "
+                "Keep one column of that name."
+            )
+        if pa.types.is_nested(fields[i].type):
+            raise DataError(
+                f"{path}: column '{names[i]}' holds {fields[i].type} values; a {what} holds one number or "
+                "text per cell. Save it with plain columns, or as CSV."
+            )
 
 
 class _Budget:

@@ -36,10 +36,9 @@ are many or one looks like an identifier (both in :mod:`sitecal.cohort._column_p
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -48,12 +47,12 @@ import numpy as np
 
 from sitecal._io import write_csv_atomic
 from sitecal._split_key import split_ranks
-from sitecal.cohort import _prediction_rows
-from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size, csv_chunks
-from sitecal.cohort._parquet import parquet_chunks
+from sitecal.cohort._file_columns import cell_at, file_rows, score_columns_of
+from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size
 from sitecal.cohort._prediction_rows import (
     DUPLICATE_REASON,
     SUM_TOLERANCE,
+    CollectedRows,
     PredictionRow,
     PredictionRows,
     RowSpec,
@@ -182,44 +181,12 @@ def read_predictions(
     """
     _check_file(path, max_bytes)
     named_columns = {key_column, patient_column, label_column, *columns, *_SITECAL_COLUMNS} - {None}
-    header, cells, chunks, numbered_by = _rows(path, max_bytes, max_rows, named_columns)
-    pseudonymised = key_column not in header and SITECAL_KEY_COLUMN in header
-    if pseudonymised:
-        key_column = SITECAL_KEY_COLUMN
-        if patient_column is None and SITECAL_PATIENT_COLUMN in header:
-            patient_column = SITECAL_PATIENT_COLUMN
-    named = [(key_column, "data.key_column")]
-    named += [(patient_column, "data.patient_column")] if patient_column else []
-    named += [(label_column, "data.label_column")] if label_column else []
-    named += [(c, "subgroups.<name>.column") for c in columns]
-    check_column_list(path, header, named)
-    kind, score_columns = _score_columns(path, header, class_names)
-    if pseudonymised and SITECAL_SPLIT_COLUMN not in header:
-        raise DataError(
-            f"{path}: a predictions file with sitecal's own keys ({SITECAL_KEY_COLUMN}) but without its "
-            f"{SITECAL_SPLIT_COLUMN} column, which orders the patients for the fit/evaluation split. It "
-            "was written by an earlier sitecal: run 'sitecal predict' again to write it anew."
-        )
-    at = {name: cells.index(name) for name, _ in named}
-    spec = RowSpec(
-        key_column=key_column,
-        key_at=at[key_column],
-        kind=kind,
-        score_at=tuple(cells.index(c) if c is not None else None for c in score_columns),
-        score_columns=tuple(score_columns),
-        patient_at=at[patient_column] if patient_column else None,
-        label_at=at[label_column] if label_column else None,
-        column_at={c: at[c] for c in columns},
-        split_at=cells.index(SITECAL_SPLIT_COLUMN) if pseudonymised else None,
-        split_column=SITECAL_SPLIT_COLUMN,
-    )
-    found = collect_rows(chunks, spec)
-    if not found.usable.keys:
-        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in found.bad).most_common(3))
-        raise DataError(
-            f"{path}: none of the {found.n_rows} rows of the predictions file can be used ({reasons}). "
-            "Check the file's score columns and data.key_column."
-        )
+    header, cells, chunks, numbered_by = file_rows(path, max_bytes, max_rows, named_columns)
+    own = _columns_of(header, key_column, patient_column, label_column, columns)
+    check_column_list(path, header, own.named)
+    kind, score_columns = score_columns_of(path, header, class_names)
+    _check_split_column(path, header, own.pseudonymised)
+    found = _usable_rows(path, chunks, own.spec(cells, kind, score_columns))
     return PredictionTable(
         path=path,
         rows=PredictionRows(found.usable),
@@ -227,13 +194,93 @@ def read_predictions(
         bad_rows=tuple(sorted(found.bad)),
         n_rows=found.n_rows,
         score_kind=kind,
-        pseudonymised=pseudonymised,
-        key_column=key_column,
-        has_patient=patient_column is not None,
+        pseudonymised=own.pseudonymised,
+        key_column=own.key,
+        has_patient=own.patient is not None,
         numbered_by=numbered_by,
         usable=found.usable,
         unusable_keys=found.unusable_keys,
     )
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The columns a predictions file's rows are read by: key, patient, label and subgroup columns.
+
+    ``pseudonymised``: the file is one sitecal wrote, keyed by :data:`SITECAL_KEY_COLUMN` (its patients
+    in :data:`SITECAL_PATIENT_COLUMN` unless a patient column is named).
+    """
+
+    key: str
+    patient: str | None
+    label: str | None
+    subgroups: Sequence[str]
+    pseudonymised: bool
+
+    @property
+    def named(self) -> list[tuple[str, str]]:
+        """Each column the file must have, with the protocol field that names it."""
+        named = [(self.key, "data.key_column")]
+        named += [(self.patient, "data.patient_column")] if self.patient else []
+        named += [(self.label, "data.label_column")] if self.label else []
+        named += [(c, "subgroups.<name>.column") for c in self.subgroups]
+        return named
+
+    def spec(self, cells: list[str], kind: ScoreKind, score_columns: Sequence[str | None]) -> RowSpec:
+        """Where these columns' and the score columns' cells are in a row holding ``cells``."""
+        at = {name: cells.index(name) for name, _ in self.named}
+        return RowSpec(
+            key_column=self.key,
+            key_at=at[self.key],
+            kind=kind,
+            score_at=tuple(cells.index(c) if c is not None else None for c in score_columns),
+            score_columns=tuple(score_columns),
+            patient_at=at[self.patient] if self.patient else None,
+            label_at=at[self.label] if self.label else None,
+            column_at={c: at[c] for c in self.subgroups},
+            split_at=cells.index(SITECAL_SPLIT_COLUMN) if self.pseudonymised else None,
+            split_column=SITECAL_SPLIT_COLUMN,
+        )
+
+
+def _columns_of(
+    header: Sequence[str],
+    key_column: str,
+    patient_column: str | None,
+    label_column: str | None,
+    columns: Sequence[str],
+) -> _Columns:
+    """The columns named, or sitecal's own for a file with its key column and without ``key_column``."""
+    pseudonymised = key_column not in header and SITECAL_KEY_COLUMN in header
+    if pseudonymised:
+        key_column = SITECAL_KEY_COLUMN
+        if patient_column is None and SITECAL_PATIENT_COLUMN in header:
+            patient_column = SITECAL_PATIENT_COLUMN
+    return _Columns(key_column, patient_column, label_column, columns, pseudonymised)
+
+
+def _check_split_column(path: Path, header: Sequence[str], pseudonymised: bool) -> None:
+    """Refuse a file sitecal wrote without the column that orders its patients for the split."""
+    if pseudonymised and SITECAL_SPLIT_COLUMN not in header:
+        raise DataError(
+            f"{path}: a predictions file with sitecal's own keys ({SITECAL_KEY_COLUMN}) but without its "
+            f"{SITECAL_SPLIT_COLUMN} column, which orders the patients for the fit/evaluation split. It "
+            "was written by an earlier sitecal: run 'sitecal predict' again to write it anew."
+        )
+
+
+def _usable_rows(
+    path: Path, chunks: Iterator[tuple[Sequence[int], list[list[str]]]], spec: RowSpec
+) -> CollectedRows:
+    """The file's rows sorted into usable and unusable; refused when none can be used."""
+    found = collect_rows(chunks, spec)
+    if not found.usable.keys:
+        reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in found.bad).most_common(3))
+        raise DataError(
+            f"{path}: none of the {found.n_rows} rows of the predictions file can be used ({reasons}). "
+            "Check the file's score columns and data.key_column."
+        )
+    return found
 
 
 def warn_unusable_rows(table: PredictionTable) -> None:
@@ -295,11 +342,11 @@ def read_scores(
     if not path.is_file():
         raise DataError(f"{path}: the scores file is not a regular file (a folder, pipe or device).")
     check_size(path, path.stat().st_size, max_bytes, "scores file", "SCORES")
-    header, cells, chunks, numbered_by = _rows(path, max_bytes, MAX_ROWS, {group_column} - {None})
+    header, cells, chunks, numbered_by = file_rows(path, max_bytes, MAX_ROWS, {group_column} - {None})
     rows = [(at, cells) for positions, block in chunks for at, cells in zip(positions, block, strict=True)]
     if group_column is not None:
         check_column_list(path, header, [(group_column, "--group-column")])
-    kind, score_columns = _score_columns(path, header, class_names)
+    kind, score_columns = score_columns_of(path, header, class_names)
     score_at = [cells.index(c) if c is not None else None for c in score_columns]
     group_at = None if group_column is None else cells.index(group_column)
     positions: list[int] = []
@@ -312,7 +359,7 @@ def read_scores(
             bad.append((position, row_logits))
             continue
         positions.append(position)
-        groups.append("" if group_at is None else _cell(cells, group_at))
+        groups.append("" if group_at is None else cell_at(cells, group_at))
         logits.append(row_logits)
     if not positions:
         reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
@@ -369,85 +416,3 @@ def _check_file(path: Path, max_bytes: int) -> None:
             "data.predictions at a CSV or Parquet file."
         )
     check_size(path, path.stat().st_size, max_bytes, "predictions file", "data.predictions")
-
-
-def _rows(
-    path: Path, max_bytes: int, max_rows: int, named: Collection[str | None]
-) -> tuple[list[str], list[str], Iterator[tuple[Sequence[int], list[list[str]]]], Literal["line", "row"]]:
-    """The header, the columns a row holds, and the rows in chunks of (positions, rows), of a file.
-
-    A CSV row holds every column of the header. Of a Parquet file only the ``named`` columns and the score
-    columns are read, and a row holds theirs only.
-    """
-    size = _prediction_rows.CHUNK_ROWS
-    if path.suffix.lower() == ".parquet":
-
-        def read(header: list[str]) -> list[str]:
-            return [name for name in header if name in named or name.startswith(("logit:", "prob:"))]
-
-        header, cells, parts = parquet_chunks(
-            path,
-            read,
-            max_rows=max_rows,
-            max_bytes=max_bytes,
-            chunk_rows=size,
-            what="predictions file",
-            field="data.predictions",
-        )
-        return header, cells, parts, "row"
-    header, chunks = csv_chunks(
-        path,
-        (),
-        max_bytes,
-        what="predictions file",
-        field="data.predictions",
-        chunk_rows=size,
-        max_rows=max_rows,
-    )
-    # the first chunk at once: a file with a header and no rows is refused before its columns are checked
-    first = next(chunks)
-    return header, header, itertools.chain([first], chunks), "line"
-
-
-def _score_columns(
-    path: Path, header: Sequence[str], class_names: Sequence[str]
-) -> tuple[ScoreKind, list[str | None]]:
-    """Whether scores are logits or probabilities, and each class's column (``None``: the complement)."""
-    found: dict[str, dict[str, str]] = {"logit": {}, "prob": {}}
-    for name in header:
-        if name.startswith(("logit:", "prob:")) and header.count(name) > 1:
-            raise DataError(
-                f"{path}: the column '{name}' appears {header.count(name)} times in the header. Keep one "
-                "score column per class."
-            )
-        prefix, sep, cls = name.partition(":")
-        if sep and prefix in found:
-            if cls not in class_names:
-                raise DataError(
-                    f"{path}: column '{name}' names a class the model does not have (model.class_names: "
-                    f"{', '.join(class_names)}). Rename the column, or fix model.class_names."
-                )
-            found[prefix][cls] = name
-    kinds = [kind for kind, cols in found.items() if cols]
-    if len(kinds) != 1:
-        what = "both logit: and prob: columns" if kinds else "no score column"
-        expected = ", ".join(f"logit:{c}" for c in class_names)
-        raise DataError(
-            f"{path}: {what}. Give one column per class, all logits ({expected}) or all probabilities "
-            f"(prob:<class>; a two-class model may give one class's probability only)."
-        )
-    kind: ScoreKind = "logit" if kinds[0] == "logit" else "prob"
-    cols = found[kind]
-    missing = [c for c in class_names if c not in cols]
-    if kind == "prob" and len(class_names) == 2 and len(missing) == 1:
-        return kind, [cols.get(c) for c in class_names]
-    if missing:
-        raise DataError(
-            f"{path}: no column {', '.join(f'{kind}:{c}' for c in missing)}. Give one {kind}: column per "
-            f"class of model.class_names ({', '.join(class_names)})."
-        )
-    return kind, [cols[c] for c in class_names]
-
-
-def _cell(row: Sequence[str], at: int) -> str:
-    return row[at].strip() if at < len(row) else ""

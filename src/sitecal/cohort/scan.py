@@ -179,6 +179,26 @@ def scan_folder(
     DataError
         If ``root`` is not a readable folder, or a limit is not positive.
     """
+    _check_folder_and_limits(root, max_pixels_per_image, read_timeout_s)
+    entries = sorted(walk(root))
+    if only is not None:
+        wanted_paths = set(only)
+        entries = [(path, problem) for path, problem in entries if path.relative_to(root) in wanted_paths]
+    paths = [path for path, problem in entries if problem is None]
+    wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
+    limits = _Limits(max_pixels_per_image, read_timeout_s, _checked_multiple(transform_multiple))
+    n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
+    with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
+        outcomes = dict(zip(paths, _read_all(paths, wanted, limits, n_workers, bar), strict=True))
+    instances, exclusions, said = _sort_out(root, entries, outcomes)
+    _log_summary(entries, exclusions, instances, said)
+    return ScanResult(
+        root=root, files_found=len(entries), instances=tuple(instances), exclusions=tuple(exclusions)
+    )
+
+
+def _check_folder_and_limits(root: Path, max_pixels_per_image: int, read_timeout_s: float | None) -> None:
+    """Refuse a DICOM folder that is not a folder, and a pixel or time limit that is not positive."""
     if not root.is_dir():
         raise DataError(f"{root}: DICOM folder not found. Check data.dicom_dir in the protocol.")
     limit = max_pixels_per_image
@@ -191,12 +211,10 @@ def scan_folder(
             "The 'read_timeout_s' parameter of scan_folder must be a number > 0 or None. "
             f"Got {read_timeout_s!r}."
         )
-    entries = sorted(walk(root))
-    if only is not None:
-        wanted_paths = set(only)
-        entries = [(path, problem) for path, problem in entries if path.relative_to(root) in wanted_paths]
-    paths = [path for path, problem in entries if problem is None]
-    wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
+
+
+def _checked_multiple(transform_multiple: float) -> float:
+    """The transforms' memory multiple as a float, refused outside [1, 1024]."""
     if isinstance(transform_multiple, bool) or not (
         isinstance(transform_multiple, int | float) and 1 <= transform_multiple <= 1024
     ):
@@ -204,10 +222,17 @@ def scan_folder(
             "The 'transform_multiple' parameter of scan_folder must be a number from 1 to 1024. "
             f"Got {transform_multiple!r}."
         )
-    limits = _Limits(max_pixels_per_image, read_timeout_s, float(transform_multiple))
-    n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
-    with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
-        outcomes = dict(zip(paths, _read_all(paths, wanted, limits, n_workers, bar), strict=True))
+    return float(transform_multiple)
+
+
+def _sort_out(
+    root: Path, entries: list[tuple[Path, str | None]], outcomes: dict[Path, _Outcome]
+) -> tuple[list[InstanceHeader], list[Exclusion], Counter[str]]:
+    """The instances read, an exclusion per other entry, and what pydicom said, in the order of ``entries``.
+
+    An entry the walk did not read, or whose header is unusable, is an exclusion; so is a file whose
+    SOPInstanceUID an earlier file has (:func:`_duplicate_reason`).
+    """
     instances: list[InstanceHeader] = []
     exclusions: list[Exclusion] = []
     seen: dict[str, Path] = {}
@@ -240,10 +265,7 @@ def scan_folder(
         else:
             seen[outcome["SOPInstanceUID"]] = path
             instances.append(InstanceHeader(path=path, values=outcome))
-    _log_summary(entries, exclusions, instances, said)
-    return ScanResult(
-        root=root, files_found=len(entries), instances=tuple(instances), exclusions=tuple(exclusions)
-    )
+    return instances, exclusions, said
 
 
 def _log_summary(
