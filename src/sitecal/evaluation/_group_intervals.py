@@ -9,7 +9,7 @@ with ``bootstrap.refit``, after-calibration intervals that refit it in every res
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -275,18 +275,9 @@ def add_temperature_uncertainty(
     given: dict[str, Any] = {}
     if source == "empirical_bayes":
         assert shrinkage is not None and group is not None  # evaluate() made it for these groups
-        i = shrinkage.groups.index(group)
-        interval = TemperatureInterval(
-            **interval_fields(shrinkage.temperature(group)), n_fit=int(fit_rows.labels.shape[0])
-        )
+        interval, given = _shrunk(shrinkage, group, n_fit=int(fit_rows.labels.shape[0]))
         if not ev.bootstrap.refit:
             return dataclasses.replace(entry, temperature_interval=interval)
-        jk = shrinkage.log_temperature_jackknife
-        given = {
-            "log_temperature": float(shrinkage.log_temperature[i]),
-            "log_temperature_replicates": shrinkage.log_temperature_replicates[i],
-            "log_temperature_jackknife": None if jk is None else jk[i],
-        }
     rows = (
         fit_rows.groups == group
         if source in ("own", "empirical_bayes")
@@ -298,9 +289,51 @@ def add_temperature_uncertainty(
         )
         interval = TemperatureInterval(**interval_fields(fixed.temperature), n_fit=int(rows.sum()))
         return dataclasses.replace(entry, temperature_interval=interval)
-    res: RefitIntervals | CrossfitIntervals
+    res = _refit_temperature(
+        fit_rows, rows, (logits, labels, patients, folds), ev=ev, spec=spec, split=split, given=given
+    )
+    if not given:
+        interval = TemperatureInterval(**interval_fields(res.temperature), n_fit=int(rows.sum()))
+    metrics = _refitted_metrics(entry, res, ev.metrics)
+    return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
+
+
+def _shrunk(
+    shrinkage: GroupTemperatureIntervals, group: str, *, n_fit: int
+) -> tuple[TemperatureInterval, dict[str, Any]]:
+    """An empirical-Bayes group's temperature interval, and what its refit bootstrap starts from.
+
+    ``n_fit``: every fit row (the shrinkage of each group draws on all of them).
+    """
+    i = shrinkage.groups.index(group)
+    interval = TemperatureInterval(**interval_fields(shrinkage.temperature(group)), n_fit=n_fit)
+    jk = shrinkage.log_temperature_jackknife
+    given = {
+        "log_temperature": float(shrinkage.log_temperature[i]),
+        "log_temperature_replicates": shrinkage.log_temperature_replicates[i],
+        "log_temperature_jackknife": None if jk is None else jk[i],
+    }
+    return interval, given
+
+
+def _refit_temperature(
+    fit_rows: FitRows,
+    rows: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    ev: EvaluationSettings,
+    spec: BootstrapSpec,
+    split: Split,
+    given: dict[str, Any],
+) -> RefitIntervals | CrossfitIntervals:
+    """The group's metrics after calibration with its temperature refitted in every resample.
+
+    ``rows``: the fit rows the temperature is fitted on; ``held``: the group's evaluated logits, labels,
+    patients and folds; ``given``: an empirical-Bayes temperature's replicates (one split only).
+    """
+    logits, labels, patients, folds = held
     if split.method == "crossfit":  # the protocol refuses empirical_bayes here (no per-fold shrinkage yet)
-        res = crossfit_bootstrap(
+        return crossfit_bootstrap(
             fit_rows.logits[rows],
             fit_rows.labels[rows],
             logits,
@@ -314,30 +347,30 @@ def add_temperature_uncertainty(
             n_bins=ev.n_bins,
             spec=spec,
         )
-    else:
-        res = refit_bootstrap(
-            fit_rows.logits[rows],
-            fit_rows.labels[rows],
-            logits,
-            labels,
-            fit_clusters=fit_rows.patients[rows],
-            eval_clusters=patients,
-            metrics=tuple(ev.metrics),
-            n_bins=ev.n_bins,
-            spec=spec,
-            **given,
-        )
-    metrics = {
+    return refit_bootstrap(
+        fit_rows.logits[rows],
+        fit_rows.labels[rows],
+        logits,
+        labels,
+        fit_clusters=fit_rows.patients[rows],
+        eval_clusters=patients,
+        metrics=tuple(ev.metrics),
+        n_bins=ev.n_bins,
+        spec=spec,
+        **given,
+    )
+
+
+def _refitted_metrics(entry: GroupResult, res: Any, metrics: Sequence[str]) -> dict[str, MetricResult]:
+    """The group's metrics with the after-calibration intervals and differences of a refit bootstrap."""
+    return {
         metric: dataclasses.replace(
             entry.metrics[metric],
             after=Interval(**interval_fields(res.get(metric, "after"))),
             difference=Interval(**interval_fields(res.difference(metric, "after", "before"))),
         )
-        for metric in ev.metrics
+        for metric in metrics
     }
-    if not given:
-        interval = TemperatureInterval(**interval_fields(res.temperature), n_fit=int(rows.sum()))
-    return dataclasses.replace(entry, temperature_interval=interval, metrics=metrics, refit=True)
 
 
 def add_method_uncertainty(
@@ -384,15 +417,7 @@ def add_method_uncertainty(
             else {"fit_folds": fit_rows.folds[rows], "eval_folds": held[3], "folds": folds}
         ),
     )
-    metrics = {
-        metric: dataclasses.replace(
-            entry.metrics[metric],
-            after=Interval(**interval_fields(res.get(metric, "after"))),
-            difference=Interval(**interval_fields(res.difference(metric, "after", "before"))),
-        )
-        for metric in ev.metrics
-    }
-    return dataclasses.replace(entry, metrics=metrics, refit=True)
+    return dataclasses.replace(entry, metrics=_refitted_metrics(entry, res, ev.metrics), refit=True)
 
 
 _Source = Literal["own", "global_fallback", "shrunk", "empirical_bayes"]
