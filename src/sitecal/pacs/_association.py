@@ -157,7 +157,40 @@ def associate(
     by ``service.limits.instance_mib``, any other answer by ``answer_mib``, each by ``timeout_s``.
     Raises :class:`PacsError` naming what failed and what to check.
     """
-    from pynetdicom import AE, build_role, evt
+    from pynetdicom import build_role
+
+    ae = _application_entity(service, what, contexts=contexts, send=send, receive=receive)
+    ext_neg = [build_role(uid, scp_role=True) for uid in receive] + _identity(credentials)
+    seen: dict[str, bool] = {}
+    handlers = _handlers(service, seen, receive=receive, on_store=on_store)
+    tls_args = _tls_args(service, resolve, what, field)
+    peer = service.dimse
+    started = time.monotonic()
+    assoc = ae.associate(
+        peer.host,
+        peer.port,
+        ae_title=peer.ae_title,
+        ext_neg=ext_neg or None,
+        evt_handlers=handlers,
+        tls_args=tls_args,
+    )
+    if assoc.is_established:
+        _check_accepted(assoc, service, what, [*contexts, *(u for u, _ in send)])
+        return assoc
+    _close(assoc)
+    raise _failure(service, assoc, what, field, connected=seen.get("connected", False), started=started)
+
+
+def _application_entity(
+    service: DimseService,
+    what: str,
+    *,
+    contexts: Sequence[str],
+    send: Sequence[tuple[str, str]],
+    receive: Sequence[str],
+) -> Any:
+    """Our AE, with the service's timeouts and the presentation contexts asked for (at most 128)."""
+    from pynetdicom import AE
     from pynetdicom.presentation import build_context
 
     ae = AE(ae_title=service.calling_ae)
@@ -170,8 +203,22 @@ def associate(
     if len(requested) > 128:
         raise PacsError(f"{what}: more than 128 SOP classes in one association.")
     ae.requested_contexts = requested
-    ext_neg = [build_role(uid, scp_role=True) for uid in receive] + _identity(credentials)
-    seen: dict[str, bool] = {}
+    return ae
+
+
+def _handlers(
+    service: DimseService,
+    seen: dict[str, bool],
+    *,
+    receive: Sequence[str],
+    on_store: Callable[[Any], int] | None,
+) -> list[Any]:
+    """The association's event handlers: the guard's bounds, ``on_store``, and one noting the connection.
+
+    The connection handler sets ``seen["connected"]``, so that a failure tells no connection from no
+    answer.
+    """
+    from pynetdicom import evt
 
     def opened(event: Any) -> None:
         seen["connected"] = True
@@ -185,58 +232,65 @@ def associate(
     handlers: list[Any] = [(evt.EVT_CONN_OPEN, opened), *guarded]
     if on_store is not None:
         handlers.append((evt.EVT_C_STORE, on_store))
-    peer = service.dimse
-    tls_args = None
-    if service.tls is not None:
-        try:
-            tls_args = (tls_context(service.tls, resolve), peer.host)
-        except (OSError, ssl.SSLError, ValueError) as exc:
-            raise PacsError(
-                f"{what}: the TLS files of {field}.tls cannot be used ({type(exc).__name__}: "
-                f"{getattr(exc, 'strerror', None) or exc}). Check ca_file, cert_file and key_file."
-            ) from None
-    started = time.monotonic()
-    assoc = ae.associate(
-        peer.host,
-        peer.port,
-        ae_title=peer.ae_title,
-        ext_neg=ext_neg or None,
-        evt_handlers=handlers,
-        tls_args=tls_args,
-    )
-    if assoc.is_established:
-        accepted = {c.abstract_syntax for c in assoc.accepted_contexts}
-        refused = [uid for uid in [*contexts, *(u for u, _ in send)] if uid not in accepted]
-        if refused:
-            assoc.release()
-            names = ", ".join(_sop_name(uid) for uid in refused)
-            raise PacsError(
-                f"{what}: {_where(service)} accepted the association but not {names}. Ask the PACS "
-                f"administrator to allow it for {service.calling_ae}"
-                + (", or use retrieve: move" if "Get" in names else "")
-                + "."
-            )
-        return assoc
-    _close(assoc)
-    if said := refused_by_guard(assoc, field):
-        raise PacsError(f"{what}: {_where(service)} {said}")
-    if assoc.is_rejected:
-        raise PacsError(_rejection(service, assoc, what, field))
-    secured = "; or the TLS handshake failed (check tls and that the port speaks TLS)" if service.tls else ""
-    if not seen.get("connected"):
+    return handlers
+
+
+def _tls_args(
+    service: DimseService, resolve: Callable[[str], Path], what: str, field: str
+) -> tuple[ssl.SSLContext, str] | None:
+    """The ``tls_args`` pynetdicom takes for the service's TLS settings (``None`` without TLS)."""
+    if service.tls is None:
+        return None
+    try:
+        return tls_context(service.tls, resolve), service.dimse.host
+    except (OSError, ssl.SSLError, ValueError) as exc:
         raise PacsError(
+            f"{what}: the TLS files of {field}.tls cannot be used ({type(exc).__name__}: "
+            f"{getattr(exc, 'strerror', None) or exc}). Check ca_file, cert_file and key_file."
+        ) from None
+
+
+def _check_accepted(assoc: Any, service: DimseService, what: str, asked: Sequence[str]) -> None:
+    """Release the association and raise when the PACS did not accept every abstract syntax asked for."""
+    accepted = {c.abstract_syntax for c in assoc.accepted_contexts}
+    refused = [uid for uid in asked if uid not in accepted]
+    if refused:
+        assoc.release()
+        names = ", ".join(_sop_name(uid) for uid in refused)
+        raise PacsError(
+            f"{what}: {_where(service)} accepted the association but not {names}. Ask the PACS "
+            f"administrator to allow it for {service.calling_ae}"
+            + (", or use retrieve: move" if "Get" in names else "")
+            + "."
+        )
+
+
+def _failure(
+    service: DimseService, assoc: Any, what: str, field: str, *, connected: bool, started: float
+) -> PacsError:
+    """Why an association attempt begun at ``started`` (``time.monotonic``) was not established.
+
+    Refused by the guard, rejected, no connection, no answer within the timeout, or aborted.
+    """
+    if said := refused_by_guard(assoc, field):
+        return PacsError(f"{what}: {_where(service)} {said}")
+    if assoc.is_rejected:
+        return PacsError(_rejection(service, assoc, what, field))
+    secured = "; or the TLS handshake failed (check tls and that the port speaks TLS)" if service.tls else ""
+    if not connected:
+        return PacsError(
             f"{what}: cannot connect to {_where(service)} (connection refused, host unreachable, or no "
             f"answer within {field}.timeout_s, {service.timeout_s:g} s){secured}. Check that the PACS is "
             f"running and that {field}.dimse names its host and DICOM port."
         )
     if time.monotonic() - started >= 0.95 * service.timeout_s:  # our own ACSE timeout ended it
-        raise PacsError(
+        return PacsError(
             f"{what}: {_where(service)} accepted the connection but did not answer the association "
             f"request within {field}.timeout_s ({service.timeout_s:g} s){secured}. Check that "
             f"{field}.dimse.port is the PACS's DICOM port."
         )
     plain = f" (a port that expects TLS needs {field}.tls)" if service.tls is None else ""
-    raise PacsError(
+    return PacsError(
         f"{what}: {_where(service)} closed the connection without accepting the association "
         f"(A-ABORT or a dropped connection){secured}. Check that the PACS knows {service.calling_ae} "
         f"({field}.calling_ae) and accepts associations from this host, and that the port is its DICOM "
