@@ -7,9 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from tests.conftest import DEMO_PROTOCOL
 
 from sitecal import evaluate_arrays
 from sitecal.errors import DataError
+from sitecal.protocol import Protocol
 
 
 def _data(n: int = 300) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,3 +80,54 @@ def test_notebooks_choose_the_split_the_fallback_and_the_refit_as_a_protocol_doe
     assert all(g["refit"] for g in refit["subgroups"]["site"])
     with pytest.raises(DataError, match=r"calibration\.fallback"):
         evaluate_arrays(logits=logits, fallback="nearest", **common)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"fallback": "nearest"},
+            "The 'fallback' parameter of evaluate_arrays (calibration.fallback): Input ",
+        ),
+        ({"level": 1.5}, "The 'level' parameter of evaluate_arrays (evaluation.bootstrap.level): "),
+        ({"folds": 1}, "The 'folds' parameter of evaluate_arrays (calibration.split.folds): "),
+        ({"seed": -1}, "The 'seed' parameter of evaluate_arrays (evaluation.bootstrap.seed): "),
+        ({"name": "a name"}, "The 'name' parameter of evaluate_arrays (name): "),
+        (
+            {"acceptance": [{"id": "c", "metric": "ece_debiased", "below": 0.1, "scope": "sitee"}]},
+            "The 'acceptance' parameter of evaluate_arrays (acceptance.0.scope): 'sitee' is not a subgroup "
+            "defined under 'subgroups' ['site', 'overall']. Did you mean 'site'?",
+        ),
+    ],
+)
+def test_a_refused_setting_names_the_argument_and_the_protocol_field(kwargs: dict, message: str) -> None:
+    logits, labels, site = _data(200)
+    common = {"logits": logits, "labels": labels, "class_names": ["no", "yes"], "groups": {"site": site}}
+    with pytest.raises(DataError) as refused:
+        evaluate_arrays(**common, n_resamples=50, **kwargs)
+    assert str(refused.value).startswith(message)
+
+
+def test_a_protocol_and_the_arrays_refuse_the_same_settings_with_the_same_reason() -> None:
+    """The checks spanning the analysis sections are one function (sitecal.protocol.check_analysis)."""
+    raw = yaml.safe_load(DEMO_PROTOCOL.read_text())
+    raw["calibration"].update(fallback="empirical_bayes", split={"by": "crossfit", "folds": 3, "seed": 1})
+    raw["evaluation"]["bootstrap"]["refit"] = True
+    with pytest.raises(ValueError) as by_protocol:
+        Protocol.model_validate(raw)
+    logits, labels, site = _data(200)
+    with pytest.raises(DataError) as by_arrays:
+        evaluate_arrays(
+            logits=logits,
+            labels=labels,
+            class_names=["no", "yes"],
+            groups={"site": site},
+            calibrate_by="site",
+            folds=3,
+            fallback="empirical_bayes",
+            refit=True,
+            n_resamples=50,
+        )
+    reason = "refit under calibration.split.by: crossfit does not yet repeat the empirical-Bayes shrinkage"
+    assert reason in str(by_protocol.value) and reason in str(by_arrays.value)
+    assert str(by_arrays.value).startswith("The 'refit' parameter of evaluate_arrays")

@@ -13,6 +13,7 @@ relative to the protocol file's folder. ``model.path`` may also name a file ship
 name and the plain arguments each takes, and :func:`transform_problem` says why an entry is refused.
 """
 
+from sitecal.protocol._analysis_checks import check_analysis
 from sitecal.protocol._base import SHOWN_TAGS
 from sitecal.protocol._inputs import (
     DataSettings,
@@ -77,6 +78,7 @@ __all__ = [
     "TlsSettings",
     "TransformSettings",
     "YamlExcess",
+    "check_analysis",
     "load_protocol",
     "protocol_summary",
     "transform_problem",

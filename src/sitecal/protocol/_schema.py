@@ -11,7 +11,6 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from sitecal.metrics.registry import metric
 from sitecal.protocol._analysis import (
     MAX_FOLDS,
     MAX_MIN_GROUP_SIZE,
@@ -24,9 +23,9 @@ from sitecal.protocol._analysis import (
     EvaluationSettings,
     SplitSettings,
 )
+from sitecal.protocol._analysis_checks import check_analysis
 from sitecal.protocol._base import (
     _NAME_PATTERN,
-    _check_reference,
     _ReferenceError,
     _Strict,
     refused_column,
@@ -118,97 +117,15 @@ class Protocol(_Strict):
                 ("data", "series"), "series rules choose a volume: set inputs.kind: volume, or remove them"
             )
         _check_route(self)
-        _check_reference(self.calibration.per, names, "calibration", "per")
-        _check_reference(self.calibration.split.stratify, names, "calibration", "split", "stratify")
-        boot = self.evaluation.bootstrap
-        if (
-            self.calibration.split.by == "crossfit"
-            and boot.refit
-            and self.calibration.fallback == "empirical_bayes"
-        ):
-            raise _ReferenceError(
-                ("evaluation", "bootstrap", "refit"),
-                "refit under calibration.split.by: crossfit does not yet repeat the empirical-Bayes "
-                "shrinkage in each fold; use refit: false (the temperature intervals still repeat it), "
-                "split.by: patient, or another calibration.fallback",
-            )
-        if self.calibration.split.by == "crossfit" and boot.refit and boot.method == "bca":
-            raise _ReferenceError(
-                ("evaluation", "bootstrap", "method"),
-                "method bca with refit under calibration.split.by: crossfit is not available (its "
-                "acceleration would refit every fold without each patient); use method: percentile, or "
-                "refit: false",
-            )
-        squared = [m for m in self.evaluation.metrics if metric(m).squared]
-        if boot.method == "bca" and squared:
-            raise _ReferenceError(
-                ("evaluation", "bootstrap", "method"),
-                f"method bca is not valid for {', '.join(squared)}: the debiased ECE is the square root "
-                "of an estimate clamped at 0, and when it is clamped the BCa interval collapses to [0, 0] "
-                "even on groups beyond the margin (a group at 0.11 against a 0.10 margin passed 40 % of "
-                "the time at 50 studies). Use method: percentile (its studentised interval covers: "
-                "benchmarks/coverage_debiased.md), or leave ece_debiased out of evaluation.metrics",
-            )
-        _check_method(self)
-        _check_compare(self)
-        for i, name in enumerate(self.evaluation.subgroups or []):
-            _check_reference(name, names, "evaluation", "subgroups", i)
-        for i, criterion in enumerate(self.acceptance):
-            if criterion.scope != "overall":
-                _check_reference(criterion.scope, [*names, "overall"], "acceptance", i, "scope")
-            # slope, intercept and O:E come from the recalibration analysis, computed for every group
-            if criterion.metric not in self.evaluation.metrics and not metric(criterion.metric).recalibration:
-                raise _ReferenceError(
-                    ("acceptance", i, "metric"),
-                    f"'{criterion.metric}' is not among evaluation.metrics {self.evaluation.metrics}",
-                )
-        ids = [c.id for c in self.acceptance]
-        if len(set(ids)) != len(ids):
-            raise _ReferenceError(("acceptance",), "acceptance ids must be distinct")
+        check_analysis(
+            names, self.calibration, self.evaluation, self.acceptance, n_classes=len(self.model.class_names)
+        )
         return self
 
     @property
     def reported_subgroups(self) -> list[str]:
         """Subgroup names evaluated and reported, in protocol order."""
         return list(self.evaluation.subgroups or self.subgroups)
-
-
-def _check_method(protocol: Protocol) -> None:
-    """A deployed method other than temperature scaling: the global fallback, percentile intervals."""
-    cal, boot = protocol.calibration, protocol.evaluation.bootstrap
-    if cal.method == "temperature":
-        return
-    if cal.method == "beta" and len(protocol.model.class_names) != 2:
-        raise _ReferenceError(
-            ("calibration", "method"),
-            f"beta calibration is for two classes and model.class_names lists "
-            f"{len(protocol.model.class_names)}; use dirichlet (its multiclass generalisation) or another "
-            "method",
-        )
-    if cal.fallback != "global":
-        raise _ReferenceError(
-            ("calibration", "fallback"),
-            f"fallback {cal.fallback} pulls a temperature toward the global one; with method {cal.method} a "
-            "group below min_group_size takes the global fit. Use fallback: global, or method: temperature",
-        )
-    if boot.refit and boot.method == "bca":
-        raise _ReferenceError(
-            ("evaluation", "bootstrap", "method"),
-            "method bca with refit: true needs every fit repeated without each patient, which is available "
-            f"for method: temperature only; use method: percentile with method {cal.method}, or refit: false",
-        )
-
-
-def _check_compare(protocol: Protocol) -> None:
-    """``calibration.compare`` with beta calibration needs a binary model."""
-    compare = protocol.calibration.compare
-    if "beta" in compare and len(protocol.model.class_names) != 2:
-        raise _ReferenceError(
-            ("calibration", "compare", compare.index("beta")),
-            f"beta calibration is for two classes and model.class_names lists "
-            f"{len(protocol.model.class_names)}; compare dirichlet (its multiclass generalisation), "
-            "vector, matrix, histogram or isotonic instead",
-        )
 
 
 def _check_route(protocol: Protocol) -> None:
