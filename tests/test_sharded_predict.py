@@ -22,6 +22,7 @@ from sitecal.cli import main
 from sitecal.demo import generate_demo
 from sitecal.errors import ModelError
 from sitecal.inference import _sharded
+from sitecal.inference._shard_parts import Part, merge_parts, read_part, write_part
 from sitecal.inference._sharded import Placement, shard_size_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -94,23 +95,23 @@ def test_shards_hold_whole_batches() -> None:
 
 def test_a_part_from_another_shard_or_cut_short_is_not_taken(tmp_path: Path) -> None:
     part = tmp_path / "shard-00000.npz"
-    assert _sharded._read_part(part, "abc") is None  # absent
+    assert read_part(part, "abc") is None  # absent
     part.write_bytes(b"PK\x03\x04 not a whole archive")
-    assert _sharded._read_part(part, "abc") is None
-    good = _sharded._Part(np.array([3]), np.zeros((1, 2), np.float32), ((4, "r"),), (), 0, 0)
-    _sharded._write_part(part, good, "abc")
-    assert _same(_sharded._read_part(part, "abc"), good)
-    assert _sharded._read_part(part, "abd") is None  # another shard's signature
+    assert read_part(part, "abc") is None
+    good = Part(np.array([3]), np.zeros((1, 2), np.float32), ((4, "r"),), (), 0, 0)
+    write_part(part, good, "abc")
+    assert _same(read_part(part, "abc"), good)
+    assert read_part(part, "abd") is None  # another shard's signature
 
 
 def test_the_model_is_broken_only_when_every_shard_says_so() -> None:
     error = ("RuntimeError", "shapes do not match")
-    failed = _sharded._Part(np.zeros(0, np.int64), np.zeros((0, 2), np.float32), ((0, "x"),), (error,), 1, 0)
-    fine = _sharded._Part(np.array([1]), np.zeros((1, 2), np.float32), (), (), 0, 0)
-    merged = _sharded._merge({}, [failed, fine], 2, "m")
+    failed = Part(np.zeros(0, np.int64), np.zeros((0, 2), np.float32), ((0, "x"),), (error,), 1, 0)
+    fine = Part(np.array([1]), np.zeros((1, 2), np.float32), (), (), 0, 0)
+    merged = merge_parts({}, [failed, fine], 2, "m")
     assert merged.ok.tolist() == [1] and merged.failures == ((0, "x"),)
     with pytest.raises(ModelError, match="failed on every study it was given \\(2\\)"):
-        _sharded._merge({}, [failed, failed], 2, "m")
+        merge_parts({}, [failed, failed], 2, "m")
 
 
 def test_placement_refuses_nonsense() -> None:
@@ -165,8 +166,8 @@ def _job_repr() -> str:
     return text
 
 
-def _same(a: object, b: _sharded._Part) -> bool:
-    assert isinstance(a, _sharded._Part)
+def _same(a: object, b: Part) -> bool:
+    assert isinstance(a, Part)
     return (
         np.array_equal(a.positions, b.positions)
         and np.array_equal(a.logits, b.logits)
@@ -200,8 +201,8 @@ def test_parts_left_by_a_killed_run_are_taken_and_no_cluster_is_started(tmp_path
     for index, positions in enumerate([[0, 1], [2, 3], [4]]):
         job = _sharded._job(index, positions, **common)
         logits = np.array([[float(i), -float(i)] for i in positions], np.float32)
-        part = _sharded._Part(np.array(positions), logits, (), (), 0, 0)
-        _sharded._write_part(job.part, part, job.signature)
+        part = Part(np.array(positions), logits, (), (), 0, 0)
+        write_part(job.part, part, job.signature)
     common.pop("parts_dir"), common.pop("batch_size"), common.pop("precision_check")
     merged = _sharded.predict_sharded(
         **common,

@@ -30,12 +30,9 @@ worker uses the device it is given (dask-cuda's workers each see one GPU as ``cu
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import logging
 import multiprocessing
 import shutil
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,12 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from sitecal._io import write_bytes_atomic
 from sitecal.errors import DataError, ModelError
-from sitecal.inference._forward import broken_model_error
 from sitecal.inference._precision import PrecisionCheck
+from sitecal.inference._shard_parts import PART_LAYOUT, Part, merge_parts, read_part, write_part
 from sitecal.inference.cache import LogitCache
-from sitecal.inference.predict import InferenceResult
+from sitecal.inference.predict import InferenceResult, _cached_logits
 from sitecal.protocol import InputSettings, ModelSettings
 
 __all__ = [
@@ -67,7 +63,6 @@ logger = logging.getLogger(__name__)
 TASK_RETRIES = 2
 #: Studies per shard when none is asked for (rounded up to a multiple of the batch size).
 DEFAULT_SHARD_SIZE = 256
-_PART_LAYOUT = "sitecal-shard-part/1"
 
 
 @dataclass(frozen=True)
@@ -137,14 +132,9 @@ def predict_sharded(
     ``precision_check`` are settled once for the whole run
     (:func:`~sitecal.inference._settle.settle_inference`), so that every shard computes as one process.
     """
-    from tqdm import tqdm
-
     if len(keys) != len(items):
         raise ValueError("sharded inference needs one key per entry of items")
-    if cache is not None and precision_check.used != "float32":  # mixed-precision logits kept apart
-        cache = cache.for_precision(precision_check.used)
-    cached = cache.load() if cache is not None else {}
-    hits = {i: cached[k] for i, k in enumerate(keys) if k in cached and np.isfinite(cached[k]).all()}
+    cache, hits = _cached_logits(cache, keys, precision_check.used)
     todo = [i for i in range(len(items)) if i not in hits]
     size = shard_size_for(placement.shard_size, batch_size)
     jobs = [
@@ -166,58 +156,92 @@ def predict_sharded(
         )
         for index, start in enumerate(range(0, len(todo), size))
     ]
-    parts: dict[int, _Part] = {}
-    for job in jobs:  # a part a killed run left behind for the same shard is taken as it is
-        part = _read_part(job.part, job.signature)
-        if part is not None:
-            parts[job.index] = part
+    parts = _parts_left(jobs)
     missing = [job for job in jobs if job.index not in parts]
-    if len(parts):
-        logger.info("sharded inference: %d of %d shards already computed", len(parts), len(jobs))
     if missing:
-        with (
-            _DaskClient(placement, device) as client,
-            tqdm(
-                total=len(jobs),
-                initial=len(parts),
-                desc="Inference shards",
-                unit="shard",
-                disable=not progress,
-            ) as bar,
-        ):
-            from distributed import as_completed
-
-            futures = {
-                client.submit(
-                    run_shard,
-                    job,
-                    key=f"sitecal-shard-{job.index:05d}-{job.signature[:12]}",
-                    retries=TASK_RETRIES,
-                    pure=False,
-                ): job
-                for job in missing
-            }
-            for future in as_completed(futures):  # type: ignore[no-untyped-call]
-                job = futures[future]
-                _result(future, job)  # re-raises a shard's error here, after its retries
-                part = _read_part(job.part, job.signature)
-                if part is None:
-                    raise ModelError(
-                        f"shard {job.index}: its worker reported it written, but the part "
-                        f"{job.part.name} in {parts_dir} cannot be read. Is the parts folder on a file "
-                        "system every worker shares with this machine?"
-                    )
-                parts[job.index] = part
-                if cache is not None and len(part.positions):
-                    cache.store([keys[i] for i in part.positions], part.logits)
-                bar.update(1)
+        parts |= _run_on_dask(missing, placement, device, cache, keys, n_done=len(parts), progress=progress)
     result = replace(
-        _merge(hits, [parts[job.index] for job in jobs], n_classes, model.name),
+        merge_parts(hits, [parts[job.index] for job in jobs], n_classes, model.name),
         batch_size=batch_size,
         precision_check=precision_check,
     )
     shutil.rmtree(parts_dir, ignore_errors=True)
     return result
+
+
+def _parts_left(jobs: Sequence[ShardJob]) -> dict[int, Part]:
+    """The parts a killed run left for these shards (same signature), by shard index: taken as they are."""
+    parts: dict[int, Part] = {}
+    for job in jobs:
+        part = read_part(job.part, job.signature)
+        if part is not None:
+            parts[job.index] = part
+    if len(parts):
+        logger.info("sharded inference: %d of %d shards already computed", len(parts), len(jobs))
+    return parts
+
+
+def _run_on_dask(
+    missing: Sequence[ShardJob],
+    placement: Placement,
+    device: str,
+    cache: LogitCache | None,
+    keys: Sequence[str],
+    *,
+    n_done: int,
+    progress: bool,
+) -> dict[int, Part]:
+    """Run the shards ``missing`` on Dask; their parts by shard index, each stored in ``cache`` as it comes.
+
+    The progress bar counts ``n_done`` shards already written besides. A shard's error is raised here,
+    once its retries are spent.
+    """
+    from tqdm import tqdm
+
+    parts: dict[int, Part] = {}
+    with (
+        _DaskClient(placement, device) as client,
+        tqdm(
+            total=n_done + len(missing),
+            initial=n_done,
+            desc="Inference shards",
+            unit="shard",
+            disable=not progress,
+        ) as bar,
+    ):
+        from distributed import as_completed
+
+        futures = {
+            client.submit(
+                run_shard,
+                job,
+                key=f"sitecal-shard-{job.index:05d}-{job.signature[:12]}",
+                retries=TASK_RETRIES,
+                pure=False,
+            ): job
+            for job in missing
+        }
+        for future in as_completed(futures):  # type: ignore[no-untyped-call]
+            job = futures[future]
+            _result(future, job)  # re-raises a shard's error here, after its retries
+            part = _written_part(job)
+            parts[job.index] = part
+            if cache is not None and len(part.positions):
+                cache.store([keys[i] for i in part.positions], part.logits)
+            bar.update(1)
+    return parts
+
+
+def _written_part(job: ShardJob) -> Part:
+    """The part a worker reported written; ModelError when it cannot be read here."""
+    part = read_part(job.part, job.signature)
+    if part is None:
+        raise ModelError(
+            f"shard {job.index}: its worker reported it written, but the part "
+            f"{job.part.name} in {job.part.parent} cannot be read. Is the parts folder on a file "
+            "system every worker shares with this machine?"
+        )
+    return part
 
 
 def _result(future: Any, job: ShardJob) -> None:
@@ -275,7 +299,7 @@ def run_shard(job: ShardJob) -> str:
         raise_if_broken=False,  # whether the model is broken is judged over every shard together
         precision_check=job.precision_check,  # the run's, settled once: no shard checks again
     )
-    part = _Part(
+    part = Part(
         positions=np.asarray([job.positions[i] for i in result.ok], dtype=np.int64),
         logits=result.logits.astype(np.float32),
         failures=tuple((job.positions[i], reason) for i, reason in result.failures),
@@ -283,40 +307,8 @@ def run_shard(job: ShardJob) -> str:
         n_model_failed=result.n_model_failed,
         n_non_finite=result.n_non_finite,
     )
-    _write_part(job.part, part, job.signature)
+    write_part(job.part, part, job.signature)
     return job.part.name
-
-
-@dataclass(frozen=True)
-class _Part:
-    positions: np.ndarray
-    logits: np.ndarray
-    failures: tuple[tuple[int, str], ...]
-    errors: tuple[tuple[str, str], ...]
-    n_model_failed: int
-    n_non_finite: int
-
-
-def _write_part(path: Path, part: _Part, signature: str) -> None:
-    """The part as an ``.npz`` of plain arrays (text as UTF-8 bytes; nothing pickled), written atomically."""
-
-    def text(value: object) -> np.ndarray:
-        return np.frombuffer(
-            json.dumps(value).encode() if not isinstance(value, str) else value.encode(), np.uint8
-        )
-
-    buffer = io.BytesIO()
-    np.savez(
-        buffer,
-        layout=text(_PART_LAYOUT),
-        signature=text(signature),
-        positions=part.positions,
-        logits=part.logits,
-        failures=text([list(f) for f in part.failures]),
-        errors=text([list(e) for e in part.errors]),
-        counts=np.asarray([part.n_model_failed, part.n_non_finite], dtype=np.int64),
-    )
-    write_bytes_atomic(path, buffer.getvalue())
 
 
 def _job(
@@ -337,7 +329,7 @@ def _job(
     precision_check: PrecisionCheck,
 ) -> ShardJob:
     digest = hashlib.sha256(
-        f"{_PART_LAYOUT}\0{identity_sha256}\0{batch_size}\0{precision_check.used}".encode()
+        f"{PART_LAYOUT}\0{identity_sha256}\0{batch_size}\0{precision_check.used}".encode()
     )
     for i in positions:
         digest.update(b"\0" + keys[i].encode())
@@ -360,59 +352,6 @@ def _job(
 
 def _item(entry: Path | Sequence[Path]) -> str | tuple[str, ...]:
     return str(entry) if isinstance(entry, (str, Path)) else tuple(str(f) for f in entry)
-
-
-def _read_part(path: Path, signature: str) -> _Part | None:
-    """The part at ``path`` when it is whole and is the shard's (its signature); else ``None``."""
-    try:
-        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
-            if (
-                bytes(data["layout"]).decode() != _PART_LAYOUT
-                or bytes(data["signature"]).decode() != signature
-            ):
-                return None
-            failures = json.loads(bytes(data["failures"]).decode())
-            counts = data["counts"]
-            part = _Part(
-                positions=np.asarray(data["positions"], dtype=np.int64),
-                logits=np.asarray(data["logits"], dtype=np.float32),
-                failures=tuple((int(i), str(reason)) for i, reason in failures),
-                errors=tuple((str(k), str(m)) for k, m in json.loads(bytes(data["errors"]).decode())),
-                n_model_failed=int(counts[0]),
-                n_non_finite=int(counts[1]),
-            )
-    except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError, zipfile.BadZipFile):
-        return None  # absent, cut short or not a part (UnicodeDecodeError is a ValueError)
-    if part.logits.shape != (len(part.positions), part.logits.shape[1] if part.logits.ndim == 2 else -1):
-        return None
-    return part
-
-
-def _merge(
-    hits: dict[int, np.ndarray], parts: Sequence[_Part], n_classes: int, model_name: str
-) -> InferenceResult:
-    computed = {int(i): row for part in parts for i, row in zip(part.positions, part.logits, strict=True)}
-    failures = sorted(f for part in parts for f in part.failures)
-    n_model_failed = sum(part.n_model_failed for part in parts)
-    n_non_finite = sum(part.n_non_finite for part in parts)
-    errors = sorted({error for part in parts for error in part.errors})
-    if not computed and not n_non_finite and len(errors) == 1:  # as one process judges it
-        raise broken_model_error(model_name, n_model_failed, errors[0])
-    ok = sorted({*hits, *computed})
-    logits = (
-        np.stack([hits[i] if i in hits else computed[i] for i in ok]).astype(np.float32)
-        if ok
-        else np.zeros((0, n_classes), dtype=np.float32)
-    )
-    return InferenceResult(
-        logits=logits,
-        ok=np.asarray(ok, dtype=np.int64),
-        failures=tuple(failures),
-        n_cached=len(hits),
-        n_model_failed=n_model_failed,
-        n_non_finite=n_non_finite,
-        model_errors=tuple(errors),
-    )
 
 
 class _DaskClient:

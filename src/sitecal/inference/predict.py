@@ -6,12 +6,32 @@ logits each become that study's exclusion reason, and the run goes on. Only a mo
 study in the same way stops it (:class:`~sitecal.errors.ModelError`): then the model is broken, not the data.
 Reasons hold no identifier: messages from MONAI, PyTorch and the model pass through
 :func:`sitecal._scrub.safe_text`.
+
+Notes
+-----
+How :func:`predict_files` batches, caches and chooses a precision:
+
+- ``batch_size="auto"``: on a CUDA device the largest power of two up to 256 whose forward pass fits in
+  its memory, probed on the first studies that load; elsewhere 32 (see
+  :mod:`sitecal.inference._batch_size`). On CUDA, batches are loaded into pinned memory and copied to
+  the device asynchronously.
+- ``cache``: logits already computed for this model and transform chain are taken from it (their images
+  are not read) and the finite logits of every batch are added to it as it completes. It is the float32
+  logits' cache (:func:`~sitecal.inference.cache_identity` without ``precision``); a run in another
+  precision uses ``cache.for_precision(...)`` instead. Cached logits of one precision are never taken
+  for another's.
+- ``precision`` other than float32 runs the model under :func:`torch.autocast`, once the first 32
+  studies that load show that it moves no class probability (at temperatures 0.25 to 4) by more than
+  ``precision_tolerance`` against float32; otherwise, or where the device cannot run it, the run is in
+  float32, with a logged warning (:mod:`sitecal.inference._precision`). A ``precision_check`` already
+  made on this model and chain (:func:`~sitecal.inference.settle_inference`; a shard of a larger run)
+  is taken as it is: its ``used`` precision, with ``precision`` and ``precision_tolerance`` ignored.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -98,7 +118,7 @@ def predict_files(
     precision_tolerance: float = 1e-3,
     precision_check: PrecisionCheck | None = None,
 ) -> InferenceResult:
-    """Run the model on each image after the transform chain.
+    """Run the model on each image after the transform chain (batching, cache and precision: see Notes).
 
     Parameters
     ----------
@@ -111,38 +131,26 @@ def predict_files(
     n_classes : int
         Expected number of logits per study; a single logit is read as a binary model ``[0, z]``.
     batch_size : int or "auto", default 32
-        Studies per forward pass. ``"auto"``: on a CUDA device the largest power of two up to 256 whose
-        forward pass fits in its memory, probed on the first studies that load; elsewhere 32 (see
-        :mod:`sitecal.inference._batch_size`).
+        Studies per forward pass; ``"auto"`` probes a CUDA device's memory.
     num_workers : int
         DataLoader workers, which load and transform ahead of the model.
     device : str or torch.device
-        Where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...). On CUDA, batches are loaded into
-        pinned memory and copied to the device asynchronously.
+        Where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...).
     progress : bool
         Show a progress bar.
     cache : LogitCache, optional
-        Logits already computed for this model and transform chain are taken from it (their images are
-        not read) and the finite logits of every batch are added to it as it completes; needs ``keys``.
-        It is the float32 logits' cache (:func:`~sitecal.inference.cache_identity` without ``precision``);
-        a run in another precision uses ``cache.for_precision(...)`` instead.
+        The float32 logits' cache, read before and written after each batch; needs ``keys``.
     keys : sequence of str, optional
         The cache key of each entry of ``files`` (:func:`sitecal.inference.cache.image_key`).
     raise_if_broken : bool
         Raise :class:`~sitecal.errors.ModelError` when the model failed on every study with one error
         (``False``: a shard of a larger run, judged with the others; see ``model_errors``).
     precision : {"float32", "float16", "bfloat16"}, default "float32"
-        Anything but float32 runs the model under :func:`torch.autocast`, once the first 32 studies that
-        load show that it moves no class probability (at temperatures 0.25 to 4) by more than
-        ``precision_tolerance`` against float32; otherwise, or where the device cannot run it, the run is in
-        float32, with a logged warning (:mod:`sitecal.inference._precision`). Cached logits of one
-        precision are never taken for another's.
+        The precision to run in under :func:`torch.autocast`, if the check against float32 accepts it.
     precision_tolerance : float, default 1e-3
         The largest change of a class probability the check accepts.
     precision_check : PrecisionCheck, optional
-        A check already made on this model and chain (:func:`~sitecal.inference.settle_inference`; a shard of
-        a larger run): its ``used`` precision is taken as it is, and ``precision`` and
-        ``precision_tolerance`` are ignored.
+        A check already made on this model and chain, taken as it is.
 
     Returns
     -------
@@ -169,34 +177,85 @@ def predict_files(
         device=device,
         given=precision_check,
     )
+    cache, hits = _cached_logits(cache, keys, check.used)
     target = torch.device(device)
-    module = model.module
-    was_training = module.training
-    if cache is not None and check.used != "float32":  # mixed-precision logits have a cache of their own
-        cache = cache.for_precision(check.used)
+    run = _Forward(model.module, n_classes=n_classes, name=model.name, device=target, precision=check.used)
+    todo, loader = _loader(files, hits, transforms, size, num_workers=num_workers, device=target)
+    failures = _run_batches(run, loader, todo, cache, keys, n_cached=len(hits), progress=progress)
+    if raise_if_broken:
+        run.raise_if_broken()
+    _log_outcome(run, len(hits), len(files), cache)
+    return _result(hits, run, failures, n_classes=n_classes, batch_size=size, check=check)
+
+
+def _cached_logits(
+    cache: LogitCache | None, keys: Sequence[str] | None, precision: Precision
+) -> tuple[LogitCache | None, dict[int, np.ndarray]]:
+    """The cache of ``precision``'s logits, and the finite logits it holds by position in ``keys``."""
+    if cache is not None and precision != "float32":  # mixed-precision logits have a cache of their own
+        cache = cache.for_precision(precision)
     cached = cache.load() if cache is not None else {}
     # a non-finite row in the cache (written before such rows were refused) is computed again
     hits = {i: cached[k] for i, k in enumerate(keys or ()) if k in cached and np.isfinite(cached[k]).all()}
+    return cache, hits
+
+
+def _loader(
+    files: Sequence[Path | Sequence[Path]],
+    hits: Mapping[int, np.ndarray],
+    transforms: Compose,
+    batch_size: int,
+    *,
+    num_workers: int,
+    device: torch.device,
+) -> tuple[list[int], DataLoader]:
+    """The studies not in ``hits`` (indices into ``files``), and their batches in order.
+
+    Batches are loaded into pinned memory for a CUDA device.
+    """
     todo = [i for i in range(len(files)) if i not in hits]
-    dataset = _SafeDataset(data=[_item(files[i]) for i in todo], transform=transforms)
-    loader = DataLoader(
-        dataset,
-        batch_size=size,
+    return todo, DataLoader(
+        _SafeDataset(data=[_item(files[i]) for i in todo], transform=transforms),
+        batch_size=batch_size,
         num_workers=num_workers,
         collate_fn=_collate,
         shuffle=False,
-        pin_memory=_cuda(target),
+        pin_memory=_cuda(device),
     )
-    run = _Forward(module, n_classes=n_classes, name=model.name, device=target, precision=check.used)
+
+
+def _run_batches(
+    run: _Forward,
+    loader: DataLoader,
+    todo: list[int],
+    cache: LogitCache | None,
+    keys: Sequence[str] | None,
+    *,
+    n_cached: int,
+    progress: bool,
+) -> list[tuple[int, str]]:
+    """Run the model on every batch of ``loader`` in eval mode, storing each batch's logits in ``cache``.
+
+    ``todo`` maps a position in the loader's data to the study's index; the progress bar counts the
+    ``n_cached`` studies whose logits came from the cache besides. Returns the studies that could not be
+    read or transformed, with their reasons; the model's own failures stay on ``run``. The module is put
+    back in training mode if it was in it, whatever happens.
+    """
+    module = run.module
+    was_training = module.training
     failures: list[tuple[int, str]] = []
     if todo:
         module.eval()
-        module.to(target)
+        module.to(run.device)
     try:
         with (
             torch.inference_mode(),
             tqdm(
-                total=len(files), initial=len(hits), desc="Inference", unit="study", disable=not progress
+                total=n_cached + len(todo),
+                initial=n_cached,
+                desc="Inference",
+                unit="study",
+                disable=not progress,
             ) as bar,
         ):
             for batch in loader:
@@ -210,31 +269,56 @@ def predict_files(
                 bar.update(len(batch["failed"]))
     finally:
         module.train(was_training)
-    if raise_if_broken:
-        run.raise_if_broken()
-    failures.extend(run.failures)
-    if cache is not None and hits:
-        logger.info("logit cache: %d of %d images already computed (%s)", len(hits), len(files), cache.folder)
+    return failures
+
+
+def _log_outcome(run: _Forward, n_hits: int, n_files: int, cache: LogitCache | None) -> None:
+    """Log how many logits came from the cache and how many studies the model failed on."""
+    if cache is not None and n_hits:
+        logger.info("logit cache: %d of %d images already computed (%s)", n_hits, n_files, cache.folder)
     if run.failures:
         logger.warning(
             "the model failed on %d studies and returned non-finite logits for %d; they are excluded",
             run.n_failed,
             run.n_non_finite,
         )
-    ok = sorted({*hits, *run.computed})
-    stacked = (
-        np.stack([hits[i] if i in hits else run.computed[i] for i in ok]).astype(np.float32)
-        if ok
-        else np.zeros((0, n_classes), dtype=np.float32)
-    )
+
+
+def _result(
+    hits: dict[int, np.ndarray],
+    run: _Forward,
+    failures: list[tuple[int, str]],
+    *,
+    n_classes: int,
+    batch_size: int,
+    check: PrecisionCheck,
+) -> InferenceResult:
+    """The logits of the cached and computed studies in index order, float32, and every failure.
+
+    ``failures`` are the studies that could not be read or transformed; the model's are on ``run``.
+    """
+    ok, stacked = _in_index_order(hits, run.computed, n_classes)
     return InferenceResult(
         logits=stacked,
         ok=np.asarray(ok, dtype=np.int64),
-        failures=tuple(sorted(failures)),
+        failures=tuple(sorted([*failures, *run.failures])),
         n_cached=len(hits),
         n_model_failed=run.n_failed,
         n_non_finite=run.n_non_finite,
         model_errors=tuple(sorted(run.errors)),
-        batch_size=size,
+        batch_size=batch_size,
         precision_check=check,
     )
+
+
+def _in_index_order(
+    hits: Mapping[int, np.ndarray], computed: Mapping[int, np.ndarray], n_classes: int
+) -> tuple[list[int], np.ndarray]:
+    """The indices that have logits, ascending, and their rows (cached or computed) as float32 ``(n, C)``."""
+    ok = sorted({*hits, *computed})
+    stacked = (
+        np.stack([hits[i] if i in hits else computed[i] for i in ok]).astype(np.float32)
+        if ok
+        else np.zeros((0, n_classes), dtype=np.float32)
+    )
+    return ok, stacked
