@@ -233,46 +233,71 @@ def export_calibrated(
         raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.")
     if fmt == "onnx":
         _export_onnx.require_onnx()
-    module: IndexedTemperatureScaler | IndexedMethodCalibrator
-    if isinstance(calibration, GroupMethods):
-        module = IndexedMethodCalibrator(model, calibration).eval()
-    else:
-        module = IndexedTemperatureScaler(model, calibration).eval()
-    n_slots = len(calibration.groups) + 1
+    module = _indexed(model, calibration)
+    n_slots = len(calibration.groups) + 1  # every group's index and the global one, cycled over the batch
     groups = torch.arange(example.shape[0], dtype=torch.int64) % n_slots
     path = Path(path)
     table = group_table(calibration, **dict(facts or {}))
+    _make_room(path, fmt)
+    with torch.no_grad():
+        expected = module(example, groups)
+        _write_or_refuse(fmt, module, (example, groups), path)
+        if fmt == "monai-bundle":
+            written = _export_bundle.write_bundle_configs(
+                path,
+                _export_bundle.inference_config(table, preprocessing),
+                _export_bundle.bundle_metadata(
+                    table, example_shape=tuple(example.shape), source=source_metadata
+                ),
+            )
+        got = load_exported(path, fmt)(example, groups)
+    _check_round_trip(path, fmt, got, expected)
+    if fmt == "monai-bundle":
+        return written
+    written = path.with_name(path.name + ".groups.json")
+    write_json_atomic(written, table)
+    return written
+
+
+def _indexed(
+    model: nn.Module, calibration: GroupTemperatures | GroupMethods
+) -> IndexedTemperatureScaler | IndexedMethodCalibrator:
+    """The model with its calibration, taking the group as an index, in eval mode."""
+    if isinstance(calibration, GroupMethods):
+        return IndexedMethodCalibrator(model, calibration).eval()
+    return IndexedTemperatureScaler(model, calibration).eval()
+
+
+def _make_room(path: Path, fmt: str) -> None:
+    """Create the bundle folder (refusing one that is not empty), or the file's parent folder."""
     if fmt == "monai-bundle":
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DataError(f"{path}: exists and is not an empty folder: give a new folder for the bundle.")
         path.mkdir(parents=True, exist_ok=True)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        expected = module(example, groups)
-        try:
-            _write(fmt, module, (example, groups), path)
-        except (
-            RuntimeError,
-            TypeError,
-            ValueError,
-        ) as exc:  # what the exporters raise for what they cannot capture
-            discard_export(path)
-            raise DataError(
-                f"{path}: PyTorch could not write the model as {fmt} ({type(exc).__name__}: "
-                f"{_first_line(exc)}). Try another format."
-            ) from None
-        if fmt == "monai-bundle":
-            written = _export_bundle.write_bundle_configs(
-                path,
-                _export_bundle.inference_config(table, preprocessing),
-                _export_bundle.bundle_metadata(
-                    table,
-                    example_shape=tuple(example.shape),
-                    source=source_metadata,
-                ),
-            )
-        got = load_exported(path, fmt)(example, groups)
+
+
+def _write_or_refuse(
+    fmt: str,
+    module: IndexedTemperatureScaler | IndexedMethodCalibrator,
+    inputs: tuple[torch.Tensor, torch.Tensor],
+    path: Path,
+) -> None:
+    """Write ``module`` as ``fmt``; DataError with the exporter's reason (and nothing left) when it cannot."""
+    try:
+        _write(fmt, module, inputs, path)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        # what the exporters raise for what they cannot capture
+        discard_export(path)
+        raise DataError(
+            f"{path}: PyTorch could not write the model as {fmt} ({type(exc).__name__}: "
+            f"{_first_line(exc)}). Try another format."
+        ) from None
+
+
+def _check_round_trip(path: Path, fmt: str, got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Remove the export and raise DataError when its probabilities are not the eager module's."""
     gap = float((got.double() - expected.double()).abs().max())
     if not gap <= round_trip_tolerance(fmt):
         discard_export(path)
@@ -280,11 +305,6 @@ def export_calibrated(
             f"{path}: the {fmt} file's probabilities differ from the model's by {gap:.2g} (more than "
             f"{round_trip_tolerance(fmt):g}); it was removed. Try another format."
         )
-    if fmt == "monai-bundle":
-        return written
-    written = path.with_name(path.name + ".groups.json")
-    write_json_atomic(written, table)
-    return written
 
 
 def discard_export(path: Path) -> None:

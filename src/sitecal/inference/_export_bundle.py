@@ -114,21 +114,54 @@ def bundle_metadata(
     """
     meta: dict[str, Any] = copy.deepcopy(dict(source)) if source else {"schema": _SCHEMA}
     method = table.get("method", "temperature")
-    fitted = table["temperatures"] if method == "temperature" else table["parameters_sha256"]
-    digest = hashlib.sha256(json.dumps([table["groups"], fitted], sort_keys=True).encode()).hexdigest()[:8]
     action, adjective = (
         ("temperature scaling", "temperature-scaled")
         if method == "temperature"
         else (f"{method} recalibration", f"{method}-recalibrated")
     )
-    base = str(meta.get("version") or table.get("model_version") or "0.0.0")
-    version = f"{base}{'.' if '+' in base else '+'}sitecal.{digest}"
+    version = _calibrated_version(str(meta.get("version") or table.get("model_version") or "0.0.0"), table)
     per = table.get("per")
     changelog = (
         f"{action} {f'per {per}' if per else _GLOBAL[method == 'temperature']} added after the network "
         f"by sitecal {table.get('sitecal_version', '')}".rstrip()
         + (f", from the validation run {table['run']}" if table.get("run") else "")
     )
+    meta |= {
+        "version": version,
+        "changelog": {version: changelog, **dict(meta.get("changelog") or {})},
+        "monai_version": _version("monai"),
+        "pytorch_version": torch.__version__.split("+")[0],
+        "numpy_version": _version("numpy"),
+        "name": f"{meta.get('name') or table.get('model_name') or 'model'} ({adjective} "
+        f"{f'per {per}' if per else 'globally'})",
+        "network_data_format": _network_data_format(meta, table, example_shape),
+        "sitecal_calibration": {
+            **{k: v for k, v in table.items() if k not in ("format", "version", "input", "output")},
+            "network": "models/model.ts: the network alone (TorchScript), image -> logits",
+            "applied_in": "configs/inference.json: calibrate (after the network"
+            + ("" if method == "temperature" else f"; {CALIBRATION_FILE}")
+            + "), infer (both)",
+        },
+    }
+    return meta
+
+
+def _calibrated_version(base: str, table: Mapping[str, Any]) -> str:
+    """``base`` with the build label ``+sitecal.<first 8 hex digits of the calibration's sha256>``.
+
+    The digest is of the groups and the temperatures (a method's: its ``parameters_sha256``); a ``base``
+    that already has a build label gets the digest appended with a dot.
+    """
+    method = table.get("method", "temperature")
+    fitted = table["temperatures"] if method == "temperature" else table["parameters_sha256"]
+    digest = hashlib.sha256(json.dumps([table["groups"], fitted], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{base}{'.' if '+' in base else '+'}sitecal.{digest}"
+
+
+def _network_data_format(
+    meta: Mapping[str, Any], table: Mapping[str, Any], example_shape: Sequence[int]
+) -> dict[str, Any]:
+    """The bundle's inputs (the source's image, or one of ``example_shape``; the group index) and output."""
     class_names = list(table.get("class_names", []))
     image = (meta.get("network_data_format") or {}).get("inputs", {}).get("image") or {
         "type": "image",
@@ -140,52 +173,35 @@ def bundle_metadata(
         "is_patch_data": False,
         "channel_def": {"0": "image"},
     }
-    meta |= {
-        "version": version,
-        "changelog": {version: changelog, **dict(meta.get("changelog") or {})},
-        "monai_version": _version("monai"),
-        "pytorch_version": torch.__version__.split("+")[0],
-        "numpy_version": _version("numpy"),
-        "name": f"{meta.get('name') or table.get('model_name') or 'model'} ({adjective} "
-        f"{f'per {per}' if per else 'globally'})",
-        "network_data_format": {
-            "inputs": {
-                "image": image,
-                "group_index": {
-                    "type": "tensor",
-                    "format": "index",
-                    "num_channels": 1,
-                    "spatial_shape": [],
-                    "dtype": "int64",
-                    "value_range": [0, table["global_index"]],
-                    "is_patch_data": False,
-                    "channel_def": {},
-                    "description": "one per image: the index of its group in sitecal_calibration.groups, "
-                    "or sitecal_calibration.global_index for a group not listed",
-                },
-            },
-            "outputs": {
-                "pred": {
-                    "type": "probabilities",
-                    "format": "classes",
-                    "num_channels": len(class_names),
-                    "spatial_shape": [len(class_names)],
-                    "dtype": "float32",
-                    "value_range": [0, 1],
-                    "is_patch_data": False,
-                    "channel_def": {str(i): name for i, name in enumerate(class_names)},
-                }
+    return {
+        "inputs": {
+            "image": image,
+            "group_index": {
+                "type": "tensor",
+                "format": "index",
+                "num_channels": 1,
+                "spatial_shape": [],
+                "dtype": "int64",
+                "value_range": [0, table["global_index"]],
+                "is_patch_data": False,
+                "channel_def": {},
+                "description": "one per image: the index of its group in sitecal_calibration.groups, "
+                "or sitecal_calibration.global_index for a group not listed",
             },
         },
-        "sitecal_calibration": {
-            **{k: v for k, v in table.items() if k not in ("format", "version", "input", "output")},
-            "network": "models/model.ts: the network alone (TorchScript), image -> logits",
-            "applied_in": "configs/inference.json: calibrate (after the network"
-            + ("" if method == "temperature" else f"; {CALIBRATION_FILE}")
-            + "), infer (both)",
+        "outputs": {
+            "pred": {
+                "type": "probabilities",
+                "format": "classes",
+                "num_channels": len(class_names),
+                "spatial_shape": [len(class_names)],
+                "dtype": "float32",
+                "value_range": [0, 1],
+                "is_patch_data": False,
+                "channel_def": {str(i): name for i, name in enumerate(class_names)},
+            }
         },
     }
-    return meta
 
 
 def _version(package: str) -> str:

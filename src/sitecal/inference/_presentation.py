@@ -150,16 +150,7 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
     >>> presentation_values(ds).tolist()
     [[4095.0, 0.0]]
     """
-    if "PixelData" not in ds and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
-        raise DicomError(
-            "The dataset has no Pixel Data (7FE0,0010). Read the file without stop_before_pixels."
-        )
-    photometric = str(ds.get("PhotometricInterpretation", "")).strip()
-    if int(ds.get("SamplesPerPixel", 1)) == 1 and photometric not in _SINGLE_SAMPLE:
-        raise DicomError(
-            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1, MONOCHROME2 "
-            f"or PALETTE COLOR. Got {photometric!r}."
-        )
+    photometric = _checked_photometric(ds)
     stored = decoded_pixels(ds)
     if photometric == "PALETTE COLOR":
         return _palette(stored, ds)
@@ -189,6 +180,25 @@ def presentation_values(ds: pydicom.Dataset, *, voi: str = "none") -> np.ndarray
     if not _all_finite(values):
         _not_finite(slope, intercept)
     return values
+
+
+def _checked_photometric(ds: pydicom.Dataset) -> str:
+    """The PhotometricInterpretation, once the dataset is known to have pixel data of a usable kind.
+
+    DicomError when it has no pixel data, or a single-sample image is not MONOCHROME1, MONOCHROME2 or
+    PALETTE COLOR.
+    """
+    if "PixelData" not in ds and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
+        raise DicomError(
+            "The dataset has no Pixel Data (7FE0,0010). Read the file without stop_before_pixels."
+        )
+    photometric = str(ds.get("PhotometricInterpretation", "")).strip()
+    if int(ds.get("SamplesPerPixel", 1)) == 1 and photometric not in _SINGLE_SAMPLE:
+        raise DicomError(
+            "PhotometricInterpretation (0028,0004) of a single-sample image must be MONOCHROME1, MONOCHROME2 "
+            f"or PALETTE COLOR. Got {photometric!r}."
+        )
+    return photometric
 
 
 def _palette(stored: np.ndarray, ds: pydicom.Dataset) -> np.ndarray:
