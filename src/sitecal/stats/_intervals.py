@@ -82,8 +82,25 @@ def compute_interval(
     if method == "percentile":
         low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
         return Interval(float(low), float(high), se, bias, "")
-    # BCa (Efron 1987; Efron & Tibshirani 1993, 14.3): bias correction z0 from the mid-rank share of
-    # replicates below the estimate (as scipy.stats.bootstrap), acceleration from the jackknife.
+    return _bca_interval(estimate, replicates, jackknife, level=level, se=se, bias=bias)
+
+
+def _bca_interval(
+    estimate: float,
+    replicates: NDArray[np.float64],
+    jackknife: NDArray[np.float64] | None,
+    *,
+    level: float,
+    se: float,
+    bias: float,
+) -> Interval:
+    """The BCa interval of replicates that vary (see :func:`compute_interval`); NaN ends where undefined.
+
+    Efron 1987; Efron & Tibshirani 1993, 14.3: bias correction z0 from the mid-rank share of replicates
+    below the estimate (as scipy.stats.bootstrap), acceleration from the jackknife.
+    """
+    b = replicates.shape[0]
+    alpha = (1.0 - level) / 2.0
     share = (np.count_nonzero(replicates < estimate) + np.count_nonzero(replicates <= estimate)) / (2.0 * b)
     z0 = float(ndtri(share))
     if not math.isfinite(z0):
