@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -123,55 +124,117 @@ def term_sums_at_temperatures(
         )
         by_key = dict(zip(first, shared, strict=True))
         return [by_key[key] for key in keys]
-    r = row_weights.shape[0]
     n = labels.shape[0]
-    sums = [np.empty((r, n_groups, width)) for width in widths]
-    temperature_of_row = np.zeros(n, dtype=np.int64) if s.ndim == 1 else row_temperature
-    table = s[:, None] if s.ndim == 1 else s  # (R, S), or (R, N) with each row its own
-    cluster_of_row = row_cluster
     group_of_row = np.zeros(n, dtype=np.int64) if groups is None else np.ascontiguousarray(groups, np.int64)
+    rows = _Resamples(
+        logits_t=logits_t,
+        labels=labels,
+        group_of_row=group_of_row,
+        n_groups=n_groups,
+        row_weights=row_weights,
+        cluster_of_row=row_cluster,
+        log_t=s[:, None] if s.ndim == 1 else s,  # (R, S), or (R, N) with each row its own
+        temperature_of_row=np.zeros(n, dtype=np.int64) if s.ndim == 1 else row_temperature,
+        one_each=s.ndim == 1,
+        identity=np.arange(n, dtype=np.int64),
+    )
+    sums = [np.empty((row_weights.shape[0], n_groups, width)) for width in widths]
     programs = _programs(statistics)
-    identity = np.arange(n, dtype=np.int64)
     spaces = threading.local()  # each thread's workspace of the compiled passes, reused across resamples
 
     def one(b: int) -> None:
         """Resample ``b``: only its drawn rows are calibrated and summed (the others add nothing)."""
-        if programs is not None:
+        if programs is None:
+            parts = rows.array_sums(b, statistics, widths)
+        else:
             if not hasattr(spaces, "array"):
                 spaces.array = np.empty((logits_t.shape[0] + 7, n))
-            total = calibrated_entry_sums(
-                logits_t,
-                labels,
-                group_of_row,
-                n_groups,
-                identity if cluster_of_row is None else cluster_of_row,
-                row_weights[b],
-                identity if temperature_of_row is None else temperature_of_row,
-                np.exp(table[b]),
-                programs[1],
-                programs[0],
-                list(widths),
-                spaces.array,
-            )
-            first = 0
-            for width, out in zip(widths, sums, strict=True):  # a loop over metrics: their own columns
-                out[b] = total[:, first : first + width]
-                first += width
-            return
-        weights_all = row_weights[b] if cluster_of_row is None else row_weights[b, cluster_of_row]
-        drawn = np.flatnonzero(weights_all)
-        log_t = table[b] if temperature_of_row is None else table[b, temperature_of_row]
-        scale = np.exp(log_t[0] if s.ndim == 1 else log_t[drawn])
-        probs_t = softmax_class_major(np.take(logits_t, drawn, axis=1) / scale)
-        at = labels[drawn]
-        weights = weights_all[drawn]
-        in_group = group_of_row[drawn]
-        for stat, width, out in zip(statistics, widths, sums, strict=True):  # a loop over metrics
-            columns, values = stat.sparse_terms(probs_t, at)
-            out[b] = weighted_entry_sums(columns, values, weights, width, in_group, n_groups)
+            parts = rows.compiled_sums(b, programs, widths, spaces.array)
+        for out, part in zip(sums, parts, strict=True):  # a loop over metrics
+            out[b] = part
 
-    for_each(one, r, workers)
+    for_each(one, row_weights.shape[0], workers)
     return sums
+
+
+@dataclass(frozen=True, eq=False)
+class _Resamples:
+    """What each resample's sums read (see :func:`term_sums_at_temperatures`).
+
+    Attributes
+    ----------
+    logits_t : numpy.ndarray, shape (C, N)
+        Class-major logits.
+    labels, group_of_row : numpy.ndarray of int64, shape (N,)
+    n_groups : int
+    row_weights : numpy.ndarray, shape (R, N), or (R, K) with ``cluster_of_row``
+    cluster_of_row : numpy.ndarray of int64, shape (N,), or None
+    log_t : numpy.ndarray, shape (R, S), or (R, N) with each row its own
+    temperature_of_row : numpy.ndarray of int64, shape (N,), or None (each row its own column of ``log_t``)
+    one_each : bool
+        One temperature per resample (``s`` of shape (R,)).
+    identity : numpy.ndarray of int64, shape (N,)
+        ``arange(N)``: the compiled pass's clusters and temperatures where each row is its own.
+    """
+
+    logits_t: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    group_of_row: NDArray[np.int64]
+    n_groups: int
+    row_weights: NDArray[np.float64]
+    cluster_of_row: NDArray[np.int64] | None
+    log_t: NDArray[np.float64]
+    temperature_of_row: NDArray[np.int64] | None
+    one_each: bool
+    identity: NDArray[np.int64]
+
+    def compiled_sums(
+        self,
+        b: int,
+        programs: tuple[list[tuple[str, str]], NDArray[np.float64]],
+        widths: Sequence[int],
+        workspace: NDArray[np.float64],
+    ) -> list[NDArray[np.float64]]:
+        """Resample ``b``'s (G, J) sums of each statistic, in one pass of the compiled loop over the rows."""
+        total = calibrated_entry_sums(
+            self.logits_t,
+            self.labels,
+            self.group_of_row,
+            self.n_groups,
+            self.identity if self.cluster_of_row is None else self.cluster_of_row,
+            self.row_weights[b],
+            self.identity if self.temperature_of_row is None else self.temperature_of_row,
+            np.exp(self.log_t[b]),
+            programs[1],
+            programs[0],
+            list(widths),
+            workspace,
+        )
+        parts, first = [], 0
+        for width in widths:  # a loop over metrics: their own columns
+            parts.append(total[:, first : first + width])
+            first += width
+        return parts
+
+    def array_sums(
+        self, b: int, statistics: Sequence[SumMetricStatistic], widths: Sequence[int]
+    ) -> list[NDArray[np.float64]]:
+        """Resample ``b``'s (G, J) sums of each statistic, from its drawn rows' probabilities, class-major."""
+        weights_all = (
+            self.row_weights[b] if self.cluster_of_row is None else self.row_weights[b, self.cluster_of_row]
+        )
+        drawn = np.flatnonzero(weights_all)
+        log_t = self.log_t[b] if self.temperature_of_row is None else self.log_t[b, self.temperature_of_row]
+        scale = np.exp(log_t[0] if self.one_each else log_t[drawn])
+        probs_t = softmax_class_major(np.take(self.logits_t, drawn, axis=1) / scale)
+        at = self.labels[drawn]
+        weights = weights_all[drawn]
+        in_group = self.group_of_row[drawn]
+        out = []
+        for stat, width in zip(statistics, widths, strict=True):  # a loop over metrics
+            columns, values = stat.sparse_terms(probs_t, at)
+            out.append(weighted_entry_sums(columns, values, weights, width, in_group, self.n_groups))
+        return out
 
 
 def _programs(
@@ -205,7 +268,6 @@ def metrics_at_temperatures(
     from its sparse per-row terms (:func:`term_sums_at_temperatures`); another statistic from each
     resample's own probabilities. ``workers``: threads for the resamples.
     """
-    n = logits.shape[0]
     r = row_weights.shape[0]
     out = np.empty((len(statistics), r))
     logits_t = np.ascontiguousarray(logits.T)
@@ -213,33 +275,8 @@ def metrics_at_temperatures(
     sum_stats = [st for st in statistics if isinstance(st, SumMetricStatistic)]
     widths = [st.row_terms(softmax(logits[:1]), labels[:1]).shape[1] for st in sum_stats]
     fixed_t = softmax_class_major(logits_t.copy()) if s is None else None
-
-    def rows_of(weights: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Row weights (R', N) of a slice of ``row_weights``."""
-        return weights if row_cluster is None else weights[:, row_cluster]
-
     if fixed_t is not None:  # the same probabilities in every resample: terms once, a chunk per sum
-        step = max(1, CHUNK_ELEMENTS // (4 * n))
-        sharing: dict[tuple[Any, ...], list[tuple[int, SumMetricStatistic]]] = {}
-        for i, stat in zip(summed, sum_stats, strict=True):  # statistics with the same terms, summed once
-            sharing.setdefault(terms_key(stat), []).append((i, stat))
-        for members in sharing.values():  # a loop over the distinct terms
-            width = widths[sum_stats.index(members[0][1])]
-            terms = members[0][1].sparse_terms(fixed_t, labels)
-
-            def chunk(
-                c: int,
-                members: list[tuple[int, SumMetricStatistic]] = members,
-                width: int = width,
-                terms: tuple[NDArray[np.int64], NDArray[np.float64]] = terms,
-            ) -> None:
-                """Chunk ``c`` of the resamples: its own slice of ``out`` (each resample summed alone)."""
-                sl = slice(c * step, min(r, (c + 1) * step))
-                total = weighted_term_sums(*terms, rows_of(row_weights[sl]), width)[:, 0]
-                for i, stat in members:  # a loop over the statistics of these terms
-                    out[i, sl] = stat.from_sums(total)
-
-            for_each(chunk, -(-r // step), workers)
+        out[summed] = _fixed_sums(sum_stats, widths, fixed_t, labels, row_weights, row_cluster, workers)
     elif sum_stats:
         assert s is not None
         sums = term_sums_at_temperatures(
@@ -256,15 +293,78 @@ def metrics_at_temperatures(
         for i, stat, total in zip(summed, sum_stats, sums, strict=True):  # a loop over metrics
             out[i] = stat.from_sums(total[:, 0])  # row-wise: the same bits as one resample at a time
     for i, other in enumerate(statistics):  # a loop over the other metrics, each resample's probabilities
-        if isinstance(other, SumMetricStatistic):
-            continue
-        for b in range(r):  # a loop over resamples
-            if fixed_t is not None:
-                probs_t = fixed_t
-            else:
-                assert s is not None
-                log_t = s[b] if row_temperature is None else s[b, row_temperature]
-                probs_t = softmax_class_major(logits_t / np.exp(log_t))
-            probs = np.ascontiguousarray(probs_t.T)[None]
-            out[i, b] = other.evaluate_each(probs, labels, rows_of(row_weights[b : b + 1]))[0]
+        if not isinstance(other, SumMetricStatistic):
+            out[i] = _each_resample(
+                other, logits_t, fixed_t, labels, s, row_weights, row_temperature, row_cluster
+            )
+    return out
+
+
+def _row_weights(weights: NDArray[np.float64], row_cluster: NDArray[np.int64] | None) -> NDArray[np.float64]:
+    """Row weights (R', N) of a slice of the rows' weights, or of the clusters' weights (R', K)."""
+    return weights if row_cluster is None else weights[:, row_cluster]
+
+
+def _fixed_sums(
+    statistics: Sequence[SumMetricStatistic],
+    widths: Sequence[int],
+    probs_t: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    row_weights: NDArray[np.float64],
+    row_cluster: NDArray[np.int64] | None,
+    workers: int,
+) -> NDArray[np.float64]:
+    """Sum statistics of the same class-major probabilities (C, N) under each resample's weights: (M, R).
+
+    Each distinct set of terms is computed once and summed a chunk of resamples at a time, ``workers``
+    chunks side by side (each resample summed alone, so the values do not depend on the chunks).
+    """
+    r = row_weights.shape[0]
+    out = np.empty((len(statistics), r))
+    step = max(1, CHUNK_ELEMENTS // (4 * probs_t.shape[1]))
+    sharing: dict[tuple[Any, ...], list[tuple[int, SumMetricStatistic]]] = {}
+    for i, stat in enumerate(statistics):  # statistics with the same terms, summed once
+        sharing.setdefault(terms_key(stat), []).append((i, stat))
+    for members in sharing.values():  # a loop over the distinct terms
+        width = widths[members[0][0]]
+        terms = members[0][1].sparse_terms(probs_t, labels)
+
+        def chunk(
+            c: int,
+            members: list[tuple[int, SumMetricStatistic]] = members,
+            width: int = width,
+            terms: tuple[NDArray[np.int64], NDArray[np.float64]] = terms,
+        ) -> None:
+            """Chunk ``c`` of the resamples: its own slice of ``out`` (each resample summed alone)."""
+            sl = slice(c * step, min(r, (c + 1) * step))
+            total = weighted_term_sums(*terms, _row_weights(row_weights[sl], row_cluster), width)[:, 0]
+            for i, stat in members:  # a loop over the statistics of these terms
+                out[i, sl] = stat.from_sums(total)
+
+        for_each(chunk, -(-r // step), workers)
+    return out
+
+
+def _each_resample(
+    statistic: SmoothECEStatistic,
+    logits_t: NDArray[np.float64],
+    fixed_t: NDArray[np.float64] | None,
+    labels: NDArray[np.int64],
+    s: NDArray[np.float64] | None,
+    row_weights: NDArray[np.float64],
+    row_temperature: NDArray[np.int64] | None,
+    row_cluster: NDArray[np.int64] | None,
+) -> NDArray[np.float64]:
+    """A statistic of each resample's own probabilities (``fixed_t``, or ``logits_t`` at its ``s``): (R,)."""
+    r = row_weights.shape[0]
+    out = np.empty(r)
+    for b in range(r):  # a loop over resamples
+        if fixed_t is not None:
+            probs_t = fixed_t
+        else:
+            assert s is not None
+            log_t = s[b] if row_temperature is None else s[b, row_temperature]
+            probs_t = softmax_class_major(logits_t / np.exp(log_t))
+        probs = np.ascontiguousarray(probs_t.T)[None]
+        out[b] = statistic.evaluate_each(probs, labels, _row_weights(row_weights[b : b + 1], row_cluster))[0]
     return out
