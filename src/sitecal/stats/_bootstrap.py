@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sitecal.errors import DataError
+from sitecal.stats._engine_steps import resampled_values
 from sitecal.stats._evaluators import (
     EvaluatorSet,
     PreparedStatistic,
@@ -17,7 +18,7 @@ from sitecal.stats._evaluators import (
     make_evaluator,
 )
 from sitecal.stats._intervals import interval_result
-from sitecal.stats._resample import make_plan, map_chunks
+from sitecal.stats._resample import ClusterPlan, make_plan
 from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec, Method, validated_options
 
@@ -135,21 +136,38 @@ def bootstrap_interval(
     plan = make_plan(arrays[0].shape[0], clusters, strata, func=func)
     name = getattr(statistic, "name", "")  # a registry metric's statistic; any other callable has none
     check_method_for_metrics(how, [name], func=func)
+    spec = BootstrapSpec(n_resamples=b, level=lvl, method=how, seed=s)
+    return _interval(name, statistic, arrays, plan, spec, chunk_size=chunk, workers=workers)
+
+
+def _interval(
+    name: str,
+    statistic: Statistic,
+    arrays: tuple[NDArray[Any], ...],
+    plan: ClusterPlan,
+    spec: BootstrapSpec,
+    *,
+    chunk_size: int | None,
+    workers: int | None,
+) -> BootstrapResult:
+    """The interval of ``spec`` of a checked statistic (a registry metric's ``name``, or "") on ``plan``."""
     rows = engine_rows([name], [resampled(statistic)])  # and the studentised interval's companions
     evaluators = EvaluatorSet([make_evaluator(stat, arrays, plan) for stat in rows.statistics])
-    chunk = chunk or auto_chunk_size(evaluators.sized, plan, b)
+    chunk = chunk_size or auto_chunk_size(evaluators.sized, plan, spec.n_resamples)
     estimates = evaluators.estimates(plan.n_clusters)
     threads = BootstrapSpec(workers=workers).n_workers
-    chunks = map_chunks(evaluators.replicates, plan, seed=s, n_resamples=b, chunk_size=chunk, workers=threads)
-    replicates = np.concatenate([values for _, _, values in chunks], axis=1)
+    replicates = resampled_values(
+        evaluators, plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk, workers=threads
+    )
     # as computed, but the debiased ECE
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
-    jackknife = evaluators.evaluators[0].jackknife(chunk) if how == "bca" and plan.n_clusters > 1 else None
+    bca = spec.method == "bca" and plan.n_clusters > 1
+    jackknife = evaluators.evaluators[0].jackknife(chunk) if bca else None
     return interval_result(
         float(estimates[0]),
         replicates[0],
         jackknife,
-        spec=BootstrapSpec(n_resamples=b, level=lvl, method=how, seed=s),
+        spec=spec,
         n=plan.n,
         n_clusters=plan.n_clusters,
         n_strata=plan.n_strata,

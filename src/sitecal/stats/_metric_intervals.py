@@ -9,20 +9,23 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_labels, check_option, check_probs
+from sitecal._validation import check_labels, check_probs
 from sitecal.errors import DataError
-from sitecal.metrics import METRIC_NAMES, metric_statistic
-from sitecal.metrics.registry import names as metric_names
+from sitecal.metrics import metric_statistic
+from sitecal.metrics.registry import names as registry_names
+from sitecal.stats._engine_steps import checked_spec, metric_names, resampled_values
 from sitecal.stats._evaluators import EvaluatorSet, SufficientStatistic, auto_chunk_size, make_evaluator
 from sitecal.stats._replicate_table import MetricTable, ReplicateTable
-from sitecal.stats._resample import Draws, make_plan, map_chunks
+from sitecal.stats._resample import ClusterPlan, make_plan
 from sitecal.stats._scale import check_method_for_metrics, engine_rows, resampled
 from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["DEFAULT_METRICS", "MetricIntervals", "bootstrap_metrics"]
 
 #: The metrics a protocol reports by default (the registry's ``default`` metrics).
-DEFAULT_METRICS = metric_names(default=True)
+DEFAULT_METRICS = registry_names(default=True)
+
+_FUNC = "bootstrap_metrics"
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,66 +137,72 @@ def bootstrap_metrics(
     >>> res.get("nll", "after").n, res.difference("accuracy", "after", "before").estimate
     (200, 0.0)
     """
-    func = "bootstrap_metrics"
-    spec = BootstrapSpec() if spec is None else spec
-    if not isinstance(spec, BootstrapSpec):
-        raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
+    spec = checked_spec(spec, func=_FUNC)
     if not isinstance(prob_sets, Mapping) or len(prob_sets) == 0:
         raise DataError(
-            f"The 'prob_sets' parameter of {func} must be a non-empty mapping of name -> (N, C) "
+            f"The 'prob_sets' parameter of {_FUNC} must be a non-empty mapping of name -> (N, C) "
             'probabilities, e.g. {"before": p0, "after": p1}.'
         )
-    if isinstance(metrics, str):
-        raise DataError(f"The 'metrics' parameter of {func} must be a sequence of names, e.g. ('ece',).")
-    names = tuple(check_option(m, name="metrics", func=func, options=METRIC_NAMES) for m in metrics)
-    if not names or len(set(names)) != len(names):
-        raise DataError(
-            f"The 'metrics' parameter of {func} must list each metric once. Got {tuple(metrics)!r}."
-        )
-    check_method_for_metrics(spec.method, names, func=func)
+    names = metric_names(metrics, func=_FUNC)
+    check_method_for_metrics(spec.method, names, func=_FUNC)
+    probs = _probabilities(prob_sets, labels)
+    statistics = _statistics(names, n_bins, extra)
+    plan = make_plan(next(iter(probs.values())).shape[0], clusters, strata, func=_FUNC)
+    return _intervals(statistics, probs, np.asarray(labels), plan, spec)
+
+
+def _probabilities(prob_sets: Mapping[str, ArrayLike], labels: ArrayLike) -> dict[str, NDArray[np.float64]]:
+    """Each set's probabilities (N, C), checked to hold the same rows, and the labels checked against each."""
     sets = tuple(str(k) for k in prob_sets)
-    probs = {name: check_probs(prob_sets[name], func=func, name=f"prob_sets[{name!r}]") for name in prob_sets}
+    probs = {
+        name: check_probs(prob_sets[name], func=_FUNC, name=f"prob_sets[{name!r}]") for name in prob_sets
+    }
     n = next(iter(probs.values())).shape[0]
     for key, p in probs.items():
         if p.shape[0] != n:
             raise DataError(
-                f"The 'prob_sets' parameter of {func} must hold the same rows in every set: "
+                f"The 'prob_sets' parameter of {_FUNC} must hold the same rows in every set: "
                 f"{sets[0]!r} has {n} rows, {key!r} has {p.shape[0]}."
             )
-        check_labels(labels, n=n, n_classes=p.shape[1], func=func)
-    y = np.asarray(labels)
+        check_labels(labels, n=n, n_classes=p.shape[1], func=_FUNC)
+    return probs
+
+
+def _statistics(
+    names: tuple[str, ...], n_bins: int, extra: Mapping[str, SufficientStatistic] | None
+) -> dict[str, Any]:
+    """The statistics by name: the metrics' (resampled), then the ``extra`` ones, checked to be new sums."""
     statistics: dict[str, Any] = {m: resampled(metric_statistic(m, n_bins=n_bins)) for m in names}
     for key, statistic in (extra or {}).items():  # a loop over the further statistics
         if key in statistics or not isinstance(statistic, SufficientStatistic):
             raise DataError(
-                f"The 'extra' parameter of {func} must map new names to sum statistics (row_terms and "
+                f"The 'extra' parameter of {_FUNC} must map new names to sum statistics (row_terms and "
                 f"from_sums). Got {key!r}: {type(statistic).__name__}."
             )
         statistics[key] = statistic
-    names = tuple(statistics)
+    return statistics
+
+
+def _intervals(
+    statistics: dict[str, Any],
+    probs: dict[str, NDArray[np.float64]],
+    labels: NDArray[Any],
+    plan: ClusterPlan,
+    spec: BootstrapSpec,
+) -> MetricIntervals:
+    """Every statistic on every probability set, on the same resamples of ``plan`` (see bootstrap_metrics)."""
+    names, sets = tuple(statistics), tuple(str(k) for k in probs)
     rows = engine_rows(names, [statistics[m] for m in names])
-    plan = make_plan(n, clusters, strata, func=func)
-    evaluators = [[make_evaluator(stat, (probs[s], y), plan) for s in prob_sets] for stat in rows.statistics]
+    evaluators = [[make_evaluator(stat, (probs[s], labels), plan) for s in probs] for stat in rows.statistics]
     # the sum statistics share one pass over each chunk's draws; the others are evaluated one by one
     together = EvaluatorSet([e for row in evaluators for e in row])
     chunk = spec.chunk_size or auto_chunk_size(together.sized, plan, spec.n_resamples)
-    n_rows = len(rows.statistics)
-    estimates = together.estimates(plan.n_clusters).reshape(n_rows, len(sets))
-    replicates = np.empty((n_rows, len(sets), spec.n_resamples))
-
-    def chunk_replicates(draws: Draws) -> NDArray[np.float64]:
-        return together.replicates(draws).reshape(n_rows, len(sets), draws.size)
-
-    chunks = map_chunks(
-        chunk_replicates,
-        plan,
-        seed=spec.seed,
-        n_resamples=spec.n_resamples,
-        chunk_size=chunk,
-        workers=spec.n_workers,
+    shape = (len(rows.statistics), len(sets))
+    estimates = together.estimates(plan.n_clusters).reshape(shape)
+    replicates = resampled_values(
+        together, plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk, workers=spec.n_workers
     )
-    for start, stop, values in chunks:  # a loop over chunks
-        replicates[:, :, start:stop] = values
+    replicates = replicates.astype(np.float64, copy=False).reshape(*shape, spec.n_resamples)
     jackknife = None
     if spec.method == "bca" and plan.n_clusters > 1:
         own = evaluators[: len(names)]  # the metrics' rows (BCa is refused where there are companions)
