@@ -11,29 +11,33 @@ temperature: the bootstrap of the whole procedure.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_int, check_labels, check_logits
+from sitecal._validation import check_int
 from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, TemperatureFit
 from sitecal.errors import DataError
-from sitecal.metrics import softmax
-from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
+from sitecal.stats._engine_steps import BeforeAfter, checked_spec, checked_split
 from sitecal.stats._intervals import interval_result
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit import _statistics
 from sitecal.stats._refit_result import PROB_SETS, _readonly
 from sitecal.stats._replicate_table import MetricTable, ReplicateTable
-from sitecal.stats._resample import CHUNK_ELEMENTS, cluster_ids, draw_chunks, make_plan
+from sitecal.stats._resample import ClusterPlan, Draws, cluster_ids, draw_chunks, make_plan
 from sitecal.stats._scale import engine_rows
 from sitecal.stats._solver_set import SolverSet
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
-from sitecal.stats._term_sums import metrics_at_temperatures
+from sitecal.stats._term_sums import RefitStatistic
 
 __all__ = ["CrossfitIntervals", "crossfit_bootstrap"]
+
+_FUNC = "crossfit_bootstrap"
+
+#: A batched temperature solver and the patient of each of its clusters (as :class:`SolverSet` takes them).
+_Solver = tuple[BatchedTemperatureSolver, NDArray[np.int64]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +87,15 @@ class CrossfitIntervals(MetricTable):
             n_clusters=self.n_clusters,
             n_strata=1,
         )
+
+
+@dataclass(frozen=True, eq=False)
+class _FoldedRows:
+    """One set's checked logits (N, C), labels (N,) and folds (N,)."""
+
+    logits: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    folds: NDArray[np.int64]
 
 
 def _folds(value: ArrayLike, n: int, folds: int, name: str, func: str) -> NDArray[np.int64]:
@@ -153,103 +166,80 @@ def crossfit_bootstrap(
     >>> bool(t.low < t.estimate < t.high), len(res.fold_fits)
     (True, 3)
     """
-    func = "crossfit_bootstrap"
-    spec = BootstrapSpec() if spec is None else spec
-    if not isinstance(spec, BootstrapSpec):
-        raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
-    if spec.method != "percentile":
-        raise DataError(
-            f"{func} gives percentile intervals only (BCa's acceleration would need every fold refitted "
-            f"without each patient). Got method {spec.method!r}."
-        )
-    k = check_int(folds, name="folds", func=func, minimum=2)
-    zf = check_logits(fit_logits, func=func, name="fit_logits")
-    yf = check_labels(fit_labels, n=zf.shape[0], n_classes=zf.shape[1], func=func, name="fit_labels")
-    ze = check_logits(eval_logits, func=func, name="eval_logits")
-    ye = check_labels(eval_labels, n=ze.shape[0], n_classes=ze.shape[1], func=func, name="eval_labels")
+    spec = _percentile_spec(spec)
+    k = check_int(folds, name="folds", func=_FUNC, minimum=2)
+    zf, yf = checked_split(fit_logits, fit_labels, which="fit", func=_FUNC)
+    ze, ye = checked_split(eval_logits, eval_labels, which="eval", func=_FUNC)
     if zf.shape[1] != ze.shape[1]:
         raise DataError(
-            f"The 'eval_logits' parameter of {func} must have {zf.shape[1]} classes like 'fit_logits'."
+            f"The 'eval_logits' parameter of {_FUNC} must have {zf.shape[1]} classes like 'fit_logits'."
         )
-    ff = _folds(fit_folds, zf.shape[0], k, "fit_folds", func)
-    fe = _folds(eval_folds, ze.shape[0], k, "eval_folds", func)
-    names, plain = _statistics(metrics, n_bins)
-    rows_of = engine_rows(names, plain)  # and the studentised interval's companions
-    stats = rows_of.statistics
+    ff = _folds(fit_folds, zf.shape[0], k, "fit_folds", _FUNC)
+    fe = _folds(eval_folds, ze.shape[0], k, "eval_folds", _FUNC)
+    names, stats = _statistics(metrics, n_bins, method=spec.method)
+    plan = _patient_plan(fit_clusters, eval_clusters, zf.shape[0], ze.shape[0])
+    return _bootstrap(_FoldedRows(zf, yf, ff), _FoldedRows(ze, ye, fe), plan, names, stats, k, bounds, spec)
 
+
+def _percentile_spec(spec: BootstrapSpec | None) -> BootstrapSpec:
+    """``spec`` (default ``BootstrapSpec()``), checked to ask for percentile intervals."""
+    spec = checked_spec(spec, func=_FUNC)
+    if spec.method != "percentile":
+        raise DataError(
+            f"{_FUNC} gives percentile intervals only (BCa's acceleration would need every fold refitted "
+            f"without each patient). Got method {spec.method!r}."
+        )
+    return spec
+
+
+def _patient_plan(fit_clusters: ArrayLike, eval_clusters: ArrayLike, n_fit: int, n_eval: int) -> ClusterPlan:
+    """The plan of both sets' patients, the fit rows' first; evaluated and fit-only patients drawn apart.
+
+    Evaluated patients and fit-only ones are drawn apart (strata), so that every resample holds as many
+    evaluated patients as the data (as refit_bootstrap draws the evaluated split on its own): drawn
+    together, a small group's rows are all missing from some resamples (about e^-n of them for n
+    patients) and its metrics are undefined there. Every patient evaluated: one stratum, the same draws.
+    """
     patients = np.concatenate(cluster_ids(fit_clusters, eval_clusters))
-    if patients.shape[0] != zf.shape[0] + ze.shape[0]:
-        raise DataError(f"The cluster parameters of {func} must name one patient per row of each set.")
-    # evaluated patients and fit-only ones are drawn apart (strata), so that every resample holds as many
-    # evaluated patients as the data (as refit_bootstrap draws the evaluated split on its own): drawn
-    # together, a small group's rows are all missing from some resamples (about e^-n of them for n
-    # patients) and its metrics are undefined there. Every patient evaluated: one stratum, the same draws.
-    held_patients = np.isin(patients, patients[zf.shape[0] :])
-    plan = make_plan(patients.shape[0], patients, None if held_patients.all() else held_patients, func=func)
-    codes = plan.cluster_of_row
-    fit_codes, eval_codes = codes[: zf.shape[0]], codes[zf.shape[0] :]
+    if patients.shape[0] != n_fit + n_eval:
+        raise DataError(f"The cluster parameters of {_FUNC} must name one patient per row of each set.")
+    held_patients = np.isin(patients, patients[n_fit:])
+    return make_plan(patients.shape[0], patients, None if held_patients.all() else held_patients, func=_FUNC)
 
-    def solver(rows: NDArray[np.bool_]) -> tuple[BatchedTemperatureSolver, NDArray[np.int64]]:
-        used, local = np.unique(fit_codes[rows], return_inverse=True)
-        return (
-            BatchedTemperatureSolver(zf[rows], yf[rows], local, used.shape[0], bounds=bounds, func=func),
-            used,
-        )
 
-    deployed = solver(np.ones(zf.shape[0], dtype=bool))
-    fold_solvers = []
-    for fold in range(k):  # a loop over folds
-        rows = ff != fold
-        if not rows.any():
-            raise DataError(f"{func}: fold {fold} has no fit rows in the other folds; use fewer folds.")
-        fold_solvers.append(solver(rows))
+def _bootstrap(
+    fit_rows: _FoldedRows,
+    eval_rows: _FoldedRows,
+    plan: ClusterPlan,
+    names: tuple[str, ...],
+    stats: Sequence[RefitStatistic],
+    folds: int,
+    bounds: tuple[float, float],
+    spec: BootstrapSpec,
+) -> CrossfitIntervals:
+    """The cross-fitted bootstrap of checked rows on the patients' ``plan`` (see crossfit_bootstrap)."""
+    rows = engine_rows(names, stats)  # and the studentised interval's companions
+    n_fit, n_eval = fit_rows.logits.shape[0], eval_rows.logits.shape[0]
+    deployed, fold_solvers = _solvers(fit_rows, plan.cluster_of_row[:n_fit], folds, bounds)
     s0 = np.array([s.fit.log_temperature for s, _ in fold_solvers])
     # "before" from per-patient sums counted over each resample's draws, as bootstrap_metrics sums the
     # evaluated rows on this plan (the same draws where the evaluated rows hold every patient)
-    eval_plan = dataclasses.replace(plan, n=ze.shape[0], cluster_of_row=eval_codes)
-    before = EvaluatorSet([make_evaluator(stat, (softmax(ze), ye), eval_plan) for stat in stats])
-    estimates = np.stack(
-        [
-            before.estimates(plan.n_clusters),
-            metrics_at_temperatures(stats, ze, ye, s0[fe][None, :], np.ones((1, ze.shape[0])))[:, 0],
-        ],
-        axis=1,
-    )
-
-    b = spec.n_resamples
-    chunk = spec.chunk_size or min(
-        max(1, min(b, CHUNK_ELEMENTS // max(plan.n_clusters, ze.shape[0]))),
-        auto_chunk_size(before.sized, eval_plan, b),
-    )
-    s_rep = np.empty(b)
-    replicates = np.empty((len(stats), 2, b))
-    start = 0
-    refits = SolverSet([deployed, *fold_solvers], plan.n_clusters)
-    patient_of_cluster = np.arange(plan.n_clusters, dtype=np.int64)  # the plan's clusters are the patients
-    for draws in draw_chunks(plan, seed=spec.seed, n_resamples=b, chunk_size=chunk):  # chunks of resamples
-        stop = start + draws.size
-        s_all = refits.solve(draws.indices, patient_of_cluster)
-        s_rep[start:stop], s_fold = s_all[:, 0], s_all[:, 1:]
-        replicates[:, 0, start:stop] = before.replicates(draws)
-        replicates[:, 1, start:stop] = metrics_at_temperatures(
-            stats,
-            ze,
-            ye,
-            s_fold,
-            draws.weights,
-            workers=spec.n_workers,
-            row_temperature=fe,
-            row_cluster=eval_codes,
-        )
-        start = stop
-    estimates, replicates = rows_of.on_metric_scale(estimates, replicates)
+    eval_plan = dataclasses.replace(plan, n=n_eval, cluster_of_row=plan.cluster_of_row[n_fit:])
+    pairs = BeforeAfter.of(rows.statistics, eval_rows.logits, eval_rows.labels, eval_plan, eval_rows.folds)
+    estimates = pairs.estimates(s0[eval_rows.folds][None, :])
+    chunk = pairs.chunk_size(spec, max(plan.n_clusters, n_eval))
+    s_rep = np.empty(spec.n_resamples)
+    draws = draw_chunks(plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
+    refits = _refitted(SolverSet([deployed, *fold_solvers], plan.n_clusters), draws, s_rep)
+    replicates = pairs.replicates(refits, spec.n_resamples, spec.n_workers)
+    estimates, replicates = rows.on_metric_scale(estimates, replicates)
     table = ReplicateTable(
         rows=names,
         columns=PROB_SETS,
         estimates=estimates,
         replicates=replicates,
         spec=spec,
-        n=int(ze.shape[0]),
+        n=int(n_eval),
         n_clusters=plan.n_clusters,
         owner="CrossfitIntervals",
     )
@@ -258,5 +248,51 @@ def crossfit_bootstrap(
         fit=deployed[0].fit,
         fold_fits=tuple(s.fit for s, _ in fold_solvers),
         log_temperature_replicates=_readonly(s_rep),
-        n_fit=int(zf.shape[0]),
+        n_fit=int(n_fit),
     )
+
+
+def _solvers(
+    rows: _FoldedRows, fit_codes: NDArray[np.int64], folds: int, bounds: tuple[float, float]
+) -> tuple[_Solver, list[_Solver]]:
+    """The deployed temperature's solver (every fit row) and each fold's (the other folds' fit rows).
+
+    ``fit_codes``: each fit row's patient, an index into the plan's clusters.
+    """
+    deployed = _solver(rows, fit_codes, np.ones(rows.logits.shape[0], dtype=bool), bounds)
+    fold_solvers = []
+    for fold in range(folds):  # a loop over folds
+        used = rows.folds != fold
+        if not used.any():
+            raise DataError(f"{_FUNC}: fold {fold} has no fit rows in the other folds; use fewer folds.")
+        fold_solvers.append(_solver(rows, fit_codes, used, bounds))
+    return deployed, fold_solvers
+
+
+def _solver(
+    rows: _FoldedRows, fit_codes: NDArray[np.int64], used: NDArray[np.bool_], bounds: tuple[float, float]
+) -> _Solver:
+    """The batched solver of the fit rows ``used``, and the patient of each of its clusters."""
+    patients, local = np.unique(fit_codes[used], return_inverse=True)
+    solver = BatchedTemperatureSolver(
+        rows.logits[used], rows.labels[used], local, patients.shape[0], bounds=bounds, func=_FUNC
+    )
+    return solver, patients
+
+
+def _refitted(
+    refits: SolverSet, chunks: Iterator[Draws], deployed: NDArray[np.float64]
+) -> Iterator[tuple[Draws, NDArray[np.float64]]]:
+    """Each chunk's draws with every fold's log T refitted under them, shape (R, K).
+
+    The deployed fit's log T of each resample (the first of ``refits``) goes to ``deployed`` (B,).
+    """
+    start = 0
+    for draws in chunks:  # a loop over chunks of resamples
+        patient_of_cluster = np.arange(
+            draws.n_clusters, dtype=np.int64
+        )  # the plan's clusters are the patients
+        s_all = refits.solve(draws.indices, patient_of_cluster)
+        deployed[start : start + draws.size] = s_all[:, 0]
+        start += draws.size
+        yield draws, s_all[:, 1:]

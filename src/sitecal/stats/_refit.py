@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sitecal._validation import check_int, check_labels, check_logits, check_option
-from sitecal.calibration import DEFAULT_BOUNDS, BatchedTemperatureSolver, fit_validated, temperature_bounds
+from sitecal._validation import check_int, check_labels, check_logits
+from sitecal.calibration import (
+    DEFAULT_BOUNDS,
+    BatchedTemperatureSolver,
+)
 from sitecal.errors import DataError
-from sitecal.metrics import METRIC_NAMES, SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
+from sitecal.metrics import SmoothECEStatistic, SumMetricStatistic, metric_statistic, softmax
 from sitecal.metrics.registry import ECE
-from sitecal.stats._evaluators import EvaluatorSet, auto_chunk_size, make_evaluator
+from sitecal.stats._engine_steps import BeforeAfter, checked_spec, checked_split, metric_names
+from sitecal.stats._evaluators import auto_chunk_size, make_evaluator
+from sitecal.stats._fit_temperature import FitTemperature, Given, precomputed, solve_resamples
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
 from sitecal.stats._refit_result import PROB_SETS, RefitIntervals, _readonly, fit_stream_seed
 from sitecal.stats._replicate_table import ReplicateTable
@@ -30,42 +36,59 @@ from sitecal.stats._term_sums import RefitStatistic, metrics_at_temperatures
 
 __all__ = ["RefitIntervals", "bootstrap_temperature", "fit_stream_seed", "refit_bootstrap"]
 
+_FUNC = "refit_bootstrap"
+
+
+@dataclass(frozen=True, eq=False)
+class _Split:
+    """One split's checked logits (N, C) and labels (N,), and the plan of its resamples."""
+
+    logits: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    plan: ClusterPlan
+
 
 def _split(
-    logits: ArrayLike, labels: ArrayLike, clusters: ArrayLike | None, strata: ArrayLike | None, which: str
-) -> tuple[NDArray[np.float64], NDArray[np.int64], ClusterPlan]:
-    func = "refit_bootstrap"
-    z = check_logits(logits, func=func, name=f"{which}_logits")
-    y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func, name=f"{which}_labels")
-    plan = make_plan(z.shape[0], clusters, strata, func=f"{func} ({which} split)")
-    return z, y, plan
-
-
-def _statistics(metrics: Sequence[str], n_bins: int) -> tuple[tuple[str, ...], list[RefitStatistic]]:
-    func = "refit_bootstrap"
-    if isinstance(metrics, str):
-        raise DataError(f"The 'metrics' parameter of {func} must be a sequence of names, e.g. ('ece',).")
-    names = tuple(check_option(m, name="metrics", func=func, options=METRIC_NAMES) for m in metrics)
-    if not names or len(set(names)) != len(names):
+    logits: ArrayLike,
+    labels: ArrayLike,
+    clusters: ArrayLike | None,
+    strata: ArrayLike | None,
+    which: str,
+    *,
+    like: _Split | None = None,
+) -> _Split:
+    """The split ``which`` ("fit" or "eval"), checked; with ``like``, as many classes as that split."""
+    z, y = checked_split(logits, labels, which=which, func=_FUNC)
+    plan = make_plan(z.shape[0], clusters, strata, func=f"{_FUNC} ({which} split)")
+    if like is not None and z.shape[1] != like.logits.shape[1]:
         raise DataError(
-            f"The 'metrics' parameter of {func} must list each metric once. Got {tuple(metrics)!r}."
+            f"The '{which}_logits' parameter of {_FUNC} must have as many classes as 'fit_logits' "
+            f"({like.logits.shape[1]}). Got {z.shape[1]}."
         )
-    bins = check_int(n_bins, name="n_bins", func=func, minimum=1)
+    return _Split(z, y, plan)
+
+
+def _statistics(
+    metrics: Sequence[str], n_bins: int, *, method: str
+) -> tuple[tuple[str, ...], list[RefitStatistic]]:
+    """The metrics' names and statistics, each one the refit can evaluate under moving temperatures.
+
+    ``method``: the interval's; BCa is refused for a metric it is not valid for.
+    """
+    names = metric_names(metrics, func=_FUNC)
+    bins = check_int(n_bins, name="n_bins", func=_FUNC, minimum=1)
     stats: list[RefitStatistic] = []
     for m in names:
         stat = resampled(metric_statistic(m, n_bins=bins))
         if not isinstance(stat, SumMetricStatistic | SmoothECEStatistic):
             raise DataError(
-                f"The 'metrics' parameter of {func} must name metrics it can evaluate under each resample's "
+                f"The 'metrics' parameter of {_FUNC} must name metrics it can evaluate under each resample's "
                 f"temperature; {m!r} recomputes its bins per resample and is not supported here. Use "
                 f"{ECE.name!r} (equal-width) instead."
             )
         stats.append(stat)
+    check_method_for_metrics(method, names, func=_FUNC)
     return names, stats
-
-
-def _chunks(plan: ClusterPlan, seed: int, spec: BootstrapSpec, chunk: int) -> Iterator[Draws]:
-    return draw_chunks(plan, seed=seed, n_resamples=spec.n_resamples, chunk_size=chunk)
 
 
 def refit_bootstrap(
@@ -162,82 +185,39 @@ def refit_bootstrap(
     ...     "accuracy", "before").estimate
     (True, True)
     """
-    func = "refit_bootstrap"
-    spec = BootstrapSpec() if spec is None else spec
-    if not isinstance(spec, BootstrapSpec):
-        raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
-    zf, yf, fit_plan = _split(fit_logits, fit_labels, fit_clusters, fit_strata, "fit")
-    ze, ye, eval_plan = _split(eval_logits, eval_labels, eval_clusters, eval_strata, "eval")
-    if zf.shape[1] != ze.shape[1]:
-        raise DataError(
-            f"The 'eval_logits' parameter of {func} must have as many classes as 'fit_logits' "
-            f"({zf.shape[1]}). Got {ze.shape[1]}."
-        )
-    names, stats = _statistics(metrics, n_bins)
-    check_method_for_metrics(spec.method, names, func=func)
+    spec = checked_spec(spec, func=_FUNC)
+    fit_split = _split(fit_logits, fit_labels, fit_clusters, fit_strata, "fit")
+    eval_split = _split(eval_logits, eval_labels, eval_clusters, eval_strata, "eval", like=fit_split)
+    names, stats = _statistics(metrics, n_bins, method=spec.method)
+    given = precomputed(log_temperature, log_temperature_replicates, log_temperature_jackknife, spec)
+    return _bootstrap(fit_split, eval_split, names, stats, bounds, spec, given)
+
+
+def _bootstrap(
+    fit_split: _Split,
+    eval_split: _Split,
+    names: tuple[str, ...],
+    stats: Sequence[RefitStatistic],
+    bounds: tuple[float, float],
+    spec: BootstrapSpec,
+    given: Given | None,
+) -> RefitIntervals:
+    """The refit bootstrap of checked splits and metrics (see :func:`refit_bootstrap`)."""
     rows = engine_rows(names, stats)  # and the studentised interval's companions
-    given = _precomputed(log_temperature, log_temperature_replicates, log_temperature_jackknife, spec)
-    solver: BatchedTemperatureSolver | None = None
-    if given is None:
-        solver = BatchedTemperatureSolver(
-            zf, yf, fit_plan.cluster_of_row, fit_plan.n_clusters, bounds=bounds, func=func
-        )
-        fit, s0 = solver.fit, solver.fit.log_temperature
-    else:
-        low, high = temperature_bounds(bounds, func=func)
-        fit = fit_validated(zf, yf, tol=1e-10, max_iter=100, low=low, high=high)
-        s0 = given[0]
-    before_probs = softmax(ze)
-    before = EvaluatorSet([make_evaluator(stat, (before_probs, ye), eval_plan) for stat in rows.statistics])
-    after_at_s0 = metrics_at_temperatures(rows.statistics, ze, ye, np.array([s0]), np.ones((1, eval_plan.n)))[
-        :, 0
-    ]
-    estimates = np.stack([before.estimates(eval_plan.n_clusters), after_at_s0], axis=1)
-
-    b = spec.n_resamples
-    chunk = spec.chunk_size or min(
-        max(1, min(b, CHUNK_ELEMENTS // max(fit_plan.n_clusters, eval_plan.n_clusters))),
-        auto_chunk_size(before.sized, eval_plan, b),
+    temperature = FitTemperature.of(fit_split.logits, fit_split.labels, fit_split.plan, bounds, given)
+    pairs = BeforeAfter.of(rows.statistics, eval_split.logits, eval_split.labels, eval_split.plan)
+    estimates = pairs.estimates(np.array([temperature.estimate]))
+    chunk = pairs.chunk_size(spec, max(fit_split.plan.n_clusters, eval_split.plan.n_clusters))
+    solved = temperature.replicates(spec, chunk)
+    eval_draws = draw_chunks(eval_split.plan, seed=spec.seed, n_resamples=spec.n_resamples, chunk_size=chunk)
+    replicates = pairs.replicates(
+        _with_slices(eval_draws, solved.log_temperature), spec.n_resamples, spec.n_workers
     )
-    s_rep = np.empty(b)
-    replicates = np.empty((len(rows.statistics), 2, b))
-    n_exact = n_bound = 0
-    max_err = 0.0
-    start = 0
-    streams = zip(
-        _chunks(fit_plan, fit_stream_seed(spec.seed), spec, chunk),
-        _chunks(eval_plan, spec.seed, spec, chunk),
-        strict=True,
-    )
-    for fit_draws, eval_draws in streams:  # a loop over chunks of resamples
-        stop = start + eval_draws.size
-        if given is not None:
-            s_rep[start:stop] = given[1][start:stop]
-        elif solver is not None:
-            sol = solver.solve(fit_draws.weights)
-            s_rep[start:stop] = sol.log_temperature
-            n_exact += int(sol.exact.sum())
-            n_bound += int(np.count_nonzero(sol.bound))
-            max_err = max(max_err, float(sol.error_bound.max()))
-        replicates[:, 0, start:stop] = before.replicates(eval_draws)
-        replicates[:, 1, start:stop] = metrics_at_temperatures(
-            rows.statistics,
-            ze,
-            ye,
-            s_rep[start:stop],
-            eval_draws.weights,
-            workers=spec.n_workers,
-            row_cluster=eval_plan.cluster_of_row,
-        )
-        start = stop
-
     s_jack = jackknife = None
     if spec.method == "bca":
-        if given is not None:
-            s_jack = given[2]
-        elif solver is not None:
-            s_jack = solver.jackknife().log_temperature if solver.n_clusters > 1 else None
-        s_jack, jackknife = _bca_influence(s0, s_jack, stats, ze, ye, eval_plan, before_probs, s_rep)
+        s_jack, jackknife = _bca_influence(
+            temperature.estimate, temperature.jackknife(), stats, pairs, solved.log_temperature
+        )
     estimates, replicates = rows.on_metric_scale(estimates, replicates)
     table = ReplicateTable.from_plan(
         names,
@@ -245,70 +225,47 @@ def refit_bootstrap(
         estimates,
         replicates,
         spec=spec,
-        plan=eval_plan,
+        plan=eval_split.plan,
         owner="RefitIntervals",
         jackknife=jackknife,
     )
     return RefitIntervals(
         table=table,
         n_bins=stats[0].n_bins,
-        fit=fit,
-        fit_plan=fit_plan,
-        eval_plan=eval_plan,
-        log_temperature_replicates=_readonly(s_rep),
+        fit=temperature.fit,
+        fit_plan=fit_split.plan,
+        eval_plan=eval_split.plan,
+        log_temperature_replicates=_readonly(solved.log_temperature),
         log_temperature_jackknife=s_jack,
-        n_exact=n_exact,
-        n_at_bound=n_bound,
-        max_error_bound=max_err,
-        log_temperature_estimate=None if given is None else s0,
+        n_exact=solved.n_exact,
+        n_at_bound=solved.n_at_bound,
+        max_error_bound=solved.max_error_bound,
+        log_temperature_estimate=None if given is None else temperature.estimate,
     )
 
 
-def _precomputed(
-    estimate: float | None, replicates: ArrayLike | None, jackknife: ArrayLike | None, spec: BootstrapSpec
-) -> tuple[float, NDArray[np.float64], NDArray[np.float64] | None] | None:
-    """Validate precomputed log temperatures: None, or (estimate, (B,) replicates, jackknife or None)."""
-    func = "refit_bootstrap"
-    if estimate is None and replicates is None and jackknife is None:
-        return None
-    if estimate is None or replicates is None:
-        raise DataError(
-            f"The 'log_temperature' and 'log_temperature_replicates' parameters of {func} go together: pass "
-            "both (precomputed temperatures) or neither (fit T in every resample)."
-        )
-    s0 = float(estimate)
-    rep = np.asarray(replicates, dtype=np.float64)
-    if rep.shape != (spec.n_resamples,) or not (math.isfinite(s0) and np.isfinite(rep).all()):
-        raise DataError(
-            f"The 'log_temperature_replicates' parameter of {func} must hold spec.n_resamples = "
-            f"{spec.n_resamples} finite values, shape ({spec.n_resamples},), with a finite "
-            f"'log_temperature'. Got shape {rep.shape}."
-        )
-    jk = None
-    if jackknife is not None:
-        jk = np.array(jackknife, dtype=np.float64).reshape(-1)
-        if not np.isfinite(jk).all():
-            raise DataError(f"The 'log_temperature_jackknife' parameter of {func} must be finite.")
-    elif spec.method == "bca":
-        raise DataError(
-            f"The 'log_temperature_jackknife' parameter of {func} is required with precomputed temperatures "
-            "and spec.method='bca' (the acceleration needs the fit part's influence); pass the "
-            "leave-one-cluster-out values, or use method='percentile'."
-        )
-    return s0, rep, jk
+def _with_slices(
+    chunks: Iterator[Draws], values: NDArray[np.float64]
+) -> Iterator[tuple[Draws, NDArray[np.float64]]]:
+    """Each chunk of draws with its resamples' entries of ``values`` (the resamples in order)."""
+    start = 0
+    for draws in chunks:  # a loop over chunks of resamples
+        yield draws, values[start : start + draws.size]
+        start += draws.size
 
 
 def _bca_influence(
     s0: float,
     k_fit: NDArray[np.float64] | None,
     stats: Sequence[RefitStatistic],
-    ze: NDArray[np.float64],
-    ye: NDArray[np.int64],
-    eval_plan: ClusterPlan,
-    before_probs: NDArray[np.float64],
+    pairs: BeforeAfter,
     s_rep: NDArray[np.float64],
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
-    """Jackknife log T and the two-sample scaled influence values of each metric (see refit_bootstrap)."""
+    """Jackknife log T and the two-sample scaled influence values of each metric (see refit_bootstrap).
+
+    ``pairs``: the evaluation split's rows, plan and probabilities before calibration.
+    """
+    ze, ye, eval_plan, before_probs = pairs.logits, pairs.labels, pairs.plan, pairs.probs
     if k_fit is None or eval_plan.n_clusters < 2:
         return None if k_fit is None else _readonly(k_fit), None
     s_jack = _readonly(k_fit)
@@ -369,27 +326,14 @@ def bootstrap_temperature(
     True
     """
     func = "bootstrap_temperature"
-    spec = BootstrapSpec() if spec is None else spec
-    if not isinstance(spec, BootstrapSpec):
-        raise DataError(f"The 'spec' parameter of {func} must be a BootstrapSpec. Got {type(spec).__name__}.")
+    spec = checked_spec(spec, func=func)
     z = check_logits(logits, func=func)
     y = check_labels(labels, n=z.shape[0], n_classes=z.shape[1], func=func)
     plan = make_plan(z.shape[0], clusters, strata, func=func)
     solver = BatchedTemperatureSolver(z, y, plan.cluster_of_row, plan.n_clusters, bounds=bounds, func=func)
     b = spec.n_resamples
     chunk = spec.chunk_size or max(1, min(b, CHUNK_ELEMENTS // plan.n_clusters))
-    s_rep = np.empty(b)
-    n_exact = n_bound = 0
-    max_err = 0.0
-    start = 0
-    for draws in _chunks(plan, fit_stream_seed(spec.seed), spec, chunk):  # a loop over chunks
-        w = draws.weights
-        sol = solver.solve(w)
-        s_rep[start : start + w.shape[0]] = sol.log_temperature
-        n_exact += int(sol.exact.sum())
-        n_bound += int(np.count_nonzero(sol.bound))
-        max_err = max(max_err, float(sol.error_bound.max()))
-        start += w.shape[0]
+    solved = solve_resamples(solver, plan, spec, chunk)
     s_jack = None
     if spec.method == "bca" and plan.n_clusters > 1:
         s_jack = _readonly(solver.jackknife().log_temperature)
@@ -401,9 +345,9 @@ def bootstrap_temperature(
         fit=solver.fit,
         fit_plan=plan,
         eval_plan=plan,
-        log_temperature_replicates=_readonly(s_rep),
+        log_temperature_replicates=_readonly(solved.log_temperature),
         log_temperature_jackknife=s_jack,
-        n_exact=n_exact,
-        n_at_bound=n_bound,
-        max_error_bound=max_err,
+        n_exact=solved.n_exact,
+        n_at_bound=solved.n_at_bound,
+        max_error_bound=solved.max_error_bound,
     )
