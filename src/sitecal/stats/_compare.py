@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.metrics.registry import BRIER, ECE_DEBIASED, NLL, SMOOTH_ECE
-from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._paired_refit import Arms, crossfit_folds, fit_notes, paired_arms, statistics
 from sitecal.stats._replicate_table import ReplicateTable, TableView
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
@@ -39,6 +39,8 @@ COMPARED_METRICS = (NLL.name, BRIER.name, ECE_DEBIASED.name, SMOOTH_ECE.name)
 #: What an interval of ``method - temperature`` says: lies wholly below 0, wholly above 0, straddles 0,
 #: or is undefined or degenerate (non-finite replicates, or all equal: it measures no uncertainty).
 FINDINGS = ("better", "worse", "no_clear_difference", "no_interval")
+
+_FUNC = "compare_methods"
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +116,7 @@ def finding_of(difference: BootstrapResult) -> str:
 
 
 def _methods(methods: Sequence[str]) -> tuple[str, ...]:
-    func = "compare_methods"
+    func = _FUNC
     if isinstance(methods, str):
         raise DataError(f"The 'methods' parameter of {func} must be a sequence of names, e.g. ('vector',).")
     unknown = [m for m in methods if m not in METHODS]
@@ -199,23 +201,29 @@ def compare_methods(
     >>> res.methods, res.finding("vector", "nll")
     (('temperature', 'vector'), 'no_clear_difference')
     """
-    func = "compare_methods"
     spec = BootstrapSpec() if spec is None else spec
     names = _methods(methods)
     arms = paired_arms(
-        func,
+        _FUNC,
         (fit_logits, fit_labels, fit_clusters),
         (eval_logits, eval_labels, eval_clusters),
         names,
-        statistics(func, metrics, n_bins),
+        statistics(_FUNC, metrics, n_bins),
         spec,
         options or {},
-        crossfit_folds(func, fit_folds, eval_folds, folds),
+        crossfit_folds(_FUNC, fit_folds, eval_folds, folds),
     )
+    return _comparison(names, tuple(metrics), arms, spec)
+
+
+def _comparison(
+    names: tuple[str, ...], metrics: tuple[str, ...], arms: Arms, spec: BootstrapSpec
+) -> MethodComparison:
+    """The comparison of the methods ``names`` (the reference first) from their paired arms."""
     fits = {m: fit for m, fit in zip(names, arms.fits, strict=True) if fit is not None}
     table = ReplicateTable.from_plan(
         names,
-        tuple(metrics),
+        metrics,
         arms.estimates,
         arms.replicates,
         spec=spec,

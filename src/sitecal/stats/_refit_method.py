@@ -19,13 +19,15 @@ from numpy.typing import ArrayLike
 from sitecal.calibration import METHODS, FittedMethod
 from sitecal.errors import DataError
 from sitecal.stats._metric_intervals import DEFAULT_METRICS
-from sitecal.stats._paired_refit import crossfit_folds, fit_notes, paired_arms, statistics
+from sitecal.stats._paired_refit import Arms, crossfit_folds, fit_notes, paired_arms, statistics
 from sitecal.stats._refit_result import PROB_SETS
 from sitecal.stats._replicate_table import MetricTable, ReplicateTable
 from sitecal.stats._resample import ClusterPlan
 from sitecal.stats._spec import BootstrapSpec
 
 __all__ = ["MethodRefitIntervals", "refit_method_bootstrap"]
+
+_FUNC = "refit_method_bootstrap"
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,26 +113,32 @@ def refit_method_bootstrap(
     >>> bool(res.difference("nll").high < 0)
     True
     """
-    func = "refit_method_bootstrap"
     spec = BootstrapSpec() if spec is None else spec
     if method not in METHODS:
         raise DataError(
-            f"The 'method' parameter of {func} must be one of {', '.join(METHODS)}. Got {method!r}."
+            f"The 'method' parameter of {_FUNC} must be one of {', '.join(METHODS)}. Got {method!r}."
         )
     arms = paired_arms(
-        func,
+        _FUNC,
         (fit_logits, fit_labels, fit_clusters),
         (eval_logits, eval_labels, eval_clusters),
         (None, method),
-        statistics(func, metrics, n_bins),
+        statistics(_FUNC, metrics, n_bins),
         spec,
         {method: options or {}},
-        crossfit_folds(func, fit_folds, eval_folds, folds),
+        crossfit_folds(_FUNC, fit_folds, eval_folds, folds),
     )
+    return _intervals(method, tuple(metrics), arms, spec)
+
+
+def _intervals(
+    method: str, metrics: tuple[str, ...], arms: Arms, spec: BootstrapSpec
+) -> MethodRefitIntervals:
+    """The intervals of the arms (uncalibrated, then ``method``) by metric (see refit_method_bootstrap)."""
     fit = arms.fits[1]
     assert fit is not None  # the method's arm
     table = ReplicateTable.from_plan(
-        tuple(metrics),
+        metrics,
         PROB_SETS,
         np.ascontiguousarray(arms.estimates.T),
         np.ascontiguousarray(arms.replicates.transpose(1, 0, 2)),
