@@ -48,6 +48,9 @@ LAYER = {
     "stages": 5,
     "_model_run": 5,  # the predict stage, re-exported by stages
     "_render_stored": 5,  # a run folder's stored results rendered, re-exported by stages
+    "_run_provenance": 5,  # what a run folder's provenance.json records, for run
+    "_stored_run": 5,  # what plan --from-run reads of a run folder, re-exported by planning
+    "_export_check": 5,  # the studies an export is checked on, for export_run
     "planning": 5,
     "apply": 5,
     "export_run": 5,
@@ -132,12 +135,15 @@ ALLOWED = {
     "_model_run": {"protocol", "cohort", "inference"},
     # the report drawn from a run folder's stored results; the verdict judged again from its criteria
     "_render_stored": {"evaluation", "report"},
+    # the sha256s of what a run read, its seeds, device and how its logits were made
+    "_run_provenance": {"stages", "protocol", "cohort"},
     # the notebook route: the evaluation stage on arrays, and the report stage's rendering
     "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "stages"},
     # `import sitecal` re-exports evaluate_arrays on first use (module __getattr__), loading nothing before
     "__init__": {"arrays"},
     "run": {
         "_run_folder",
+        "_run_provenance",
         "sealed_run",
         "stages",
         "pacs",  # sends report.dcm to the archive of report.send_to
@@ -169,12 +175,15 @@ ALLOWED = {
         "sealed_run",
     },
     # simulates criteria with the evaluation's own rule and the statistics engine
-    "planning": {"protocol", "evaluation", "metrics", "stats", "sealed_run"},
+    "planning": {"_stored_run", "protocol", "evaluation", "metrics", "stats", "sealed_run"},
+    # a run folder's calibration settings, logits and split, as --from-run reads them
+    "_stored_run": {"protocol", "evaluation"},
     # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
     "apply": {"calibration", "cohort", "metrics", "results", "sealed_run"},
     # a run's model and temperatures exported for deployment, checked on the run's studies found again by
     # the run's own scan; the run's protocol is found as `sitecal send` finds it
     "export_run": {
+        "_export_check",  # the run's evaluation studies chosen, found again and read
         "_run_folder",  # the run's run.log records what was exported from it
         "sealed_run",  # the run folder verified before its fits are exported
         "stages",
@@ -185,6 +194,8 @@ ALLOWED = {
         "metrics",
         "results",
     },
+    # the run's evaluation studies found again by the run's own scan and read through its transforms
+    "_export_check": {"stages", "protocol", "inference", "results"},
 }
 
 
@@ -204,6 +215,8 @@ IMPORTED_ONLY_BY = {
         "stages",
         "_model_run",
         "_render_stored",
+        "_run_provenance",
+        "_export_check",
         "arrays",
         "cli",
         "apply",

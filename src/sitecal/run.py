@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shlex
-import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,13 +17,13 @@ from sitecal._hash_manifest import FileHashes, HashManifest
 from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
+from sitecal._run_provenance import run_provenance
 from sitecal._seal import EVALUATED, mark_incomplete, write_seal
-from sitecal.cohort import Cohort, Exclusion, part_facts, parts_record, write_part, write_predictions
+from sitecal.cohort import Cohort, Exclusion, part_facts, write_part, write_predictions
 from sitecal.errors import Terminated
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
-from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
-from sitecal.results import CalibrationDocument, MethodCalibrationDocument, Predictions, write_document
+from sitecal.results import CalibrationDocument, MethodCalibrationDocument, write_document
 from sitecal.sealed_run import open_run
 from sitecal.stages import (
     REPORT_CONTEXT,
@@ -35,7 +33,6 @@ from sitecal.stages import (
     calibration_document,
     evaluate_cohort,
     file_hashes_of,
-    hashed,
     predict,
     predictions_from_file,
     render_run,
@@ -108,56 +105,16 @@ def run_protocol(
     try:
         logger.info("sitecal %s, protocol %s (sha256 %s)", __version__, protocol.name, loaded.sha256[:12])
         pseudonymize = Pseudonymizer(loaded.pseudonym_key())
-        cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
-        model_run: ModelRun | None = None
-        if loaded.predictions_path is None:
-            predictions, model_run = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
-        else:
-            predictions = predictions_from_file(cohort, protocol.model.class_names)
-            logger.info(
-                "the model was not run here: %d studies' predictions read from a file",
-                len(predictions.study_keys),
-            )
-        analysed = analysed_studies(cohort, predictions, min_count_shown=protocol.privacy.min_count_shown)
-        if not analysed.studies:
-            _write_tables(folder, loaded, analysed, np.zeros(0, bool), pseudonymize)
-            raise _nothing_to_analyse(loaded, cohort, analysed.exclusions, folder)
-        outcome = evaluate_cohort(loaded, cohort, predictions, analysed, progress=progress)
-        _write_tables(folder, loaded, analysed, outcome.split.row_labels(), pseudonymize)
-        file_hashes = (
-            model_run.file_hashes
-            if model_run is not None
-            else (
-                file_hashes_of(
-                    cohort,
-                    progress=progress,
-                    manifest=HashManifest(loaded.hash_manifest_path, pseudonymize.key),
-                )
-                if loaded.dicom_dir is not None
-                else FileHashes({})
-            )
-        )
-        provenance = _provenance(
+        outcome = _sealed_results(
             loaded,
             folder,
             started,
-            cohort,
-            analysed,
-            predictions,
-            model_run,
-            file_hashes,
-            pseudonymize=pseudonymize,
+            pseudonymize,
+            progress=progress,
             command_line=command_line,
+            workers=workers,
             device=device,
         )
-        write_document(folder / "calibration.json", _calibration(loaded, outcome, provenance))
-        write_document(folder / "evaluation.json", outcome.result)
-        write_json_atomic(folder / "provenance.json", provenance)
-        write_text_atomic(folder / "protocol.yaml", loaded.text)
-        write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
-        write_json_atomic(folder / REPORT_CONTEXT, report_context(loaded))
-        write_seal(folder, pseudonymize.key, state=EVALUATED)  # the results, before the report
-        logger.info("results sealed (seal.json, key fingerprint %s)", pseudonymize.fingerprint)
         render_run(folder, pseudonymize.key)
         sealed = True
         logger.info("verdict: %s; report: %s; folder sealed", outcome.verdict, folder / "report.pdf")
@@ -168,30 +125,115 @@ def run_protocol(
             sent=_send_after_run(loaded, folder),
         )
     except KeyboardInterrupt as exc:
-        signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        logger.error(
-            "run interrupted (%s); the folder is marked incomplete and nothing was judged (start it again: "
-            "finished logits are cached)",
-            signal_name,
-        )
-        if not sealed:
-            mark_incomplete(folder, f"the run was interrupted ({signal_name})")
+        _log_interruption(folder, exc, sealed=sealed)
         raise
     except Exception as exc:
-        if not sealed:
-            mark_incomplete(folder, f"the run failed ({type(exc).__name__}); run.log says why")
-        # every failure leaves its reason in run.log; the console gets one line and this pointer
-        logger.error(
-            "run failed, nothing was judged: %s: %s",
-            type(exc).__name__,
-            exc,
-            exc_info=True,
-            extra={"run_log_only": True},  # the console gets one line from the CLI instead
-        )
-        exc.add_note(f"The run log is {folder / 'run.log'}.")
+        _log_failure(folder, exc, sealed=sealed)
         raise
     finally:
         detach_log(handler)
+
+
+def _sealed_results(
+    loaded: LoadedProtocol,
+    folder: Path,
+    started: datetime,
+    pseudonymize: Pseudonymizer,
+    *,
+    progress: bool,
+    command_line: Sequence[str] | None,
+    workers: int | None,
+    device: str,
+) -> EvaluationOutcome:
+    """Scan, predict and evaluate; write the results into the folder and seal them, before the report."""
+    protocol = loaded.protocol
+    cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
+    model_run: ModelRun | None = None
+    if loaded.predictions_path is None:
+        predictions, model_run = predict(loaded, cohort, pseudonymize, device=device, progress=progress)
+    else:
+        predictions = predictions_from_file(cohort, protocol.model.class_names)
+        logger.info(
+            "the model was not run here: %d studies' predictions read from a file",
+            len(predictions.study_keys),
+        )
+    analysed = analysed_studies(cohort, predictions, min_count_shown=protocol.privacy.min_count_shown)
+    if not analysed.studies:
+        _write_tables(folder, loaded, analysed, np.zeros(0, bool), pseudonymize)
+        raise _nothing_to_analyse(loaded, cohort, analysed.exclusions, folder)
+    outcome = evaluate_cohort(loaded, cohort, predictions, analysed, progress=progress)
+    _write_tables(folder, loaded, analysed, outcome.split.row_labels(), pseudonymize)
+    file_hashes = _file_hashes(loaded, cohort, model_run, pseudonymize, progress=progress)
+    provenance = run_provenance(
+        loaded,
+        folder,
+        started,
+        cohort,
+        analysed,
+        predictions,
+        model_run,
+        file_hashes,
+        pseudonymize=pseudonymize,
+        command_line=command_line,
+        device=device,
+    )
+    write_document(folder / "calibration.json", _calibration(loaded, outcome, provenance))
+    write_document(folder / "evaluation.json", outcome.result)
+    write_json_atomic(folder / "provenance.json", provenance)
+    write_text_atomic(folder / "protocol.yaml", loaded.text)
+    write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
+    write_json_atomic(folder / REPORT_CONTEXT, report_context(loaded))
+    write_seal(folder, pseudonymize.key, state=EVALUATED)  # the results, before the report
+    logger.info("results sealed (seal.json, key fingerprint %s)", pseudonymize.fingerprint)
+    return outcome
+
+
+def _file_hashes(
+    loaded: LoadedProtocol,
+    cohort: Cohort,
+    model_run: ModelRun | None,
+    pseudonymize: Pseudonymizer,
+    *,
+    progress: bool,
+) -> FileHashes:
+    """The sha256 of every file analysed: the model run's, else hashed now; none without DICOM files."""
+    if model_run is not None:
+        return model_run.file_hashes
+    if loaded.dicom_dir is None:
+        return FileHashes({})
+    return file_hashes_of(
+        cohort, progress=progress, manifest=HashManifest(loaded.hash_manifest_path, pseudonymize.key)
+    )
+
+
+def _log_interruption(folder: Path, exc: KeyboardInterrupt, *, sealed: bool) -> None:
+    """Log an interrupted run (SIGINT or SIGTERM) and mark its folder incomplete unless it was sealed."""
+    signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+    logger.error(
+        "run interrupted (%s); the folder is marked incomplete and nothing was judged (start it again: "
+        "finished logits are cached)",
+        signal_name,
+    )
+    if not sealed:
+        mark_incomplete(folder, f"the run was interrupted ({signal_name})")
+
+
+def _log_failure(folder: Path, exc: Exception, *, sealed: bool) -> None:
+    """Log a failed run's reason and traceback in run.log, mark its folder incomplete, point ``exc`` there.
+
+    Called while ``exc`` is being handled, so that the log takes its traceback.
+    """
+    if not sealed:
+        mark_incomplete(folder, f"the run failed ({type(exc).__name__}); run.log says why")
+    # every failure leaves its reason in run.log; the console gets one line and this pointer
+    logger.error(
+        "run failed, nothing was judged: %s: %s",
+        type(exc).__name__,
+        exc,
+        exc_info=True,
+        extra={"run_log_only": True},  # the console gets one line from the CLI instead
+    )
+    exc.add_note(f"The run log is {folder / 'run.log'}.")
 
 
 def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | None = None) -> dict[str, Any]:
@@ -370,110 +412,6 @@ def _calibration(
     fitted = outcome.temperatures if outcome.methods is None else outcome.methods
     model_sha256 = provenance["sha256"].get("model")
     return calibration_document(loaded.protocol, fitted.to_dict(), model_sha256=model_sha256)
-
-
-def _provenance(
-    loaded: LoadedProtocol,
-    folder: Path,
-    started: datetime,
-    cohort: Cohort,
-    analysed: Analysed,
-    predictions: Predictions,
-    model_run: ModelRun | None,
-    file_hashes: FileHashes,
-    *,
-    pseudonymize: Pseudonymizer,
-    command_line: Sequence[str] | None,
-    device: str,
-) -> dict[str, Any]:
-    protocol = loaded.protocol
-    studies = analysed.studies
-    sha256: dict[str, Any] = {"protocol": loaded.sha256}
-    if model_run is not None:
-        sha256["model"] = model_run.sha256
-    elif loaded.model_path is not None and loaded.model_path.is_file():
-        sha256["model"] = file_sha256(loaded.model_path)  # named by the protocol, not run
-    if loaded.labels_path is not None:
-        sha256["labels"] = file_sha256(loaded.labels_path)
-    parts = (
-        parts_record(Path(str(loaded.predictions_path)), pseudonymize=pseudonymize) if loaded.parts else None
-    )
-    if parts is not None:  # a network's sites' parts: the model was run there, by sitecal predict
-        sha256["predictions_parts"] = parts.pop("sha256")
-        sha256["model"] = parts["model_sha256"]
-    elif loaded.predictions_path is not None:
-        sha256["predictions_file"] = file_sha256(loaded.predictions_path)
-    if file_hashes:
-        sha256["dataset_manifest"] = manifest_sha256(pair for s in studies for pair in hashed(s, file_hashes))
-        sha256["instances"] = instances_sha256(uid for s in studies for uid in s.instance_uids)
-    model: dict[str, Any] = (
-        dict(model_run.record)
-        if model_run is not None
-        else {
-            "name": protocol.model.name,
-            **({"version": protocol.model.version} if protocol.model.version else {}),
-        }
-    )
-    document = provenance_document(
-        sitecal_version=__version__,
-        created_utc=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        command_line=shlex.join(command_line if command_line is not None else sys.argv),
-        run_folder=folder.name,
-        seeds={"split": protocol.calibration.split.seed, "bootstrap": protocol.evaluation.bootstrap.seed},
-        sha256=sha256,
-        outputs_sha256={"predictions": file_sha256(folder / "predictions.csv")},
-        model=model,
-        transforms_sha256=model_run.transforms_sha256 if model_run is not None else None,
-        pseudonym_key=pseudonymize.fingerprint,
-        device=device if model_run is not None else None,
-        logits=(
-            {"cached": predictions.n_cached, "computed": predictions.n_computed}
-            if model_run is not None
-            else None
-        ),
-    )
-    if parts is not None:
-        document["network_parts"] = parts
-    elif model_run is None:
-        document["predictions_file"] = _predictions_file_record(loaded, cohort)
-    else:
-        document["inference"] = dict(model_run.inference)
-    if file_hashes:  # how many files were read, how many remembered unchanged (sitecal._hash_manifest)
-        document["file_hashes"] = {"hashed": file_hashes.n_hashed, "reused": file_hashes.n_reused}
-    if cohort.retrieval is not None:  # the query and what it returned: counts and hashes, no identifier
-        document["pacs"] = dict(cohort.retrieval)
-    return document
-
-
-def _predictions_file_record(loaded: LoadedProtocol, cohort: Cohort) -> dict[str, Any]:
-    """How the predictions file was read (the model was not run here), for provenance and the report."""
-    from sitecal.cohort.predictions_file import PROBABILITY_FLOOR, SUM_TOLERANCE
-
-    summary = cohort.predictions_file
-    assert summary is not None
-    data = loaded.protocol.data
-    return {
-        "model_run_here": False,
-        "rows": summary.rows,
-        "usable_rows": summary.usable_rows,
-        "scores": "probabilities" if summary.score_kind == "prob" else "logits",
-        "key": "sitecal study pseudonym" if summary.pseudonymised else data.key,
-        "patients": summary.patients,
-        "labels": summary.labels,
-        "subgroups_from": sorted(
-            {
-                "DICOM headers" if s.tag else "predictions file columns"
-                for s in loaded.protocol.subgroups.values()
-                if s.intersection is None
-            }
-        ),
-        "dicom_joined": data.dicom_dir is not None,
-        **(
-            {"probability_floor": PROBABILITY_FLOOR, "sum_tolerance": SUM_TOLERANCE}
-            if summary.score_kind == "prob"
-            else {}
-        ),
-    }
 
 
 def _nothing_to_analyse(
