@@ -194,8 +194,9 @@ ALLOWED = {
         "metrics",
         "results",
     },
-    # the run's evaluation studies found again by the run's own scan and read through its transforms
-    "_export_check": {"stages", "protocol", "inference", "results"},
+    # the check of an exported model: the run's evaluation studies found again by the run's own scan, read
+    # through its transforms, and calibrated by the run's fits
+    "_export_check": {"stages", "protocol", "inference", "calibration", "metrics", "results"},
 }
 
 

@@ -19,43 +19,32 @@ A file that fails the check is removed.
 
 from __future__ import annotations
 
-import csv
 import difflib
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-from tqdm import tqdm
-
 from sitecal import __version__
+from sitecal._export_check import check_rows, check_studies, eager_gap, exported_gap
 from sitecal._io import read_json
-from sitecal._pseudonym import Pseudonymizer
 from sitecal._run_folder import attach_log, detach_log
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
 from sitecal.inference import (
     EXPORT_FORMATS,
     ExportFormat,
-    build_transforms,
-    discard_export,
+    LoadedModel,
     export_calibrated,
-    group_table,
-    load_exported,
     load_model,
-    round_trip_tolerance,
     transform_fingerprint,
 )
-from sitecal.metrics import softmax
 from sitecal.pacs.send import load_run_protocol
-from sitecal.protocol import LoadedProtocol
+from sitecal.protocol import LoadedProtocol, ModelSettings
 from sitecal.provenance import file_sha256
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, read_calibration
 from sitecal.sealed_run import open_run
-from sitecal.stages import scan
 
 __all__ = ["N_CHECK", "ExportResult", "export_run"]
 
@@ -63,8 +52,6 @@ logger = logging.getLogger(__name__)
 
 #: Most evaluation studies the exported file is checked on.
 N_CHECK = 32
-#: Images per forward pass of the check.
-_BATCH = 16
 #: Where the file goes without ``--output``, inside the run folder.
 DEFAULT_NAMES = {
     "torchscript": "calibrated.ts",
@@ -96,15 +83,6 @@ class ExportResult:
     max_difference: float
     max_model_difference: float
     tolerance: float
-
-
-@dataclass(frozen=True)
-class _CheckRows:
-    """The evaluation studies chosen for the check: keys, stored logits (float64), groups."""
-
-    keys: tuple[str, ...]
-    logits: np.ndarray
-    groups: tuple[str, ...]
 
 
 def export_run(
@@ -184,6 +162,7 @@ def _export(
     progress: bool,
     workers: int | None,
 ) -> ExportResult:
+    """Export the run's model with its fits to ``output``, once the eager model is checked; check the file."""
     target = Path(output) if output is not None else folder / "export" / DEFAULT_NAMES[fmt]
     _refuse_existing(target, fmt)
     if fmt == "onnx":
@@ -199,44 +178,16 @@ def _export(
         temperatures = _fitted(document)
     except DataError as exc:  # the fits inside a well-formed document
         raise DataError(f"{folder / 'calibration.json'}: {exc} Restore the file the run wrote.") from None
-    rows = _check_rows(folder, document, n_check)
-    model = load_model(loaded.protocol.model, loaded.model_path)
-    if model.sha256 != document.model_sha256:
-        raise DataError(
-            f"{loaded.model_path}: sha256 {model.sha256[:12]}... is not the model the run calibrated "
-            f"({str(document.model_sha256)[:12]}..., calibration.json model_sha256). Point model.path at the "
-            "model file the run used (or pass --protocol with a protocol that does)."
-        )
+    rows = check_rows(folder, document, n_check)
+    model = _run_model(loaded.protocol.model, loaded.model_path, document)
     _note_changes(folder, loaded)
-    images, used = _read_studies(loaded, rows, progress=progress, workers=workers)
-    checked = _CheckRows(
-        keys=tuple(rows.keys[i] for i in used),
-        logits=rows.logits[used],
-        groups=tuple(rows.groups[i] for i in used),
+    checked = check_studies(loaded, rows, temperatures, progress=progress, workers=workers)
+    model_gap = eager_gap(
+        folder, loaded.model_path, model.module, checked, temperatures, document.class_names
     )
-    table = group_table(temperatures)
-    index = torch.tensor(
-        [table["groups"].get(g, table["global_index"]) for g in checked.groups], dtype=torch.int64
-    )
-    expected = _calibrated(temperatures, checked.logits, checked.groups)
-    module = model.module
-    logits = _batched(lambda x, _: module(x), images, index)
-    if logits.ndim != 2 or logits.shape[1] != len(document.class_names):
-        raise DataError(
-            f"{loaded.model_path}: the model returns logits of shape {tuple(logits.shape)}; export needs "
-            f"(batch, {len(document.class_names)}), one per class of calibration.json."
-        )
-    model_gap = _gap(_calibrated(temperatures, logits.double().numpy(), checked.groups), expected)
-    eager_tolerance = round_trip_tolerance("torchscript")  # PyTorch's own kernels, as the run's
-    if not model_gap <= eager_tolerance:
-        raise DataError(
-            f"{folder}: the model on the re-read evaluation studies no longer gives the run's logits "
-            f"(calibrated probabilities differ from predictions.csv's by {model_gap:.2g}, more than "
-            f"{eager_tolerance:g}): the images, the protocol's transforms or the model changed since the "
-            "run. Nothing was exported; run the protocol again, and export that run."
-        )
+    images = checked.images
     groups_file = export_calibrated(
-        module,
+        model.module,
         temperatures,
         target,
         fmt=fmt,
@@ -247,21 +198,13 @@ def _export(
         source_metadata=_source_metadata(loaded),
         preprocessing=[{"name": s.name, "args": dict(s.args)} for s in loaded.protocol.inputs.transforms],
     )
-    gap = _gap(_batched(load_exported(target, fmt), images, index).double().numpy(), expected)
-    tolerance = round_trip_tolerance(fmt)
-    if not gap <= tolerance:
-        discard_export(target)
-        raise DataError(
-            f"{target}: the exported {fmt} model's probabilities differ from sitecal's calibrated ones by "
-            f"{gap:.2g} on the run's evaluation studies (more than {tolerance:g}; the eager model "
-            f"is within {model_gap:.2g}); it was removed. Try another format."
-        )
+    gap, tolerance = exported_gap(target, fmt, checked, model_gap)
     logger.info(
         "exported as %s to %s; checked on %d evaluation studies of %d groups: largest difference from "
         "sitecal's calibrated probabilities %.2g (tolerance %g)",
         fmt,
         target,
-        len(used),
+        len(checked.groups),
         len(set(checked.groups)),
         gap,
         tolerance,
@@ -272,23 +215,27 @@ def _export(
         format=fmt,
         per=document.per,
         n_groups_table=len(temperatures.groups),
-        n_checked=len(used),
+        n_checked=len(checked.groups),
         n_groups=len(set(checked.groups)),
-        n_left_out=len(rows.keys) - len(used),
+        n_left_out=len(rows.keys) - len(checked.groups),
         max_difference=gap,
         max_model_difference=model_gap,
         tolerance=tolerance,
     )
 
 
-def _batched(
-    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], images: torch.Tensor, index: torch.Tensor
-) -> torch.Tensor:
-    """``run(images, index)`` in batches of :data:`_BATCH`, without gradients."""
-    with torch.no_grad():
-        return torch.cat(
-            [run(images[i : i + _BATCH], index[i : i + _BATCH]) for i in range(0, len(images), _BATCH)]
+def _run_model(
+    settings: ModelSettings, model_path: Path, document: CalibrationDocument | MethodCalibrationDocument
+) -> LoadedModel:
+    """The protocol's model, refused unless it is the model the run calibrated (its sha256)."""
+    model = load_model(settings, model_path)
+    if model.sha256 != document.model_sha256:
+        raise DataError(
+            f"{model_path}: sha256 {model.sha256[:12]}... is not the model the run calibrated "
+            f"({str(document.model_sha256)[:12]}..., calibration.json model_sha256). Point model.path at the "
+            "model file the run used (or pass --protocol with a protocol that does)."
         )
+    return model
 
 
 def _fitted(document: CalibrationDocument | MethodCalibrationDocument) -> GroupTemperatures | GroupMethods:
@@ -296,21 +243,6 @@ def _fitted(document: CalibrationDocument | MethodCalibrationDocument) -> GroupT
     if isinstance(document, MethodCalibrationDocument):
         return GroupMethods.from_dict(document.to_dict()["fits"])
     return GroupTemperatures.from_dict(document.to_dict())
-
-
-def _calibrated(
-    fitted: GroupTemperatures | GroupMethods, logits: np.ndarray, groups: Sequence[str]
-) -> np.ndarray:
-    """What sitecal's calibration gives these logits, each row with its group's map."""
-    names = np.asarray(groups, dtype=str)
-    if isinstance(fitted, GroupMethods):
-        probs: np.ndarray = fitted.probabilities(logits, names)[0]
-        return probs
-    return softmax(logits, temperature=fitted.temperatures_for(names))
-
-
-def _gap(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(np.asarray(a, dtype=np.float64) - b).max()) if a.size else 0.0
 
 
 def _refuse_inside_run(folder: Path, output: Path | None) -> None:
@@ -362,65 +294,6 @@ def _refuse_existing(target: Path, fmt: str) -> None:
         raise DataError(f"--output {target}: exists (or its .groups.json does). Remove it, or give another.")
 
 
-def _check_rows(
-    folder: Path, document: CalibrationDocument | MethodCalibrationDocument, n_check: int
-) -> _CheckRows:
-    """Up to ``n_check`` evaluation studies with their stored logits, taken from each group in turn."""
-    if n_check < 1:
-        raise DataError(f"The 'n_check' parameter of export_run must be an int >= 1. Got {n_check!r}.")
-    paths = {name: folder / name for name in ("cohort.csv", "predictions.csv")}
-    for path in paths.values():
-        if not path.is_file():
-            raise DataError(f"{path}: not found. Give a run folder as `sitecal run` wrote it.")
-    columns = [f"logit:{name}" for name in document.class_names]
-    per = document.per
-    try:
-        with open(paths["predictions.csv"], newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in ["study_key", *columns] if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(
-                    f"{paths['predictions.csv']}: no column {missing[0]!r}. Restore the file the run wrote."
-                )
-            logits = {r["study_key"]: [float(r[c]) for c in columns] for r in reader}
-        with open(paths["cohort.csv"], newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            needed = ["study_key", "split", *([per] if per else [])]
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(
-                    f"{paths['cohort.csv']}: no column {missing[0]!r}. Restore the file the run wrote."
-                )
-            by_group: dict[str, list[str]] = {}
-            for r in reader:
-                split = r["split"] or ""
-                if r["study_key"] in logits and (split == "evaluation" or split.startswith("fold ")):
-                    by_group.setdefault(r[per] if per else "", []).append(r["study_key"])
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
-        if isinstance(exc, DataError):
-            raise
-        raise DataError(
-            f"{folder}: cannot read its cohort.csv or predictions.csv ({type(exc).__name__}). Restore the "
-            "files "
-            "the run wrote."
-        ) from None
-    if not by_group:
-        raise DataError(
-            f"{paths['cohort.csv']}: no evaluation study with logits in predictions.csv to check on."
-        )
-    chosen: list[tuple[str, str]] = []
-    queues = [list(reversed(by_group[g])) for g in sorted(by_group)]
-    while len(chosen) < n_check and any(queues):
-        for group, queue in zip(sorted(by_group), queues, strict=True):
-            if queue and len(chosen) < n_check:
-                chosen.append((queue.pop(), group))
-    return _CheckRows(
-        keys=tuple(k for k, _ in chosen),
-        logits=np.array([logits[k] for k, _ in chosen], dtype=np.float64),
-        groups=tuple(g for _, g in chosen),
-    )
-
-
 def _note_changes(folder: Path, loaded: LoadedProtocol) -> None:
     """Log what differs from the run (the protocol, the transforms' fingerprint); the check decides."""
     provenance = read_json(folder / "provenance.json")  # sealed, and bounded as every document is
@@ -436,58 +309,6 @@ def _note_changes(folder: Path, loaded: LoadedProtocol) -> None:
             "the transform chain's fingerprint differs from the run's (the protocol's transforms, or the "
             "MONAI version, changed); the check says whether the inputs are still the same"
         )
-
-
-def _read_studies(
-    loaded: LoadedProtocol, rows: _CheckRows, *, progress: bool, workers: int | None
-) -> tuple[torch.Tensor, list[int]]:
-    """The chosen studies found again and read through the protocol's transforms: images, rows used.
-
-    The scan is the run's own (with the run's pseudonym key, so that the study keys match); studies that
-    came from a PACS are read from the local store the run retrieved them into, never retrieved again.
-    """
-    key_file = loaded.key_file
-    if not key_file.is_file():
-        raise DataError(
-            f"{key_file}: the run's pseudonym key (privacy.key_file) is not there, so its studies cannot be "
-            "found again. Restore the key file, or pass --protocol with the protocol that names it."
-        )
-    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
-    protocol = loaded.protocol
-    if protocol.data.source is not None:
-        data = protocol.data.model_copy(
-            update={"source": None, "dicom_dir": str(loaded.pacs_store / "files")}
-        )
-        loaded = replace(loaded, protocol=protocol.model_copy(update={"data": data}))
-    cohort = scan(loaded, pseudonymize, workers=workers, progress=progress)
-    studies = {s.study_key: s for s in cohort.studies}
-    volume = protocol.inputs.kind == "volume"
-    transforms = build_transforms(
-        protocol.inputs.transforms, voi=protocol.inputs.voi, max_values=protocol.inputs.max_pixels_per_image
-    )
-    images: list[torch.Tensor] = []
-    used: list[int] = []
-    for i, key in enumerate(tqdm(rows.keys, desc="Checking", unit="study", disable=not progress, delay=2)):
-        study = studies.get(key)
-        if study is None:
-            continue
-        item: str | list[str] = [str(f) for f in study.files] if volume else str(study.path)
-        try:
-            image = torch.as_tensor(transforms(item), dtype=torch.float32)
-        except Exception:  # an unreadable study is left out of the check (counted); the others decide
-            continue
-        if images and image.shape != images[0].shape:
-            continue
-        images.append(image)
-        used.append(i)
-    if not images:
-        where = loaded.dicom_dir
-        raise DataError(
-            f"{where}: none of the run's {len(rows.keys)} evaluation studies chosen for the check could be "
-            "found and read again (moved or deleted files, or another privacy.key_file). Restore the data "
-            "the run read, or run the protocol again."
-        )
-    return torch.stack(images), used
 
 
 def _facts(
