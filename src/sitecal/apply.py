@@ -171,12 +171,7 @@ def apply_calibration_file(
     names = [normalise_text(g) for g in rows.groups]
     probs = apply_calibration(fitted, rows.logits, names)
     known = [name in fitted.groups for name in names]
-    if isinstance(fitted, GroupTemperatures):  # the temperature each row got
-        how, origin = "temperature", "temperature_from"
-        used = [repr(float(t)) for t in fitted.temperatures_for(np.asarray(names, dtype=str))]
-    else:  # the method, and whether the row's group had its own fit
-        how, origin = "method", "fit_from"
-        used = [fitted.name] * len(names)
+    how, origin, used = _how_calibrated(fitted, names)
     check = "sealed" if verified else "unverified"
     write_csv_atomic(
         output,
@@ -203,15 +198,7 @@ def apply_calibration_file(
         ),
     )
     if rows.bad_rows:
-        logger.warning(
-            "%s: %d of %d rows have scores that cannot be used and are not in the output (e.g. %s %d: %s)",
-            scores,
-            len(rows.bad_rows),
-            rows.n_rows,
-            rows.numbered_by,
-            rows.bad_rows[0][0],
-            rows.bad_rows[0][1],
-        )
+        _warn_bad_rows(scores, rows.bad_rows, n_rows=rows.n_rows, numbered_by=rows.numbered_by)
     return AppliedFile(
         output=Path(output),
         n_rows=rows.n_rows,
@@ -219,6 +206,35 @@ def apply_calibration_file(
         n_global=sum(not k for k in known),
         bad_rows=rows.bad_rows,
         verified=verified,
+    )
+
+
+def _how_calibrated(
+    fitted: GroupTemperatures | GroupMethods, names: Sequence[str]
+) -> tuple[str, str, list[str]]:
+    """The output's columns of how each row was calibrated: their names, and each row's value.
+
+    Temperature scaling gives the temperature each row got (``temperature``, ``temperature_from``);
+    another method gives its name (``method``, ``fit_from``: whether the row's group had its own fit).
+    """
+    if isinstance(fitted, GroupTemperatures):
+        used = [repr(float(t)) for t in fitted.temperatures_for(np.asarray(names, dtype=str))]
+        return "temperature", "temperature_from", used
+    return "method", "fit_from", [fitted.name] * len(names)
+
+
+def _warn_bad_rows(
+    scores: Path, bad_rows: Sequence[tuple[int, str]], *, n_rows: int, numbered_by: str
+) -> None:
+    """Warn that rows whose scores cannot be used are left out, naming the first."""
+    logger.warning(
+        "%s: %d of %d rows have scores that cannot be used and are not in the output (e.g. %s %d: %s)",
+        scores,
+        len(bad_rows),
+        n_rows,
+        numbered_by,
+        bad_rows[0][0],
+        bad_rows[0][1],
     )
 
 
