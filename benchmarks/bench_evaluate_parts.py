@@ -49,7 +49,7 @@ PARTS = {
         "refit_disparity_stages",
         "disparity_intervals_each",
     ],
-    "sitecal.run": ["scan", "evaluate_cohort", "render_run"],
+    "sitecal.run._protocol_run": ["scan", "evaluate_cohort", "render_run"],
 }
 
 

@@ -14,7 +14,7 @@ study-size planning with 100 simulations, and the demo's three acceptance criter
 Stages, each in a fresh subprocess (wall time around the process; peak RSS from ``os.wait4``'s rusage,
 i.e. the largest resident set of the process or any child it waited for, as ``/usr/bin/time -v``):
 
-- ``read``: :func:`sitecal.stages.scan` alone: the predictions file read, checked, keys pseudonymised
+- ``read``: :func:`sitecal.run.stages.scan` alone: the predictions file read, checked, keys pseudonymised
   and the cohort built (a part of ``evaluate``, measured alone to show where the time goes);
 - ``evaluate``: ``sitecal evaluate PROTOCOL --no-progress``, the whole command: read, split, fits,
   metrics, refit bootstrap, fairness, planning, the run folder's tables and documents, and its report;
@@ -182,7 +182,7 @@ def _child(stage: str, target: str, extra: str | None) -> None:
     if stage == "read":
         from sitecal._pseudonym import Pseudonymizer, load_or_create_key
         from sitecal.protocol import load_protocol
-        from sitecal.stages import scan
+        from sitecal.run.stages import scan
 
         loaded = load_protocol(Path(target))
         cohort = scan(loaded, Pseudonymizer(load_or_create_key(loaded.key_file)), progress=False)

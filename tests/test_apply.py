@@ -14,13 +14,13 @@ from scipy.special import softmax as scipy_softmax
 from tests.conftest import TEST_PSEUDONYM_KEY
 
 from sitecal._seal import COMPLETE, write_seal
-from sitecal.apply import apply_calibration, apply_calibration_file
 from sitecal.calibration import GroupTemperatures, fit_group_temperatures
 from sitecal.cli import main
 from sitecal.errors import DataError
 from sitecal.inference import GroupTemperatureScaler
 from sitecal.results import CalibrationDocument, write_document
-from sitecal.sealed_run import DEFAULT_KEY_NAME
+from sitecal.run.apply import apply_calibration, apply_calibration_file
+from sitecal.run.sealed import DEFAULT_KEY_NAME
 
 CLASSES = ["normal", "nodule", "effusion"]
 

@@ -44,21 +44,10 @@ LAYER = {
     "pacs": 3,
     "evaluation": 4,
     "report": 4,
+    # the stages and their composition into a run, and what works on a run folder (plan, apply, export)
     "run": 5,
-    "stages": 5,
-    "_model_run": 5,  # the predict stage, re-exported by stages
-    "_render_stored": 5,  # a run folder's stored results rendered, re-exported by stages
-    "_run_provenance": 5,  # what a run folder's provenance.json records, for run
-    "_stored_run": 5,  # what plan --from-run reads of a run folder, re-exported by planning
-    "_export_check": 5,  # the studies an export is checked on, for export_run
-    "planning": 5,
-    "apply": 5,
-    "export_run": 5,
     "arrays": 5,
     "demo": 5,
-    "preflight": 5,
-    "_run_folder": 5,
-    "sealed_run": 5,
     "cli": 6,
 }
 NUMERIC_CORE = ("metrics", "stats", "calibration")
@@ -117,36 +106,29 @@ ALLOWED = {
     "demo": {"metrics", "stats", "calibration", "protocol", "cohort", "inference"},
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
-    # the stages, each runnable alone; run composes them
-    "stages": {
-        "_model_run",
-        "_render_stored",
-        "protocol",
-        "cohort",
-        "inference",
-        "pacs",
-        "evaluation",
-        "report",
-        "metrics",
-        "stats",
-        "calibration",
-    },
-    # the predict stage: the model run on the cohort's studies (here, or shard by shard on Dask workers)
-    "_model_run": {"protocol", "cohort", "inference"},
-    # the report drawn from a run folder's stored results; the verdict judged again from its criteria
-    "_render_stored": {"evaluation", "report"},
-    # the sha256s of what a run read, its seeds, device and how its logits were made
-    "_run_provenance": {"stages", "protocol", "cohort"},
-    # the notebook route: the evaluation stage on arrays, and the report stage's rendering
-    "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "stages"},
+    # the notebook route: the evaluation stage on arrays, and the report stage's rendering (run.stages)
+    "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "run"},
     # `import sitecal` re-exports evaluate_arrays on first use (module __getattr__), loading nothing before
     "__init__": {"arrays"},
+    # the run layer (one package; its modules import each other directly):
+    # - the stages (run.stages), each runnable alone: the scan (cohort; pacs for a PACS source), the
+    #   predict stage (the model run on the cohort's studies, here or shard by shard on Dask workers:
+    #   inference), the evaluation and the report drawn from a run folder's stored results (evaluation,
+    #   report), the verdict judged again from its criteria;
+    # - the run (run._protocol_run) composes them, writes the run folder's tables (the cohort's exclusions)
+    #   and provenance (the sha256s of what it read, seeds, device, how its logits were made), and sends
+    #   report.dcm to the archive of report.send_to (pacs);
+    # - the preflight: labels, mappings, the model and the PACS, before the scan;
+    # - a run folder opened as evidence (run.sealed): its key found from the run's protocol (as
+    #   `sitecal send` finds it);
+    # - planning: simulates criteria with the evaluation's own rule and the statistics engine, from a run
+    #   folder's calibration settings, logits and split (--from-run);
+    # - apply: a run's calibration applied to scores made elsewhere (the scores file is read as predictions
+    #   are: cohort, calibration, metrics);
+    # - export: a run's model and temperatures exported for deployment, checked on the run's evaluation
+    #   studies found again by the run's own scan, read through its transforms and calibrated by its fits
     "run": {
-        "_run_folder",
-        "_run_provenance",
-        "sealed_run",
-        "stages",
-        "pacs",  # sends report.dcm to the archive of report.send_to
+        "pacs",
         "protocol",
         "cohort",
         "inference",
@@ -155,48 +137,9 @@ ALLOWED = {
         "metrics",
         "stats",
         "calibration",
-    },
-    # labels, mappings, the model and the PACS, before the scan
-    "preflight": {"protocol", "cohort", "inference", "pacs"},
-    "_run_folder": {"cohort"},  # the run folder's tables list the cohort's exclusions
-    # a run folder opened as evidence: its key found from the run's protocol (as `sitecal send` finds it)
-    "sealed_run": {"pacs", "protocol"},
-    "cli": {
-        "run",
-        "stages",
-        "preflight",
-        "protocol",
-        "cohort",
-        "inference",
-        "demo",
-        "planning",
-        "apply",
-        "export_run",
-        "sealed_run",
-    },
-    # simulates criteria with the evaluation's own rule and the statistics engine
-    "planning": {"_stored_run", "protocol", "evaluation", "metrics", "stats", "sealed_run"},
-    # a run folder's calibration settings, logits and split, as --from-run reads them
-    "_stored_run": {"protocol", "evaluation"},
-    # a run's calibration applied to scores made elsewhere (the scores file is read as predictions are)
-    "apply": {"calibration", "cohort", "metrics", "results", "sealed_run"},
-    # a run's model and temperatures exported for deployment, checked on the run's studies found again by
-    # the run's own scan; the run's protocol is found as `sitecal send` finds it
-    "export_run": {
-        "_export_check",  # the run's evaluation studies chosen, found again and read
-        "_run_folder",  # the run's run.log records what was exported from it
-        "sealed_run",  # the run folder verified before its fits are exported
-        "stages",
-        "pacs",
-        "protocol",
-        "inference",
-        "calibration",
-        "metrics",
         "results",
     },
-    # the check of an exported model: the run's evaluation studies found again by the run's own scan, read
-    # through its transforms, and calibrated by the run's fits
-    "_export_check": {"stages", "protocol", "inference", "calibration", "metrics", "results"},
+    "cli": {"run", "protocol", "cohort", "inference", "demo"},
 }
 
 
@@ -209,20 +152,7 @@ ALLOWED_MODULES = {
 # Parts only the listed parts may import, whatever the layers say (applies once the part exists).
 IMPORTED_ONLY_BY = {
     # the typed documents are handed on by the stages that make and read them
-    "results": {
-        "evaluation",
-        "report",
-        "run",
-        "stages",
-        "_model_run",
-        "_render_stored",
-        "_run_provenance",
-        "_export_check",
-        "arrays",
-        "cli",
-        "apply",
-        "export_run",
-    },
+    "results": {"evaluation", "report", "run", "arrays", "cli"},
 }
 
 # Calls that import or run code chosen at run time. Every one in src/sitecal is listed in DYNAMIC_IMPORTS.
@@ -573,10 +503,15 @@ def test_dynamic_imports_are_listed_with_their_reason() -> None:
 
 
 def test_nothing_imports_run_or_cli() -> None:
+    """Only cli imports run and cli, but for the notebook route's rendering through the stages."""
     for path in MODULES:
         if _part(path) in ("run", "cli"):
             continue
         for name in _imports(path):
+            if _part(path) == "arrays" and (
+                name == "sitecal.run.stages" or name.startswith("sitecal.run.stages.")
+            ):
+                continue
             assert not name.startswith(("sitecal.run", "sitecal.cli")), f"{path} imports {name}"
 
 

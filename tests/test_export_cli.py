@@ -14,7 +14,7 @@ from tests.conftest import TEST_PSEUDONYM_KEY
 
 from sitecal._seal import COMPLETE, write_seal
 from sitecal.cli import main
-from sitecal.export_run import N_CHECK, export_run
+from sitecal.run.export import N_CHECK, export_run
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from sitecal import _hash_manifest
 from sitecal._hash_manifest import SETTLE_NS, FileHashes, HashManifest, hash_files
 from sitecal.cohort import Cohort, Study
 from sitecal.provenance import dataset_manifest_sha256, file_sha256, manifest_sha256
-from sitecal.stages import file_hashes_of, hashed
+from sitecal.run.stages import file_hashes_of, hashed
 
 KEY = bytes.fromhex("0123456789abcdef" * 4)
 OTHER_KEY = bytes.fromhex("fedcba9876543210" * 4)

@@ -18,7 +18,8 @@ from tests.conftest import DEMO_PROTOCOL, VERDICT_EXIT
 from sitecal.cli import main
 from sitecal.errors import DataError
 from sitecal.metrics import softmax
-from sitecal.planning import (
+from sitecal.protocol import Protocol
+from sitecal.run.planning import (
     TARGET_POWER,
     assumed_model,
     evaluated_probabilities,
@@ -26,7 +27,6 @@ from sitecal.planning import (
     plan_criteria,
     read_run,
 )
-from sitecal.protocol import Protocol
 
 CLASSES = ("normal", "nodule", "effusion")
 

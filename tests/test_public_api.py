@@ -18,6 +18,7 @@ PACKAGES = [
     "sitecal.report",
     "sitecal.protocol",
     "sitecal.results",
+    "sitecal.run",
 ]
 
 

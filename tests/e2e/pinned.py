@@ -92,7 +92,7 @@ def pinned_evaluation(name: str) -> bytes:
 
 def report_text(name: str, evaluation: bytes, out: Path) -> str:
     """Render a run folder of the stored documents and ``evaluation`` (unsealed); the report's text."""
-    from sitecal.stages import render_stored
+    from sitecal.run.stages import render_stored
 
     out.mkdir(parents=True, exist_ok=True)
     for document in REPORT_DOCUMENTS:
@@ -122,7 +122,7 @@ def differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
 @contextmanager
 def _captured_inputs() -> Iterator[dict[str, Any]]:
     """Record what the run hands to ``evaluate``."""
-    import sitecal.stages as stages
+    import sitecal.run.stages as stages
 
     seen: dict[str, Any] = {}
     original = stages.evaluate

@@ -13,10 +13,10 @@ import torch
 from tests.inference._export_helpers import FILES, run_without_sitecal, tiny_model
 from torch import nn
 
-from sitecal.apply import apply_calibration
 from sitecal.calibration import fit_group_temperatures
 from sitecal.errors import DataError
 from sitecal.inference import IndexedTemperatureScaler, export_calibrated, group_table
+from sitecal.run.apply import apply_calibration
 
 
 def _model() -> nn.Module:

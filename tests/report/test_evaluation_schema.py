@@ -158,7 +158,7 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
             study_keys=data.study_keys,
         )
         outcome = evaluate(protocol, variant, cohort_flow=flow, protocol_sha256=loaded.sha256)
-        # as run.py writes it: sorted keys, no NaN
+        # as sitecal.run writes it: sorted keys, no NaN
         docs[name] = json.loads(json.dumps(outcome.document, sort_keys=True, allow_nan=False))
     return docs
 

@@ -43,7 +43,7 @@ def _temperatures(fallback: str = "global") -> GroupTemperatures:
 
 
 def calibration(fallback: str = "global") -> CalibrationDocument:
-    """calibration.json as run.py builds it: the run's settings, then GroupTemperatures.to_dict()."""
+    """calibration.json as sitecal.run builds it: the run's settings, then GroupTemperatures.to_dict()."""
     temps = _temperatures(fallback)
     return CalibrationDocument.from_dict(
         {

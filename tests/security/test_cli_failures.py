@@ -9,7 +9,7 @@ import yaml
 from tests.conftest import DEMO_PROTOCOL
 
 import sitecal.run
-import sitecal.stages
+import sitecal.run.stages
 from sitecal.cli import main
 
 
@@ -38,7 +38,7 @@ def test_a_crash_in_a_run_exits_4_with_one_line_and_the_traceback_in_run_log(
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unsupported operand in a stage")
 
-    monkeypatch.setattr(sitecal.stages, "scan_folder", broken)
+    monkeypatch.setattr(sitecal.run.stages, "scan_folder", broken)
     assert main(["run", str(_protocol(tmp_path)), "--no-progress"]) == 4
     err = capsys.readouterr().err
     assert err.startswith("sitecal: internal error (TypeError: unsupported operand in a stage).")
@@ -54,12 +54,12 @@ def test_a_crash_in_a_run_exits_4_with_one_line_and_the_traceback_in_run_log(
 def test_a_crash_in_check_exits_4_and_writes_the_traceback_to_a_private_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import sitecal.preflight
+    import sitecal.run.preflight
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(sitecal.preflight, "check_device", broken)
+    monkeypatch.setattr(sitecal.run.preflight, "check_device", broken)
     assert main(["check", str(_protocol(tmp_path))]) == 4
     err = capsys.readouterr().err
     assert err.startswith("sitecal: internal error (ZeroDivisionError: division by zero).")
@@ -178,7 +178,7 @@ def test_the_protocol_limits_reach_the_scan_and_the_reader(tmp_path: Path) -> No
     from sitecal.demo import generate_demo
     from sitecal.inference import build_transforms
     from sitecal.protocol import load_protocol
-    from sitecal.stages import scan
+    from sitecal.run.stages import scan
 
     manifest = generate_demo(tmp_path / "demo", n_studies=12, seed=3)
     protocol = _protocol(

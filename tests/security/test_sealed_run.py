@@ -249,17 +249,17 @@ def test_apply_takes_an_unverifiable_calibration_only_when_told_and_says_so(
 def test_a_result_edited_while_the_report_renders_is_never_sealed(
     sealed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sitecal.stages
+    import sitecal.run.stages
 
     folder = _copy(sealed, tmp_path)
-    render = sitecal.stages.render_stored
+    render = sitecal.run.stages.render_stored
 
     def render_then_edit(where: Path) -> Path:
         pdf = render(where)
         _flip(where / "calibration.json")  # as a concurrent writer would, while the report is drawn
         return pdf
 
-    monkeypatch.setattr(sitecal.stages, "render_stored", render_then_edit)
+    monkeypatch.setattr(sitecal.run.stages, "render_stored", render_then_edit)
     assert main(["report", str(folder)]) == 2
     assert f"{folder / 'calibration.json'}: edited after the run sealed it" in capsys.readouterr().err
     assert json.loads((folder / SEAL).read_text())["state"] == EVALUATED  # no complete seal over it

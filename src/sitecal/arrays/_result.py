@@ -102,7 +102,7 @@ class ArrayEvaluation:
         The report is the one a run writes, drawn from the same stored documents (:meth:`write`); its
         provenance says the model was not run by sitecal (its scores were given as arrays).
         """
-        from sitecal.stages import render_stored
+        from sitecal.run.stages import render_stored
 
         return render_stored(self.write(folder, title=title))
 
@@ -117,7 +117,7 @@ class ArrayEvaluation:
         from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
         from sitecal.results import write_document
-        from sitecal.stages import REPORT_CONTEXT, calibration_document, report_context
+        from sitecal.run.stages import REPORT_CONTEXT, calibration_document, report_context
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
 
 def apply_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Calibrate the scores file with the calibration.json; print how many rows were calibrated."""
-    from sitecal.apply import apply_calibration_file
+    from sitecal.run.apply import apply_calibration_file
 
     output = args.output or args.scores.with_name(f"{args.scores.stem}-calibrated.csv")
     done = apply_calibration_file(

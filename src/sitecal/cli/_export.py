@@ -37,7 +37,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 def export_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Export the run's model; print where it went, its group table and how closely it was checked."""
-    from sitecal.export_run import export_run
+    from sitecal.run.export import export_run
 
     done = export_run(
         args.run_dir,

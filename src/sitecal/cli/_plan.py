@@ -46,8 +46,8 @@ def plan_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Simulate each criterion at each group size; print one table per criterion."""
     from tqdm import tqdm
 
-    from sitecal.planning import parse_sizes, plan_criteria, plan_models, plan_table
     from sitecal.protocol import load_protocol
+    from sitecal.run.planning import parse_sizes, plan_criteria, plan_models, plan_table
 
     protocol = load_protocol(args.protocol).protocol
     if args.simulations < 20:

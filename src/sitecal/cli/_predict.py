@@ -60,9 +60,9 @@ def _add_shard_options(parser: argparse.ArgumentParser) -> None:
 
 def predict_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Check the output file, the protocol and the cluster, then write the predictions file."""
-    from sitecal.preflight import output_file_problem
     from sitecal.protocol import LoadedProtocol
     from sitecal.run import predict_protocol
+    from sitecal.run.preflight import output_file_problem
 
     path: Path = args.protocol
     loaded = load(path, args)

@@ -28,8 +28,8 @@ def load(path: Path, args: argparse.Namespace) -> object:
 
 
 def refuse_if_not_ready(path: Path, loaded: object, args: argparse.Namespace, *, verb: str) -> None:
-    """Raise :class:`InputError` listing every problem :func:`sitecal.preflight.preflight` finds."""
-    from sitecal.preflight import preflight
+    """Raise :class:`InputError` listing every problem :func:`sitecal.run.preflight.preflight` finds."""
+    from sitecal.run.preflight import preflight
 
     outcome = preflight(
         loaded,  # type: ignore[arg-type]

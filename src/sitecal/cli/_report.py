@@ -18,8 +18,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def report_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Render the run folder's report again from its stored results, once its seal holds."""
-    from sitecal.sealed_run import run_key
-    from sitecal.stages import render_run
+    from sitecal.run.sealed import run_key
+    from sitecal.run.stages import render_run
 
     folder: Path = args.run_dir
     pdf = render_run(folder, run_key(folder, key_file=args.key))  # verified before anything is rendered

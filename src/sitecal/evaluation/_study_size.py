@@ -1,6 +1,6 @@
 """How many evaluation studies a group needs for an 80 % chance to pass a criterion, by simulation.
 
-The engine behind ``sitecal plan`` (:mod:`sitecal.planning`) and the report's study-size column. It
+The engine behind ``sitecal plan`` (:mod:`sitecal.run.planning`) and the report's study-size column. It
 answers the planner's question of Riley et al. (2021): with ``n`` evaluation studies in a group, how
 likely is the criterion to pass *if the model is as calibrated as assumed*? Draw ``n`` studies from a
 calibrated model (each label drawn from its study's own probabilities), compute the criterion's metric and

@@ -20,11 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sitecal._model_run import SHARD_PARTS as SHARD_PARTS
-from sitecal._model_run import ModelRun, file_hashes_of, hashed, predict
 from sitecal._pseudonym import Pseudonymizer
-from sitecal._render_stored import REPORT_CONTEXT as REPORT_CONTEXT
-from sitecal._render_stored import render_stored
 from sitecal._seal import COMPLETE, EVALUATED, mark_incomplete, reseal, verify_seal
 from sitecal.cohort import (
     UNKNOWN,
@@ -54,6 +50,10 @@ from sitecal.cohort.sources import summarise_sources
 from sitecal.evaluation import EvaluationData, EvaluationOutcome, evaluate
 from sitecal.protocol import LoadedProtocol, Protocol, SeriesRules, protocol_summary
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, Predictions
+from sitecal.run._model_run import SHARD_PARTS as SHARD_PARTS
+from sitecal.run._model_run import ModelRun, file_hashes_of, hashed, predict
+from sitecal.run._render_stored import REPORT_CONTEXT as REPORT_CONTEXT
+from sitecal.run._render_stored import render_stored
 
 __all__ = [
     "Analysed",

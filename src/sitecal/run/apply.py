@@ -14,7 +14,7 @@ same values the report shows (whitespace is collapsed). Probabilities are calibr
 as a run does. The output has one row per usable input row, in input order: the input's line (or row)
 number, the group when the fit saw it, the temperature (or the method's name), where it came from, and
 ``prob:<class>``, and ``calibration_check``: ``sealed`` when the calibration's run folder was verified
-against its seal (:mod:`sitecal.sealed_run`), ``unverified`` when it was used with ``--unverified``. No
+against its seal (:mod:`sitecal.run.sealed`), ``unverified`` when it was used with ``--unverified``. No
 other column of the input is copied, so that no key or identifier reaches it: join back by the line
 number.
 
@@ -44,7 +44,7 @@ from sitecal.cohort.predictions_file import read_scores
 from sitecal.errors import DataError, SealError
 from sitecal.metrics import log_probabilities, softmax
 from sitecal.results import read_calibration
-from sitecal.sealed_run import run_key
+from sitecal.run.sealed import run_key
 
 __all__ = ["AppliedFile", "apply_calibration", "apply_calibration_file"]
 

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from sitecal._stored_run import RUN_FILES, RUN_REMEDY, StoredRun, read_run
 from sitecal.errors import DataError
 from sitecal.evaluation import (
     DEFAULT_SIZES,
@@ -51,7 +50,8 @@ from sitecal.evaluation import (
 )
 from sitecal.metrics import softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
-from sitecal.sealed_run import open_run
+from sitecal.run._stored_run import RUN_FILES, RUN_REMEDY, StoredRun, read_run
+from sitecal.run.sealed import open_run
 
 __all__ = [
     "ALL_STUDIES",
@@ -265,7 +265,7 @@ def plan_models(
 ) -> dict[str, StudyModel]:
     """The models ``sitecal plan`` simulates: a run folder's, or the assumed one (the command's options).
 
-    A run folder is verified against its seal first (:func:`sitecal.sealed_run.open_run`; ``key_file``:
+    A run folder is verified against its seal first (:func:`sitecal.run.sealed.open_run`; ``key_file``:
     the site key, when it is not where the run's protocol says), so the plan is drawn from what the run
     wrote; :func:`fitted_model` reads a folder so verified.
     """

@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sitecal import __version__
-from sitecal._export_check import check_rows, check_studies, eager_gap, exported_gap
 from sitecal._io import read_json
-from sitecal._run_folder import attach_log, detach_log
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
 from sitecal.inference import (
@@ -44,7 +42,9 @@ from sitecal.pacs.send import load_run_protocol
 from sitecal.protocol import LoadedProtocol, ModelSettings
 from sitecal.provenance import file_sha256
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, read_calibration
-from sitecal.sealed_run import open_run
+from sitecal.run._export_check import check_rows, check_studies, eager_gap, exported_gap
+from sitecal.run._folder import attach_log, detach_log
+from sitecal.run.sealed import open_run
 
 __all__ = ["N_CHECK", "ExportResult", "export_run"]
 
@@ -112,7 +112,7 @@ def export_run(
         in); needed when ``report.output_dir`` leads out of the protocol's folder.
     key_file : pathlib.Path, optional
         The site key the run was sealed under, when it is not where the run's protocol says
-        (:mod:`sitecal.sealed_run`). The folder is verified against its seal before anything is read, so
+        (:mod:`sitecal.run.sealed`). The folder is verified against its seal before anything is read, so
         the temperatures exported, and those the file is checked against, are the ones the run validated.
     n_check : int
         Most evaluation studies to check on (default :data:`N_CHECK`).

@@ -2,7 +2,7 @@
 
 :func:`render_stored` reads what a run stored (``evaluation.json``, ``calibration.json``,
 ``provenance.json``, :data:`REPORT_CONTEXT` and ``protocol.yaml``) and draws the report from it alone;
-:func:`sitecal.stages.render_run` verifies the folder's seal around it.
+:func:`sitecal.run.stages.render_run` verifies the folder's seal around it.
 """
 
 from __future__ import annotations

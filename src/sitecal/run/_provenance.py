@@ -22,7 +22,7 @@ from sitecal.cohort import Cohort, parts_record
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
 from sitecal.results import Predictions
-from sitecal.stages import Analysed, ModelRun, hashed
+from sitecal.run.stages import Analysed, ModelRun, hashed
 
 __all__ = ["run_provenance"]
 

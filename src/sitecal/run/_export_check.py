@@ -33,7 +33,7 @@ from sitecal.inference import (
 from sitecal.metrics import softmax
 from sitecal.protocol import LoadedProtocol
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument
-from sitecal.stages import scan
+from sitecal.run.stages import scan
 
 __all__ = ["CheckRows", "CheckStudies", "check_rows", "check_studies", "eager_gap", "exported_gap"]
 

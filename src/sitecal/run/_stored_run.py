@@ -77,7 +77,7 @@ class StoredRun:
 def read_run(run_folder: Path) -> StoredRun:
     """Read what --from-run needs of a run folder; the only place planning reads one.
 
-    :func:`sitecal.planning.plan_models` verifies the folder's seal before it calls this, so the files are
+    :func:`sitecal.run.planning.plan_models` verifies the folder's seal before it calls this, so the files are
     the run's own. ``calibration.json`` is read by :func:`sitecal._io.read_json` (16 MiB, 64 levels); the
     two tables row by row (a cell at most the csv module's field limit, 128 kB), each problem named by its
     line.

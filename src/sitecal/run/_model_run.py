@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SHARD_PARTS", "ModelRun", "file_hashes_of", "hashed", "predict"]
 
-# the predict stage's messages keep the name run.log has always shown for them
-logger = logging.getLogger("sitecal.stages")
+logger = logging.getLogger(__name__)
 
 #: Where sharded inference writes its parts (under the protocol's output folder) until they are merged.
 SHARD_PARTS = ".sitecal-shards"

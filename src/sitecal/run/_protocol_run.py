@@ -16,16 +16,16 @@ from sitecal import __version__
 from sitecal._hash_manifest import FileHashes, HashManifest
 from sitecal._io import write_json_atomic, write_text_atomic
 from sitecal._pseudonym import Pseudonymizer
-from sitecal._run_folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
-from sitecal._run_provenance import run_provenance
 from sitecal._seal import EVALUATED, mark_incomplete, write_seal
 from sitecal.cohort import Cohort, Exclusion, part_facts, write_part, write_predictions
 from sitecal.errors import Terminated
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, write_document
-from sitecal.sealed_run import open_run
-from sitecal.stages import (
+from sitecal.run._folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
+from sitecal.run._provenance import run_provenance
+from sitecal.run.sealed import open_run
+from sitecal.run.stages import (
     REPORT_CONTEXT,
     Analysed,
     ModelRun,
@@ -74,7 +74,7 @@ def run_protocol(
 ) -> RunResult:
     """Run every stage of a validated protocol and write the run folder.
 
-    The stages (:mod:`sitecal.stages`): scan, then predict (the model is run here) or the predictions of
+    The stages (:mod:`sitecal.run.stages`): scan, then predict (the model is run here) or the predictions of
     ``data.predictions`` (it is not), then evaluate, then render from the stored results.
 
     Parameters
@@ -239,7 +239,7 @@ def _log_failure(folder: Path, exc: Exception, *, sealed: bool) -> None:
 def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | None = None) -> dict[str, Any]:
     """Send a finished run folder's ``report.dcm`` to ``report.send_to`` (``sitecal send RUN_DIR``).
 
-    The folder is verified against its seal first (:mod:`sitecal.sealed_run`; ``key_file``: the site key,
+    The folder is verified against its seal first (:mod:`sitecal.run.sealed`; ``key_file``: the site key,
     when it is not where the run's protocol says), and its ``report.dcm`` must be the Encapsulated PDF
     of its ``report.pdf``: nothing else is sent. The destination is that of ``protocol``, or of the run's
     own ``protocol.yaml``; the attempt is logged in the folder's ``run.log`` and recorded in its
