@@ -1,8 +1,9 @@
 """``sitecal demo`` from any folder: the packaged protocol copied there, its cohort beside it, nothing in
 the package.
 
-The full runs are in tests/test_end_to_end.py (radiographs, 400 studies) and tests/test_ct_end_to_end.py
-(CT, 50 studies), both from an empty folder; these tests stop after generating.
+The full runs are in tests/e2e/test_end_to_end.py (radiographs, 400 studies) and
+tests/e2e/test_ct_end_to_end.py (CT, 50 studies), both from an empty folder; these tests stop after
+generating.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def test_an_edited_copy_is_never_overwritten_and_runs_with_protocol(
 
 
 def test_the_ct_demo_has_its_own_copy_and_folder(tmp_path: Path) -> None:
-    # prepare_demo up to the generator (the CT cohort is generated and run in tests/test_ct_end_to_end.py)
+    # prepare_demo up to the generator (the CT cohort is generated and run in tests/e2e/test_ct_end_to_end.py)
     home = tmp_path / "elsewhere"
     copy = home / "demo-ct.yaml"
     copy.parent.mkdir()

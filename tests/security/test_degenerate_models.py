@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.test_sensitivity import FLOW, _data, _protocol
+from tests.evaluation.test_sensitivity import FLOW, _data, _protocol
 
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.metrics import top_label_recalibration

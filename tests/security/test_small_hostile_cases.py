@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.results import synthetic
-from tests.test_planning import vendor_run
+from tests.run.test_planning import vendor_run
 
 from sitecal._io import MAX_JSON_BYTES, read_json
 from sitecal._pseudonym import read_key

@@ -131,7 +131,7 @@ COMMANDS = (
 )
 COMMANDS_BY_NAME = {command.name: command for command in COMMANDS}
 # The usage line lists the commands a site runs, then the network's key (made once for a whole network);
-# the help lists them in the table's order. tests/test_cli.py keeps the two lists the same commands.
+# the help lists them in the table's order. tests/cli/test_cli.py keeps the two lists the same commands.
 COMMANDS_METAVAR = "{run,check,predict,evaluate,report,send,apply,export,plan,demo,network-key}"
 
 

@@ -121,7 +121,8 @@ def cohort_characteristics(
 
     Notes
     -----
-    ``tests/test_characteristics.py`` checks every count against a hand-built cohort and pandas ``groupby``.
+    ``tests/evaluation/test_characteristics.py`` checks every count against a hand-built cohort and pandas
+    ``groupby``.
     """
     split = split if isinstance(split, Split) else Split.from_fit_mask(split)
     mixes = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.test_evaluation import FLOW, _data, _protocol
+from tests.evaluation.test_evaluation import FLOW, _data, _protocol
 
 from sitecal.evaluation import EvaluationData, evaluate
 from sitecal.protocol import Protocol

@@ -381,7 +381,7 @@ def test_the_vocabulary_is_closed_and_covers_sitecals_reasons() -> None:
     assert written == NON_FINITE_LOGITS
     assert STAGES == get_args(ExclusionStage)  # the flow's schema names the same stages
     # every stage sitecal writes an exclusion at is one of the vocabulary's
-    source = Path(__file__).parents[1] / "src" / "sitecal"
+    source = Path(__file__).parents[2] / "src" / "sitecal"
     stages = {
         kw.value.value
         for path in source.rglob("*.py")

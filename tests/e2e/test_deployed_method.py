@@ -16,7 +16,7 @@ import jsonschema
 import numpy as np
 import pytest
 from tests.conftest import PATIENT_SPLIT, VERDICT_EXIT, write_demo_protocol
-from tests.test_evaluation import FLOW, _data, _protocol
+from tests.evaluation.test_evaluation import FLOW, _data, _protocol
 
 from sitecal.calibration import GroupMethods, fit_group_methods
 from sitecal.cli import main

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.conftest import DEMO_PROTOCOL
-from tests.test_evaluation import _data, _protocol, _run
+from tests.evaluation.test_evaluation import _data, _protocol, _run
 
 from sitecal.calibration import fit_group_temperatures, fit_temperature
 from sitecal.errors import ProtocolError
