@@ -9,8 +9,9 @@ with ``bootstrap.refit``, after-calibration intervals that refit it in every res
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
@@ -332,22 +333,15 @@ def _refit_temperature(
     patients and folds; ``given``: an empirical-Bayes temperature's replicates (one split only).
     """
     logits, labels, patients, folds = held
+    engine: Callable[..., RefitIntervals | CrossfitIntervals]
     if split.method == "crossfit":  # the protocol refuses empirical_bayes here (no per-fold shrinkage yet)
-        return crossfit_bootstrap(
-            fit_rows.logits[rows],
-            fit_rows.labels[rows],
-            logits,
-            labels,
-            fit_clusters=fit_rows.patients[rows],
-            eval_clusters=patients,
-            fit_folds=fit_rows.folds[rows],
-            eval_folds=folds,
-            folds=split.folds,
-            metrics=tuple(ev.metrics),
-            n_bins=ev.n_bins,
-            spec=spec,
+        engine = partial(
+            crossfit_bootstrap, fit_folds=fit_rows.folds[rows], eval_folds=folds, folds=split.folds
         )
-    return refit_bootstrap(
+    else:
+        # an empirical-Bayes temperature's replicates, by keyword (mypy reads **given as positionals too)
+        engine = cast(Callable[..., RefitIntervals], partial(refit_bootstrap, **given))
+    return engine(
         fit_rows.logits[rows],
         fit_rows.labels[rows],
         logits,
@@ -357,7 +351,6 @@ def _refit_temperature(
         metrics=tuple(ev.metrics),
         n_bins=ev.n_bins,
         spec=spec,
-        **given,
     )
 
 

@@ -13,6 +13,13 @@ relative to the protocol file's folder. ``model.path`` may also name a file ship
 name and the plain arguments each takes, and :func:`transform_problem` says why an entry is refused.
 """
 
+from sitecal.protocol._analysis import (
+    AcceptanceCriterion,
+    BootstrapSettings,
+    CalibrationSettings,
+    EvaluationSettings,
+    SplitSettings,
+)
 from sitecal.protocol._analysis_checks import check_analysis
 from sitecal.protocol._base import SHOWN_TAGS
 from sitecal.protocol._inputs import (
@@ -36,15 +43,7 @@ from sitecal.protocol._pacs import (
 )
 from sitecal.protocol._planning import DEFAULT_PLAN_SIZES, PlanningSettings
 from sitecal.protocol._report import DesignSettings, GovernanceSettings, ReportSettings
-from sitecal.protocol._schema import (
-    AcceptanceCriterion,
-    BootstrapSettings,
-    CalibrationSettings,
-    EvaluationSettings,
-    PrivacySettings,
-    Protocol,
-    SplitSettings,
-)
+from sitecal.protocol._schema import PrivacySettings, Protocol
 from sitecal.protocol._transforms import TRANSFORM_ALLOWLIST, transform_problem
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Protocol schema, the whole: privacy, the :class:`Protocol`, and the checks that span its sections.
 
 The analysis sections (split, calibration, evaluation, acceptance) are in
-:mod:`sitecal.protocol._analysis`, the inputs in :mod:`sitecal.protocol._inputs`; the analysis models are
-importable from here too.
+:mod:`sitecal.protocol._analysis`, the checks spanning them in :mod:`sitecal.protocol._analysis_checks`,
+the inputs in :mod:`sitecal.protocol._inputs`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from sitecal.protocol._analysis import (
-    MAX_FOLDS,
-    MAX_MIN_GROUP_SIZE,
-    MAX_N_BINS,
-    MAX_N_RESAMPLES,
-    AcceptanceCriterion,
-    BootstrapSettings,
-    CalibrationSettings,
-    ComparedMethod,
-    EvaluationSettings,
-    SplitSettings,
-)
+from sitecal.protocol._analysis import AcceptanceCriterion, CalibrationSettings, EvaluationSettings
 from sitecal.protocol._analysis_checks import check_analysis
 from sitecal.protocol._base import (
     _NAME_PATTERN,
@@ -39,20 +28,7 @@ from sitecal.protocol._inputs import (
 )
 from sitecal.protocol._report import ReportSettings
 
-__all__ = [
-    "MAX_FOLDS",
-    "MAX_MIN_GROUP_SIZE",
-    "MAX_N_BINS",
-    "MAX_N_RESAMPLES",
-    "AcceptanceCriterion",
-    "BootstrapSettings",
-    "CalibrationSettings",
-    "ComparedMethod",
-    "EvaluationSettings",
-    "PrivacySettings",
-    "Protocol",
-    "SplitSettings",
-]
+__all__ = ["PrivacySettings", "Protocol"]
 
 
 class PrivacySettings(_Strict):
