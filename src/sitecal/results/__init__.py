@@ -8,6 +8,8 @@ parsed one strictly: unknown keys, missing keys, wrong types, out-of-range value
 :func:`write_document` and :func:`read_document` check every document on the way out and on the way in.
 
 Documents: :class:`Evaluation` (``evaluation.json``), :class:`CalibrationDocument` (``calibration.json``).
+Tables: :func:`metrics_table` (``metrics.csv`` and ``metrics.parquet``, one :class:`MetricRow` per group,
+metric and stage of an evaluation), written by :func:`write_metrics_table`.
 In memory only: :class:`Predictions`.
 
 >>> from sitecal.results import Interval
@@ -75,6 +77,7 @@ from sitecal.results._kinds import (
     SiteSource,
     Verdict,
 )
+from sitecal.results._metrics_table import METRIC_COLUMNS, MetricRow, metrics_table, write_metrics_table
 from sitecal.results._predictions import Predictions
 from sitecal.results._schema import json_schema
 from sitecal.results._sensitivity import (
@@ -96,6 +99,7 @@ from sitecal.results._sensitivity import (
 
 __all__ = [
     "JSON",
+    "METRIC_COLUMNS",
     "BootstrapSettings",
     "BootstrapSummary",
     "CalibrationDocument",
@@ -131,6 +135,7 @@ __all__ = [
     "MethodCalibrationDocument",
     "MethodComparison",
     "MetricResult",
+    "MetricRow",
     "MixEntry",
     "NotCompared",
     "Note",
@@ -161,7 +166,9 @@ __all__ = [
     "ValueCount",
     "Verdict",
     "json_schema",
+    "metrics_table",
     "read_calibration",
     "read_document",
     "write_document",
+    "write_metrics_table",
 ]
