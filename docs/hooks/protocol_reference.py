@@ -1,10 +1,12 @@
-"""MkDocs hook: the protocol reference, written from the protocol's schema at build time.
+"""MkDocs hook: the protocol reference and the metric table, written from the code at build time.
 
 ``docs/reference/protocol.md`` holds the marker ``<!-- protocol-reference -->``; this hook replaces it
 with one table per section of :class:`sitecal.protocol.Protocol` (each field's dotted name, type,
 default, constraints and description), read from the pydantic models' JSON Schema and their
 ``model_fields``. The page therefore cannot drift from the code: a field added, renamed or re-described
-in ``src/sitecal/protocol/`` changes the page at the next build.
+in ``src/sitecal/protocol/`` changes the page at the next build. The marker ``<!-- metric-table -->``
+(``docs/statistics.md``) becomes the table of :data:`sitecal.metrics.METRICS`, the registry every part of
+sitecal reads metric names from.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sitecal.metrics import METRICS
 from sitecal.protocol import Protocol
 
 MARKER = "<!-- protocol-reference -->"
+METRIC_MARKER = "<!-- metric-table -->"
 
 # JSON Schema keywords shown in the constraints column, with how each reads.
 _CONSTRAINTS = {
@@ -185,8 +189,32 @@ def protocol_reference() -> str:
     return "\n".join(lines)
 
 
+def _yes(flag: bool) -> str:
+    """A table cell for a flag."""
+    return "yes" if flag else ""
+
+
+def metric_table() -> str:
+    """One row per metric of the registry: its name, what it measures and where a protocol may use it."""
+    lines = [
+        "| name | label | better | `evaluation.metrics` | by default | acceptance criterion "
+        "| `disparity_metrics` | what it measures |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for metric in METRICS:
+        better = f"near {metric.target:g}" if metric.direction == "target" else metric.direction
+        lines.append(
+            f"| `{metric.name}` | {_cell(metric.label)} | {better} | {_yes(metric.reported)} "
+            f"| {_yes(metric.default)} | {_yes(metric.criterion)} | {_yes(metric.comparable)} "
+            f"| {_cell(metric.description)} |"
+        )
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace the marker on the protocol reference page with the generated tables."""
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, protocol_reference())
+    """Replace the markers with the generated tables."""
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, protocol_reference())
+    if METRIC_MARKER in markdown:
+        markdown = markdown.replace(METRIC_MARKER, metric_table())
+    return markdown
