@@ -21,7 +21,12 @@ from sitecal.cohort import Cohort, Exclusion, part_facts, write_part, write_pred
 from sitecal.errors import Terminated
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import LoadedProtocol
-from sitecal.results import CalibrationDocument, MethodCalibrationDocument, write_document
+from sitecal.results import (
+    CalibrationDocument,
+    MethodCalibrationDocument,
+    write_document,
+    write_metrics_table,
+)
 from sitecal.run._folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.run._provenance import run_provenance
 from sitecal.run.sealed import open_run
@@ -179,6 +184,7 @@ def _sealed_results(
     )
     write_document(folder / "calibration.json", _calibration(loaded, outcome, provenance))
     write_document(folder / "evaluation.json", outcome.result)
+    write_metrics_table(folder, outcome.result)  # metrics.csv and .parquet, for the hospital's tools
     write_json_atomic(folder / "provenance.json", provenance)
     write_text_atomic(folder / "protocol.yaml", loaded.text)
     write_text_atomic(folder / "protocol.sha256", f"{loaded.sha256}  protocol.yaml\n")
