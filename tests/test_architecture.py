@@ -33,6 +33,7 @@ LAYER = {
     "_kernels": 1,  # compiled per-resample loops (numba), loaded on first use
     "_dicomfile": 1,
     "_scrub": 1,
+    "_text": 1,  # the words that follow a count in messages
     "_worker_logs": 1,
     "__init__": 1,
     "metrics": 2,

@@ -127,3 +127,16 @@ def test_parquet_without_pyarrow_says_what_to_install(
         r"\(or save the labels as CSV\)\.",
     ):
         read_labels(path, key_column="StudyInstanceUID", label_column="label", class_names=CLASSES)
+
+
+def test_one_unusable_row_of_one_is_counted_in_the_singular(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "labels.csv"
+    path.write_text("StudyInstanceUID,label\n1.2.3,cat\n")
+    with caplog.at_level("WARNING", logger="sitecal.cohort.labels"):
+        read_labels(path, key_column="StudyInstanceUID", label_column="label", class_names=CLASSES)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 1 of 1 label row cannot be used and is excluded (label is not one of the class names "
+        "[normal, nodule, effusion] or an index 0..2: 1), e.g. line 2."
+    ]

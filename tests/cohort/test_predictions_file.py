@@ -92,7 +92,7 @@ def test_a_file_without_the_needed_columns_is_refused(tmp_path: Path, header: st
 
 def test_a_file_with_no_usable_row_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, "k,prob:normal,prob:nodule,prob:effusion\nA,2,0,0\n")
-    with pytest.raises(DataError, match="none of the 1 rows"):
+    with pytest.raises(DataError, match="none of the 1 row of"):
         read_predictions(path, class_names=CLASSES, key_column="k")
 
 

@@ -193,7 +193,7 @@ def test_an_image_declaring_more_values_than_the_limit_is_refused_before_decodin
     with pytest.raises(DicomError) as caught:
         reader.get_data(reader.read(path))
     assert str(caught.value) == (
-        "image declares 16385 x 16384 pixels x 1 frame(s) x 1 sample(s) = 268,451,840 values, more than the "
+        "image declares 16385 x 16384 pixels x 1 frame x 1 sample = 268,451,840 values, more than the "
         "limit of 268,435,456 per image; it was not decoded. Raise inputs.max_pixels_per_image in the "
         "protocol if such images are expected."
     )
@@ -201,7 +201,7 @@ def test_an_image_declaring_more_values_than_the_limit_is_refused_before_decodin
     with pytest.raises(DicomError) as caught:
         small.get_data(small.read(_dicom(tmp_path / "small.dcm", _PIXELS)))
     assert str(caught.value) == (
-        "image declares 8 x 8 pixels x 1 frame(s) x 1 sample(s) = 64 values, more than the limit of 63 "
+        "image declares 8 x 8 pixels x 1 frame x 1 sample = 64 values, more than the limit of 63 "
         "per image; it was not decoded. Raise inputs.max_pixels_per_image in the protocol if such images are "
         "expected."
     )

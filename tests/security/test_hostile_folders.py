@@ -269,7 +269,7 @@ def test_pydicom_warnings_quoting_uids_reach_neither_stderr_nor_logs(
         assert "MRN7777777" not in channel
     summaries = [r.getMessage() for r in caplog.records if "pydicom reported" in r.getMessage()]
     assert summaries == [
-        "pydicom reported 40 problem(s) it worked around while reading headers (values withheld): "
+        "pydicom reported 40 problems it worked around while reading headers (values withheld): "
         "Invalid value for VR UI (x40)"
     ]
 

@@ -443,7 +443,7 @@ def test_labels_matching_no_study_say_to_check_the_key(caplog: pytest.LogCapture
     with caplog.at_level(logging.WARNING, logger="sitecal.cohort._build"):
         build_cohort(scan, labels, subgroups={}, key="AccessionNumber", pseudonymize=Pseudonymizer(b"k" * 32))
     assert [r.getMessage() for r in caplog.records if r.name == "sitecal.cohort._build"] == [
-        "none of the 2 keys in the labels file matches the AccessionNumber of any of the 1 studies found: "
+        "none of the 2 keys in the labels file matches the AccessionNumber of any of the 1 study found: "
         "check data.key and data.key_column in the protocol, and that the labels belong to these studies."
     ]
     caplog.clear()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._split_key import split_key
+from sitecal._text import plural
 from sitecal.cohort._choice import Chosen, choose, folder_of, series_key_of
 from sitecal.cohort._header import declared_values
 from sitecal.cohort._records import Cohort, Exclusion, Study
@@ -196,11 +197,13 @@ def _warn_if_no_key_matches(labels: LabelTable, matched: Collection[str], key: s
     if labels.labels and n_studies and not matched:
         # the usual cause is a key that joins on the wrong field, not missing studies
         logger.warning(
-            "none of the %d keys in the labels file matches the %s of any of the %d studies found: check "
+            "none of the %d %s in the labels file matches the %s of any of the %d %s found: check "
             "data.key and data.key_column in the protocol, and that the labels belong to these studies.",
             len(labels.labels),
+            plural(len(labels.labels), "key"),
             key,
             n_studies,
+            plural(n_studies, "study", "studies"),
         )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from sitecal._dicomfile import NotRegularFile, open_regular
 from sitecal._split_key import network_split_keys
+from sitecal._text import plural
 from sitecal.cohort._records import Study
 from sitecal.errors import DataError
 
@@ -62,7 +63,9 @@ def read_rows(
         if lines.rest() != sha256:
             raise altered(part)
     if len(studies) != rows:
-        raise DataError(f"{part}: {len(studies)} rows, but its sidecar says {rows}. {_AGAIN}")
+        raise DataError(
+            f"{part}: {len(studies)} {plural(len(studies), 'row')}, but its sidecar says {rows}. {_AGAIN}"
+        )
     return studies
 
 

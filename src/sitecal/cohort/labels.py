@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sitecal._text import plural
 from sitecal.cohort._labels_csv import MAX_ROWS, check_columns, check_size, csv_rows
 from sitecal.cohort._parquet import parquet_chunks
 from sitecal.errors import DataError
@@ -115,10 +116,12 @@ def read_labels(
     if table.bad_rows:
         counts = Counter(reason for _, reason in table.bad_rows)
         logger.warning(
-            "%s: %d of %d label rows cannot be used and are excluded (%s), e.g. %s %d.",
+            "%s: %d of %d %s cannot be used and %s excluded (%s), e.g. %s %d.",
             path,
             len(table.bad_rows),
             table.n_rows,
+            plural(table.n_rows, "label row"),
+            plural(len(table.bad_rows), "is", "are"),
             "; ".join(f"{reason}: {n}" for reason, n in counts.items()),
             table.numbered_by,
             table.bad_rows[0][0],

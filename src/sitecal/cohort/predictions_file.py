@@ -47,6 +47,7 @@ import numpy as np
 
 from sitecal._io import write_csv_atomic
 from sitecal._split_key import split_ranks
+from sitecal._text import plural
 from sitecal.cohort._file_columns import cell_at, file_rows, score_columns_of
 from sitecal.cohort._labels_csv import MAX_ROWS, check_column_list, check_size
 from sitecal.cohort._prediction_rows import (
@@ -277,7 +278,8 @@ def _usable_rows(
     if not found.usable.keys:
         reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in found.bad).most_common(3))
         raise DataError(
-            f"{path}: none of the {found.n_rows} rows of the predictions file can be used ({reasons}). "
+            f"{path}: none of the {found.n_rows} {plural(found.n_rows, 'row')} of the predictions file can "
+            f"be used ({reasons}). "
             "Check the file's score columns and data.key_column."
         )
     return found
@@ -296,10 +298,12 @@ def warn_unusable_rows(table: PredictionTable) -> None:
     firsts = {position for position, reason in table.unusable_keys.values() if reason == DUPLICATE_REASON}
     met = dict.fromkeys(reason for position, reason in table.bad_rows if position not in firsts)
     logger.warning(
-        "%s: %d of %d prediction rows cannot be used and are excluded (%s), e.g. %s %d.",
+        "%s: %d of %d %s cannot be used and %s excluded (%s), e.g. %s %d.",
         table.path,
         len(table.bad_rows),
         table.n_rows,
+        plural(table.n_rows, "prediction row"),
+        plural(len(table.bad_rows), "is", "are"),
         "; ".join(f"{reason}: {counts[reason]}" for reason in {**met, **counts}),
         table.numbered_by,
         table.bad_rows[0][0],
@@ -363,7 +367,9 @@ def read_scores(
         logits.append(row_logits)
     if not positions:
         reasons = "; ".join(f"{r}: {n}" for r, n in Counter(r for _, r in bad).most_common(3))
-        raise DataError(f"{path}: none of the {len(rows)} rows has usable scores ({reasons}).")
+        raise DataError(
+            f"{path}: none of the {len(rows)} {plural(len(rows), 'row')} has usable scores ({reasons})."
+        )
     return ScoreRows(
         positions=tuple(positions),
         groups=tuple(groups),

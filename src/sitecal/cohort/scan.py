@@ -27,6 +27,7 @@ from sitecal._dicomfile import (
     open_regular,
     quiet_pydicom,
 )
+from sitecal._text import plural
 from sitecal.cohort._header import (
     DEFAULT_MAX_PIXELS_PER_IMAGE,
     REQUIRED_KEYWORDS,
@@ -275,7 +276,14 @@ def _log_summary(
     said: Counter[str],
 ) -> None:
     """Log counts only: paths and pydicom's messages may hold identifiers (names in folder names, UIDs)."""
-    logger.info("scanned %d files: %d instances, %d excluded", len(entries), len(instances), len(exclusions))
+    logger.info(
+        "scanned %d %s: %d %s, %d excluded",
+        len(entries),
+        plural(len(entries), "file"),
+        len(instances),
+        plural(len(instances), "instance"),
+        len(exclusions),
+    )
     folders = sum(1 for e in exclusions if e.reason.startswith("unreadable folder"))
     if folders:
         logger.warning(
@@ -292,8 +300,9 @@ def _log_summary(
         )
     if said:
         logger.info(
-            "pydicom reported %d problem(s) it worked around while reading headers (values withheld): %s",
+            "pydicom reported %d %s it worked around while reading headers (values withheld): %s",
             sum(said.values()),
+            plural(sum(said.values()), "problem"),
             "; ".join(f"{kind} (x{n})" for kind, n in said.most_common()),
         )
 

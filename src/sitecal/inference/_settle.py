@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from monai.transforms import Compose
 
+from sitecal._text import plural
 from sitecal.inference._batch_size import AUTO_BATCH_CAP, DEFAULT_BATCH_SIZE, largest_batch
 from sitecal.inference._forward import (
     NON_FINITE_LOGITS,
@@ -253,11 +254,12 @@ def _compare(
     if raised:
         kind, message = sorted(other.errors)[0]
         logger.warning(
-            "the model failed under inputs.precision %s on %d of %d studies it runs in float32 (%s: %s): "
+            "the model failed under inputs.precision %s on %d of %d %s it runs in float32 (%s: %s): "
             "it runs in float32",
             requested,
             len(raised),
             len(common),
+            plural(len(common), "study", "studies"),
             kind,
             message,
         )
@@ -274,19 +276,21 @@ def _compare(
     if change <= tolerance:
         logger.info(
             "inputs.precision %s: class probabilities within %.2g of float32 at temperatures 0.25 to 4 on "
-            "%d studies (inputs.precision_tolerance %.2g)",
+            "%d %s (inputs.precision_tolerance %.2g)",
             requested,
             change,
             len(common),
+            plural(len(common), "study", "studies"),
             tolerance,
         )
         return PrecisionCheck(requested, requested, "passed", change, tolerance, len(common))
     logger.warning(
         "inputs.precision %s changed a class probability by up to %.3g against float32 (temperatures 0.25 "
-        "to 4, %d studies), above inputs.precision_tolerance %.2g: the model runs in float32",
+        "to 4, %d %s), above inputs.precision_tolerance %.2g: the model runs in float32",
         requested,
         change,
         len(common),
+        plural(len(common), "study", "studies"),
         tolerance,
     )
     return PrecisionCheck(requested, "float32", "exceeded", change, tolerance, len(common))

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from sitecal._text import plural
 from sitecal.errors import DataError, ModelError
 from sitecal.inference._precision import PrecisionCheck
 from sitecal.inference._shard_parts import PART_LAYOUT, Part, merge_parts, read_part, write_part
@@ -177,7 +178,12 @@ def _parts_left(jobs: Sequence[ShardJob]) -> dict[int, Part]:
         if part is not None:
             parts[job.index] = part
     if len(parts):
-        logger.info("sharded inference: %d of %d shards already computed", len(parts), len(jobs))
+        logger.info(
+            "sharded inference: %d of %d %s already computed",
+            len(parts),
+            len(jobs),
+            plural(len(jobs), "shard"),
+        )
     return parts
 
 
@@ -250,11 +256,12 @@ def _result(future: Any, job: ShardJob) -> None:
     try:
         future.result()
     except KilledWorker:
+        n = len(job.positions)
         raise DataError(
-            f"shard {job.index} ({len(job.positions)} studies): the workers running it died each time it was "
-            "tried (distributed.scheduler.allowed-failures), most often from lack of memory. Lower "
-            "--shard-size or inputs.batch_size, or give the workers more memory, and run again: the shards "
-            "already written are kept and not computed again."
+            f"shard {job.index} ({n} {plural(n, 'study', 'studies')}): the workers running it died each "
+            "time it was tried (distributed.scheduler.allowed-failures), most often from lack of memory. "
+            "Lower --shard-size or inputs.batch_size, or give the workers more memory, and run again: the "
+            "shards already written are kept and not computed again."
         ) from None
 
 

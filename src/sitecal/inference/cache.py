@@ -43,6 +43,7 @@ import numpy as np
 
 from sitecal._io import write_bytes_atomic, write_json_atomic
 from sitecal._pseudonym import Pseudonymizer
+from sitecal._text import plural
 
 __all__ = ["LogitCache", "cache_identity", "image_key"]
 
@@ -191,11 +192,12 @@ class LogitCache:
         if rejected:
             reasons = "; ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
             logger.warning(
-                "logit cache %s: ignored %d of %d chunks (%s) and moved them to %s/; their images are "
+                "logit cache %s: ignored %d of %d %s (%s) and moved them to %s/; their images are "
                 "computed again",
                 self.folder,
                 sum(rejected.values()),
                 len(chunks),
+                plural(len(chunks), "chunk"),
                 reasons,
                 _QUARANTINE,
             )

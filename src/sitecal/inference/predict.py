@@ -42,6 +42,7 @@ from monai.data import DataLoader
 from monai.transforms import Compose
 from tqdm import tqdm
 
+from sitecal._text import plural
 from sitecal.inference._batch_size import DEFAULT_BATCH_SIZE
 from sitecal.inference._forward import _cuda, _Forward, _item, _SafeDataset
 from sitecal.inference._precision import Precision, PrecisionCheck
@@ -275,11 +276,18 @@ def _run_batches(
 def _log_outcome(run: _Forward, n_hits: int, n_files: int, cache: LogitCache | None) -> None:
     """Log how many logits came from the cache and how many studies the model failed on."""
     if cache is not None and n_hits:
-        logger.info("logit cache: %d of %d images already computed (%s)", n_hits, n_files, cache.folder)
+        logger.info(
+            "logit cache: %d of %d %s already computed (%s)",
+            n_hits,
+            n_files,
+            plural(n_files, "image"),
+            cache.folder,
+        )
     if run.failures:
         logger.warning(
-            "the model failed on %d studies and returned non-finite logits for %d; they are excluded",
+            "the model failed on %d %s and returned non-finite logits for %d; they are excluded",
             run.n_failed,
+            plural(run.n_failed, "study", "studies"),
             run.n_non_finite,
         )
 

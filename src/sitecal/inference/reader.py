@@ -39,6 +39,7 @@ from sitecal._dicomfile import (
     over_budget,
     quiet_pydicom,
 )
+from sitecal._text import plural
 from sitecal.errors import DicomError
 from sitecal.inference._presentation import apply_presentation, presentation_values, window
 from sitecal.inference._slices import order_slices
@@ -224,7 +225,8 @@ def _check_size(datasets: Sequence[pydicom.Dataset], limit: int, multiple: float
         return
     rows, columns, frames, samples = sizes[0]
     what = (
-        f"image declares {rows} x {columns} pixels x {frames} frame(s) x {samples} sample(s) = "
+        f"image declares {rows} x {columns} pixels x {frames} {plural(frames, 'frame')} x {samples} "
+        f"{plural(samples, 'sample')} = "
         f"{total:,} values"
         if len(sizes) == 1
         else f"series of {len(sizes)} images declares {total:,} values in all"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sitecal._text import plural
 from sitecal.pacs._association import (
     STORAGE_SYNTAXES,
     associate,
@@ -343,9 +344,8 @@ class DimsePeer:
             if absent:
                 said = "; ".join(dict.fromkeys(r for r in reports if r))
                 raise PacsError(
-                    f"{verb}: {len(absent)} of {len(missing)} instances did not arrive"
-                    + (f" ({said})" if said else "")
-                    + self._hint(len(missing) - len(absent))
+                    f"{verb}: {len(absent)} of {len(missing)} {plural(len(missing), 'instance')} did not "
+                    "arrive" + (f" ({said})" if said else "") + self._hint(len(missing) - len(absent))
                 )
         store.complete_study(study.study_uid, [i.sop_uid for i in listed])
         return len(missing)

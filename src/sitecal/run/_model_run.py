@@ -19,6 +19,7 @@ import numpy as np
 
 from sitecal._hash_manifest import FileHashes, HashManifest, hash_files
 from sitecal._pseudonym import Pseudonymizer
+from sitecal._text import plural
 from sitecal.cohort import Cohort, Study
 from sitecal.errors import DataError
 from sitecal.protocol import LoadedProtocol
@@ -216,8 +217,10 @@ def _check_run_size(cohort: Cohort, limit: int) -> None:
     """Stop before inference when the studies to analyse declare more pixel values than ``limit``."""
     total = sum(s.declared_values for s in cohort.studies)
     if total > limit:
+        n = len(cohort.studies)
         raise DataError(
-            f"the {len(cohort.studies)} studies to analyse declare {total:,} pixel values in all, more than "
+            f"the {n} {plural(n, 'study', 'studies')} to analyse {plural(n, 'declares', 'declare')} "
+            f"{total:,} pixel values in all, more than "
             f"inputs.max_pixels_per_run ({limit:,}). Nothing was inferred. Raise inputs.max_pixels_per_run "
             "in the protocol if this is the cohort you mean to validate, or narrow data.dicom_dir."
         )
