@@ -14,6 +14,7 @@ import numpy as np
 
 from sitecal.evaluation import EvaluationOutcome
 from sitecal.protocol import Protocol
+from sitecal.results import metrics_table
 
 __all__ = ["ArrayEvaluation", "protocol_yaml"]
 
@@ -67,26 +68,15 @@ class ArrayEvaluation:
         return self.outcome.document
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per group (overall first), metric and stage: estimate and interval."""
-        doc = self.outcome.document
-        groups = [doc["overall"], *[g for groups in doc["subgroups"].values() for g in groups]]
-        out = []
-        for g in groups:
-            for metric, stages in g["metrics"].items():
-                for stage in ("before", "after", "difference"):
-                    out.append(
-                        {
-                            "attribute": g["attribute"],
-                            "group": g["group"],
-                            "n": g["n"],
-                            "patients": g["n_patients"],
-                            "temperature": g["temperature"],
-                            "metric": metric,
-                            "stage": stage,
-                            **{k: stages[stage][k] for k in ("estimate", "low", "high")},
-                        }
-                    )
-        return out
+        """One row per group (overall first), metric and stage: the rows of a run's ``metrics.csv``.
+
+        Each row has the columns of :data:`sitecal.results.METRIC_COLUMNS`: ``attribute``, ``group``,
+        ``metric``, ``stage`` (before, after, difference), ``estimate``, ``low``, ``high``, ``n`` (the
+        group's evaluation studies), ``criterion`` and ``outcome`` (the acceptance criterion judging the
+        row and its verdict for the group; ``None`` where none does), as
+        :func:`sitecal.results.metrics_table` makes them.
+        """
+        return [row.to_dict() for row in metrics_table(self.outcome.result)]
 
     def table(self) -> Any:
         """:meth:`rows` as a pandas DataFrame (or the list of rows when pandas is not installed)."""
