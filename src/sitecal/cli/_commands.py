@@ -22,6 +22,7 @@ from ._plan import add_plan_arguments, plan_command
 from ._predict import add_predict_arguments, predict_command
 from ._report import add_report_arguments, add_send_arguments, report_command, send_command
 from ._run import add_evaluate_arguments, add_run_arguments, run_command
+from ._schema import add_schema_arguments, schema_command
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,12 @@ COMMANDS = (
             "calibrated evaluation studies (--from-run). Prints one table per criterion."
         ),
     ),
+    Command(
+        "schema",
+        "print the JSON Schema of a document: evaluation, calibration, metrics, protocol, ...",
+        add_schema_arguments,
+        schema_command,
+    ),
     # The demo's texts are written out here and in _demo.py: importing sitecal.demo for them would load
     # torch on every command. tests/demo/test_demo_command.py keeps the numbers equal to sitecal.demo's.
     Command(
@@ -132,7 +139,7 @@ COMMANDS = (
 COMMANDS_BY_NAME = {command.name: command for command in COMMANDS}
 # The usage line lists the commands a site runs, then the network's key (made once for a whole network);
 # the help lists them in the table's order. tests/cli/test_cli.py keeps the two lists the same commands.
-COMMANDS_METAVAR = "{run,check,predict,evaluate,report,send,apply,export,plan,demo,network-key}"
+COMMANDS_METAVAR = "{run,check,predict,evaluate,report,send,apply,export,plan,schema,demo,network-key}"
 
 
 def build_parser() -> argparse.ArgumentParser:
