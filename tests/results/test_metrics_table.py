@@ -149,3 +149,11 @@ def test_the_same_evaluation_writes_the_same_bytes(tmp_path: Path, evaluation: E
     assert [p.name for p in first] == [p.name for p in second]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_the_order_of_the_attributes_is_that_of_the_file(evaluation: Evaluation) -> None:
+    # evaluation.json is written with sorted keys: the table of the evaluation a run held (attributes in
+    # protocol order) must be the table of the evaluation read back from its file
+    reordered = dataclasses.replace(evaluation, subgroups=dict(reversed(list(evaluation.subgroups.items()))))
+    assert list(reordered.subgroups) == ["sex", "scanner"]
+    assert metrics_table(reordered) == metrics_table(evaluation)

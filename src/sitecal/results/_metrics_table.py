@@ -1,6 +1,6 @@
 """``metrics.csv`` and ``metrics.parquet``: every group's metrics of ``evaluation.json`` as one tidy table.
 
-One row per group (``overall`` first, then each reported attribute's groups in the document's order),
+One row per group (``overall`` first, then each reported attribute's groups, attributes by name),
 metric (in the document's ``metrics`` order) and stage (``before``, ``after``, ``difference``): the
 estimate and interval exactly as ``evaluation.json`` holds them, the group's evaluation studies, and the
 acceptance criterion that judges the row with its verdict for the group. A hospital's tools (a
@@ -98,7 +98,8 @@ def metrics_table(evaluation: Evaluation) -> tuple[MetricRow, ...]:
     Returns
     -------
     tuple of MetricRow
-        ``overall`` first, then each reported attribute's groups in the document's order; within a group
+        ``overall`` first, then each reported attribute's groups (attributes by name, as evaluation.json
+        lists them; groups in the document's order); within a group
         the document's metrics in order, each ``before``, ``after``, ``difference``. Criteria on measures
         that are not group metrics (the recalibration slope, intercept and O:E) judge no row.
 
@@ -122,10 +123,14 @@ def metrics_table(evaluation: Evaluation) -> tuple[MetricRow, ...]:
 
 
 def _groups(evaluation: Evaluation) -> Iterator[GroupResult]:
-    """The document's group results: ``overall``, then every reported attribute's groups."""
+    """``overall``, then each reported attribute's groups, attributes by name as evaluation.json lists them.
+
+    By name rather than in the mapping's order, so that the table of an evaluation read back from its file
+    (written with sorted keys) is the table of the evaluation as the run held it.
+    """
     yield evaluation.overall
-    for groups in evaluation.subgroups.values():
-        yield from groups
+    for attribute in sorted(evaluation.subgroups):
+        yield from evaluation.subgroups[attribute]
 
 
 def _judgements(criteria: Sequence[Criterion]) -> dict[tuple[str, str, str, str], list[tuple[str, str]]]:
