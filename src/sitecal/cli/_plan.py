@@ -14,7 +14,13 @@ from ._options import add_key_option
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``sitecal plan``."""
-    parser.add_argument("protocol", type=Path, help="protocol YAML file (its criteria, bins and level)")
+    parser.add_argument(
+        "protocol",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="protocol YAML file (its criteria, bins and level); with --from-run, default: the run's own",
+    )
     parser.add_argument(
         "--prevalence",
         default=None,
@@ -47,9 +53,16 @@ def plan_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     from tqdm import tqdm
 
     from sitecal.protocol import load_protocol
-    from sitecal.run.planning import parse_sizes, plan_criteria, plan_models, plan_table
+    from sitecal.run.planning import parse_sizes, plan_criteria, plan_models, plan_table, stored_protocol
 
-    protocol = load_protocol(args.protocol).protocol
+    if args.protocol is not None:
+        protocol = load_protocol(args.protocol).protocol
+    elif args.from_run is not None:
+        protocol = stored_protocol(args.from_run, key_file=args.key)
+    else:
+        raise InputError(
+            "give the protocol file (plan before data), or --from-run RUN_DIR (plan with the run's own)."
+        )
     if args.simulations < 20:
         raise InputError(f"--simulations {args.simulations}: give at least 20 (200 for a plan to rely on).")
     models = plan_models(

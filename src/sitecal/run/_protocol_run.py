@@ -29,6 +29,7 @@ from sitecal.results import (
 )
 from sitecal.run._folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.run._provenance import run_provenance
+from sitecal.run._resolved import send_destination, write_resolved
 from sitecal.run.sealed import open_run
 from sitecal.run.stages import (
     REPORT_CONTEXT,
@@ -105,6 +106,7 @@ def run_protocol(
     started = (now or datetime.now(UTC)).astimezone(UTC)
     folder = new_run_folder(loaded.output_root, protocol.name, started)
     mark_incomplete(folder, "the run is under way, or stopped before it finished (run.log says how far)")
+    write_resolved(folder, loaded)  # sealed with the results: later commands need no --protocol
     handler = attach_log(folder / "run.log")
     sealed = False
     try:
@@ -248,7 +250,8 @@ def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | Non
     The folder is verified against its seal first (:mod:`sitecal.run.sealed`; ``key_file``: the site key,
     when it is not where the run's protocol says), and its ``report.dcm`` must be the Encapsulated PDF
     of its ``report.pdf``: nothing else is sent. The destination is that of ``protocol``, or of the run's
-    own ``protocol.yaml``; the attempt is logged in the folder's ``run.log`` and recorded in its
+    own ``protocol.yaml`` (its files found from where the run recorded it read the protocol,
+    :mod:`sitecal.run._resolved`); the attempt is logged in the folder's ``run.log`` and recorded in its
     ``sent.json``. Returns the record.
 
     Raises
@@ -258,15 +261,15 @@ def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | Non
     DataError
         ``report.dcm`` not the run's report, no ``report.send_to``, or the archive did not store it.
     """
-    from sitecal.pacs.send import run_destination, send_report
+    from sitecal.pacs.send import send_report
 
     folder = Path(folder)
     seal = open_run(folder, key_file=key_file, protocol=protocol)
     _check_report_dcm(folder, seal.read_bytes("report.dcm"), seal.read_bytes("report.pdf"))
-    destination, resolve = run_destination(folder, protocol)
+    destination, loaded = send_destination(folder, protocol, seal)
     handler = attach_log(folder / "run.log")
     try:
-        return send_report(folder, destination, resolve)
+        return send_report(folder, destination, loaded.resolve)
     finally:
         detach_log(handler)
 

@@ -38,12 +38,12 @@ from sitecal.inference import (
     load_model,
     transform_fingerprint,
 )
-from sitecal.pacs.send import load_run_protocol
 from sitecal.protocol import LoadedProtocol, ModelSettings
 from sitecal.provenance import file_sha256
 from sitecal.results import CalibrationDocument, MethodCalibrationDocument, read_calibration
 from sitecal.run._export_check import check_rows, check_studies, eager_gap, exported_gap
 from sitecal.run._folder import attach_log, detach_log
+from sitecal.run._resolved import run_protocol_of
 from sitecal.run.sealed import open_run
 
 __all__ = ["N_CHECK", "ExportResult", "export_run"]
@@ -108,8 +108,9 @@ def export_run(
         The file (a folder for ``monai-bundle``) to write; default ``<folder>/export/calibrated.<ext>``.
         Never overwritten.
     protocol : pathlib.Path, optional
-        The protocol file (default: the run's ``protocol.yaml``, its paths taken from the folder it was
-        in); needed when ``report.output_dir`` leads out of the protocol's folder.
+        The protocol file (default: the run's own ``protocol.yaml``, its paths taken from the folder the
+        run recorded it was in, :mod:`sitecal.run._resolved`); needed only for a folder written before
+        that record whose ``report.output_dir`` leads out of the protocol's folder.
     key_file : pathlib.Path, optional
         The site key the run was sealed under, when it is not where the run's protocol says
         (:mod:`sitecal.run.sealed`). The folder is verified against its seal before anything is read, so
@@ -133,7 +134,7 @@ def export_run(
         hint = f" Did you mean {guess[0]!r}?" if guess else ""
         raise DataError(f"--format {fmt!r}: give one of {', '.join(EXPORT_FORMATS)}.{hint}")
     folder = Path(folder)
-    open_run(folder, key_file=key_file, protocol=protocol)
+    seal = open_run(folder, key_file=key_file, protocol=protocol)
     _refuse_inside_run(folder, output)
     document = _calibration(folder)
     try:
@@ -141,7 +142,8 @@ def export_run(
     except OSError:  # a read-only (archived) run folder: export all the same
         handler = None
     try:
-        done = _export(folder, document, fmt, output, protocol, n_check, progress=progress, workers=workers)
+        loaded = run_protocol_of(folder, protocol, seal=seal)
+        done = _export(folder, document, fmt, output, loaded, n_check, progress=progress, workers=workers)
     except Exception as exc:
         logger.error("export as %s failed: %s", fmt, exc, extra={"run_log_only": True})
         raise
@@ -156,7 +158,7 @@ def _export(
     document: CalibrationDocument | MethodCalibrationDocument,
     fmt: ExportFormat,
     output: Path | None,
-    protocol: Path | None,
+    loaded: LoadedProtocol,
     n_check: int,
     *,
     progress: bool,
@@ -169,7 +171,6 @@ def _export(
         from sitecal.inference import require_onnx
 
         require_onnx()  # before the scan, not after it
-    loaded = load_run_protocol(folder, protocol)
     if loaded.predictions_path is not None or loaded.model_path is None:
         raise DataError(
             _no_model(folder, f"{loaded.path}: the protocol reads the model's outputs from a file")
@@ -227,15 +228,28 @@ def _export(
 def _run_model(
     settings: ModelSettings, model_path: Path, document: CalibrationDocument | MethodCalibrationDocument
 ) -> LoadedModel:
-    """The protocol's model, refused unless it is the model the run calibrated (its sha256)."""
+    """The protocol's model, refused unless it is the model the run calibrated (its sha256).
+
+    A model file is hashed before it is loaded: a path found through the run folder is no reason to
+    read another file's weights.
+    """
+    if model_path.is_file() and file_sha256(model_path) != document.model_sha256:
+        raise DataError(_other_model(model_path, file_sha256(model_path), document))
     model = load_model(settings, model_path)
     if model.sha256 != document.model_sha256:
-        raise DataError(
-            f"{model_path}: sha256 {model.sha256[:12]}... is not the model the run calibrated "
-            f"({str(document.model_sha256)[:12]}..., calibration.json model_sha256). Point model.path at the "
-            "model file the run used (or pass --protocol with a protocol that does)."
-        )
+        raise DataError(_other_model(model_path, model.sha256, document))
     return model
+
+
+def _other_model(
+    model_path: Path, sha256: str, document: CalibrationDocument | MethodCalibrationDocument
+) -> str:
+    """The refusal of a model other than the one the run calibrated."""
+    return (
+        f"{model_path}: sha256 {sha256[:12]}... is not the model the run calibrated "
+        f"({str(document.model_sha256)[:12]}..., calibration.json model_sha256). Point model.path at the "
+        "model file the run used (or pass --protocol with a protocol that does)."
+    )
 
 
 def _fitted(document: CalibrationDocument | MethodCalibrationDocument) -> GroupTemperatures | GroupMethods:

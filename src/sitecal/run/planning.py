@@ -50,6 +50,7 @@ from sitecal.evaluation import (
 )
 from sitecal.metrics import softmax
 from sitecal.protocol import AcceptanceCriterion, Protocol
+from sitecal.run._resolved import sealed_protocol
 from sitecal.run._stored_run import RUN_FILES, RUN_REMEDY, StoredRun, read_run
 from sitecal.run.sealed import open_run
 
@@ -69,6 +70,7 @@ __all__ = [
     "plan_models",
     "plan_table",
     "read_run",
+    "stored_protocol",
 ]
 
 #: The model of a run's whole evaluation split (:func:`fitted_model`).
@@ -289,6 +291,15 @@ def plan_models(
             f"--prevalence: {len(shares)} shares for {len(classes)} classes ({', '.join(classes)})"
         )
     return {"assumed model": assumed_model(shares, accuracy)}
+
+
+def stored_protocol(run_folder: Path, *, key_file: Path | None = None) -> Protocol:
+    """The protocol a run folder was run with: what ``sitecal plan --from-run`` plans with by default.
+
+    The folder is verified against its seal (``key_file``: the site key, when it is not where the run's
+    protocol says), and its ``protocol.yaml`` must be the sealed one; none of its paths is used.
+    """
+    return sealed_protocol(Path(run_folder), open_run(run_folder, key_file=key_file)).protocol
 
 
 def parse_sizes(text: str | None) -> tuple[int, ...]:

@@ -10,7 +10,8 @@ creates, the key files it can find, in this order, and takes the one with that f
 
 1. ``key_file`` (``--key``), when given: only that one;
 2. the ``privacy.key_file`` (or ``network_key_file``) of ``protocol`` (``--protocol``), else of the run's
-   own ``protocol.yaml`` where its folder can be found back;
+   own ``protocol.yaml``, its relative path taken from the protocol's folder that the run recorded
+   (``resolved.json``, checked against the seal's list; :mod:`sitecal.run._resolved`);
 3. ``<folder>/../.sitecal-pseudonym-key``: where a run keeps the site key when the protocol names none
    (the run folder's parent is the protocol's ``report.output_dir``).
 
@@ -81,13 +82,16 @@ def run_key(folder: Path, *, key_file: Path | None = None, protocol: Path | None
 
 
 def _candidates(folder: Path, protocol: Path | None) -> list[Path]:
-    from sitecal.pacs.send import load_run_protocol
+    """The key files to try: the protocol's (``protocol``, else the run's own), then the default place."""
+    from sitecal.run._resolved import read_resolved, run_protocol_of
 
     found: list[Path] = []
     if protocol is None and not _check_run_protocol(folder):
         return [folder.resolve().parent / DEFAULT_KEY_NAME]
+    if protocol is None:
+        read_resolved(folder)  # an edited or malformed record is named here, never stepped around
     try:
-        found.append(load_run_protocol(folder, protocol).key_file)
+        found.append(run_protocol_of(folder, protocol).key_file)
     except SitecalError as exc:  # the folder's protocol cannot be found back: the default place remains
         logger.debug("no key from the run's protocol: %s", exc)
     default = folder.resolve().parent / DEFAULT_KEY_NAME
