@@ -1,0 +1,63 @@
+"""``resolved.json``: what a run records of where its protocol's paths were taken from, read back on no
+trust (sealed, well formed, absolute)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sitecal._seal import COMPLETE, write_seal
+from sitecal.errors import DataError, SealError
+from sitecal.run._resolved import RESOLVED, Resolved, read_resolved
+
+KEY = b"k" * 32
+
+
+def _record(protocol_file: object) -> dict[str, object]:
+    return {"format": "sitecal resolved paths", "version": 1, "protocol_file": protocol_file}
+
+
+def test_the_record_round_trips(tmp_path: Path) -> None:
+    record = Resolved(tmp_path / "site" / "demo.yaml")
+    assert Resolved.from_dict(json.loads(json.dumps(record.to_dict())), tmp_path) == record
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ([], "not a record sitecal 'sitecal resolved paths' version 1"),
+        ({**_record("/a/demo.yaml"), "version": 2}, "not a record sitecal"),
+        (_record("site/demo.yaml"), "protocol_file: expected an absolute path"),
+        (_record(7), "protocol_file: expected an absolute path"),
+        (_record("/a/\0/demo.yaml"), "protocol_file: expected an absolute path"),
+        (_record("/" + "a" * 5000), "protocol_file: expected an absolute path"),
+    ],
+)
+def test_a_record_no_run_writes_is_refused_naming_the_file(
+    tmp_path: Path, document: object, expected: str
+) -> None:
+    with pytest.raises(DataError, match="^" + re.escape(f"{tmp_path / RESOLVED}: {expected}")):
+        Resolved.from_dict(document, tmp_path / RESOLVED)
+
+
+def test_read_back_against_the_seal_before_the_key_is_known(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a")
+    write_seal(folder, KEY, state=COMPLETE)
+    assert read_resolved(folder) is None  # an older run: no record in its seal
+    (folder / RESOLVED).write_text(json.dumps(_record(str(tmp_path / "demo.yaml"))))
+    assert read_resolved(folder) is None  # an added file is the seal's check to refuse, not a record
+    write_seal(folder, KEY, state=COMPLETE)
+    recorded = read_resolved(folder)
+    assert recorded is not None and recorded.protocol_file == tmp_path / "demo.yaml"
+    (folder / RESOLVED).write_text(json.dumps(_record(str(tmp_path / "other.yaml"))))
+    with pytest.raises(SealError, match="^" + re.escape(f"{folder / RESOLVED}: missing, or edited")):
+        read_resolved(folder)
+    (folder / RESOLVED).write_bytes(b"\xff not json")
+    write_seal(folder, KEY, state=COMPLETE)
+    with pytest.raises(DataError, match="^" + re.escape(f"{folder / RESOLVED}: not JSON")):
+        read_resolved(folder)
