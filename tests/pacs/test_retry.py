@@ -8,6 +8,8 @@ busy.)
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 import requests
+from tqdm import tqdm
 
 from sitecal.pacs import retrieve
 from sitecal.pacs._dicomweb import _transient
@@ -123,6 +126,31 @@ def test_a_fatal_failure_stops_the_retrieval_instead_of_excluding_the_study(
 def test_nothing_failing_pauses_never(tmp_path: Path, pauses: list) -> None:
     out = _run(ScriptedPeer(["1.1", "1.2"], {}), tmp_path)
     assert pauses == [] and out.summary["studies_asked_again"] == 0 and len(out.files) == 2
+
+
+def test_the_progress_bar_reaches_100_percent_once_at_the_end_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a study is counted once settled: fetched, failed for good (1.3), or failed after the last pause (1.4)
+    monkeypatch.setattr(retrieve, "RETRY_PAUSES_S", (0.01, 0.02))
+    monkeypatch.setattr(retrieve, "tqdm", functools.partial(tqdm, mininterval=0))  # a frame per update
+    written: list[str] = []  # the console's stderr up to each pause, then up to the end
+    monkeypatch.setattr(retrieve.time, "sleep", lambda s: written.append(capsys.readouterr().err))
+    busy = PacsError("the PACS lists no instance for this study", transient=True)
+    refused = PacsError("C-GET: 1 of 3 instances did not arrive")
+    script = {"1.2": [busy, busy], "1.3": [refused], "1.4": [busy] * 3}
+    peer = ScriptedPeer(["1.1", "1.2", "1.3", "1.4"], script)
+    store = InstanceStore(tmp_path / "store")
+    store.files.mkdir(parents=True)
+    out = retrieve._retrieve(peer, SOURCE, store, Path, True)
+    written.append(capsys.readouterr().err)
+    assert len(written) == 3 and [uid for uid, _ in out.failed] == ["1.3", "1.4"]
+    before_the_end, text = "".join(written[:-1]), "".join(written)
+    assert "100%" not in before_the_end and "4/4" not in before_the_end
+    assert text.count("\n") == 1 and text.endswith("\n")  # the bar closed once: one line
+    frames = [f for f in re.split(r"[\r\n]", text) if f]
+    assert all(f.startswith("Retrieving:") for f in frames)
+    assert "100%" in frames[-1] and "4/4" in frames[-1]
 
 
 def _http_error(status: int) -> requests.HTTPError:

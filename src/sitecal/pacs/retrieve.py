@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sitecal._text import plural
 from sitecal.errors import DataError
 from sitecal.pacs._credentials import Credentials, load_credentials, missing_tls_files
 from sitecal.pacs._peer import PacsError, Peer, StudyRef
@@ -156,44 +157,21 @@ def _retrieve(
         raise PacsError(f"the PACS query failed. {exc}") from None
     todo = [s for s in studies if not instances.has_study(s.study_uid)]
     logger.info(
-        "PACS query: %d studies; %d already in the local store, %d to retrieve",
+        "PACS query: %d %s; %d already in the local store, %d to retrieve",
         len(studies),
+        plural(len(studies), "study", "studies"),
         len(studies) - len(todo),
         len(todo),
     )
-    fetched = 0
-    asked_again: set[StudyRef] = set()
-    bar = tqdm(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
-    pool = ThreadPoolExecutor(max_workers=source.max_connections)
-    try:
-        errors: dict[StudyRef, PacsError] = {}
-        pending = todo
-        for pause in (None, *RETRY_PAUSES_S):
-            if pause is not None:
-                pending = [s for s in pending if errors[s].transient]
-                if not pending:
-                    break
-                logger.info("%d studies asked again after %g s (a transient failure)", len(pending), pause)
-                time.sleep(pause)
-                asked_again.update(pending)
-            n, now = _fetch_pass(pool, peer, instances, pending, bar if pause is None else None)
-            fetched += n
-            for study in pending:
-                errors.pop(study, None)
-            errors.update(now)
-            pending = list(now)
-        failed = [(s.study_uid, f"not retrieved from the PACS: {e}") for s, e in errors.items()]
-    finally:
-        # on Ctrl-C (or any failure) the studies not started are dropped, not fetched on the way out;
-        # those in flight finish, and every complete study is already in the store's index
-        pool.shutdown(wait=True, cancel_futures=True)
-        bar.close()
+    fetched, errors, asked_again = _fetch_all(peer, instances, todo, source.max_connections, progress)
+    failed = [(s.study_uid, f"not retrieved from the PACS: {e}") for s, e in errors.items()]
     instances.save()
     if failed:
         logger.warning(
-            "%d of %d studies could not be retrieved; each is listed as an exclusion",
+            "%d of %d %s could not be retrieved; each is listed as an exclusion",
             len(failed),
             len(studies),
+            plural(len(studies), "study", "studies"),
         )
     retrieved = [uid_key(s.study_uid) for s in studies if instances.has_study(s.study_uid)]
     reasons: dict[str, int] = {}
@@ -222,10 +200,67 @@ def _retrieve(
     return Retrieval(folder=instances.files, files=files, failed=tuple(sorted(failed)), summary=summary)
 
 
+def _fetch_all(
+    peer: Peer, instances: InstanceStore, todo: list[StudyRef], max_connections: int, progress: bool
+) -> tuple[int, dict[StudyRef, PacsError], set[StudyRef]]:
+    """Fetch ``todo``, asking again after each pause the studies that failed transiently.
+
+    Returns the instances fetched, each study still failed with its last error, and the studies asked
+    again. The progress bar is the stage's one line: it counts a study once it is settled
+    (fetched, failed for good, or failed after the last pause), so that it reaches 100 % only at the
+    end, and closes once.
+    """
+    fetched = 0
+    asked_again: set[StudyRef] = set()
+    errors: dict[StudyRef, PacsError] = {}
+    pauses = (None, *RETRY_PAUSES_S)
+    # smoothing=0: every frame shows the average rate, the one the closing frame shows (tqdm's default
+    # moving average would show a burst's rate before the retries' pauses and another rate at the end)
+    bar = tqdm(total=len(todo), desc="Retrieving", unit="study", smoothing=0, disable=not progress)
+    pool = ThreadPoolExecutor(max_workers=max_connections)
+    try:
+        pending = todo
+        for i, pause in enumerate(pauses):
+            if pause is not None:
+                pending = [s for s in pending if errors[s].transient]
+                if not pending:
+                    break
+                logger.info(
+                    "%d %s asked again after %g s (a transient failure)",
+                    len(pending),
+                    plural(len(pending), "study", "studies"),
+                    pause,
+                )
+                time.sleep(pause)
+                asked_again.update(pending)
+            n, now = _fetch_pass(pool, peer, instances, pending, bar, last=i == len(pauses) - 1)
+            fetched += n
+            for study in pending:
+                errors.pop(study, None)
+            errors.update(now)
+            pending = list(now)
+    finally:
+        # on Ctrl-C (or any failure) the studies not started are dropped, not fetched on the way out;
+        # those in flight finish, and every complete study is already in the store's index
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+    return fetched, errors, asked_again
+
+
 def _fetch_pass(
-    pool: ThreadPoolExecutor, peer: Peer, instances: InstanceStore, studies: list[StudyRef], bar: tqdm | None
+    pool: ThreadPoolExecutor,
+    peer: Peer,
+    instances: InstanceStore,
+    studies: list[StudyRef],
+    bar: tqdm,
+    *,
+    last: bool,
 ) -> tuple[int, dict[StudyRef, PacsError]]:
-    """Fetch ``studies`` on the pool: the instances fetched, and each failed study's error (in UID order)."""
+    """Fetch ``studies`` on the pool: the instances fetched, and each failed study's error (in UID order).
+
+    ``bar`` counts the studies this pass settles: each fetched or failed for good, and on the ``last``
+    pass each that failed transiently too (on an earlier one it is asked again, and counted then).
+    """
     fetched, errors = 0, {}
     futures = {pool.submit(peer.fetch_study, s, instances): s for s in studies}
     for future in as_completed(futures):  # a loop over studies as they finish
@@ -235,8 +270,9 @@ def _fetch_pass(
             if exc.fatal:  # it would fail every study alike: stop here (the queued studies are dropped)
                 raise
             errors[futures[future]] = exc
-        if bar is not None:
-            bar.update()
+            if exc.transient and not last:
+                continue
+        bar.update()
     return fetched, {s: errors[s] for s in sorted(errors, key=lambda s: s.study_uid)}
 
 
