@@ -113,3 +113,20 @@ def test_every_command_has_its_help(command: str, capsys: pytest.CaptureFixture[
         main([command, "--help"])
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: sitecal {command} [-h]")
+
+
+def test_the_exclusion_summary_counts_in_the_right_number(capsys: pytest.CaptureFixture[str]) -> None:
+    from sitecal.cli._exclusions import print_exclusion_rows
+
+    print_exclusion_rows(
+        [
+            {"stage": "labels", "reason": "study has no label", "unit": "label", "count": 1},
+            {"stage": "scan", "reason": "not a DICOM file", "unit": "file", "count": 2},
+            {"stage": "scan", "reason": "unreadable", "unit": "series", "count": 1},
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "       1 label row at labels: study has no label" in out
+    assert "       2 files at scan: not a DICOM file" in out
+    assert "       1 series at scan: unreadable" in out
+    assert "label rows" not in out

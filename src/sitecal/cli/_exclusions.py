@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sitecal._text import plural
+
+#: each unit of an exclusion row: its noun for one, and for any other count
 _UNITS = {
-    "file": "files",
-    "image": "images",
-    "series": "series",
-    "study": "studies",
-    "label": "label rows",
-    "prediction": "prediction rows",
+    "file": ("file", "files"),
+    "image": ("image", "images"),
+    "series": ("series", "series"),
+    "study": ("study", "studies"),
+    "label": ("label row", "label rows"),
+    "prediction": ("prediction row", "prediction rows"),
 }
 
 
@@ -29,7 +32,8 @@ def print_exclusion_rows(found: Sequence[dict[str, object]], *, listed_in: str =
     total = sum(int(str(r["count"])) for r in rows)
     print(f"Excluded: {total} (see {listed_in}):")
     for row in rows[:12]:
-        unit = _UNITS.get(str(row.get("unit", "")), "items")
-        print(f"  {int(str(row['count'])):>6} {unit} at {row['stage']}: {row['reason']}")
+        count = int(str(row["count"]))
+        unit = plural(count, *_UNITS.get(str(row.get("unit", "")), ("item", "items")))
+        print(f"  {count:>6} {unit} at {row['stage']}: {row['reason']}")
     if len(rows) > 12:
         print(f"  ... and {len(rows) - 12} more reasons ({listed_in} lists every one)")
