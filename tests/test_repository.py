@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
@@ -184,3 +185,9 @@ def test_git_ignores_the_generated_folders() -> None:
         timeout=60,
     )
     assert kept.returncode == 1  # not ignored
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """Pytest imports test files by their base name (no package __init__): two alike collide at collection."""
+    names = Counter(path.name for path in Path(__file__).parent.rglob("test_*.py"))
+    assert not [name for name, count in names.items() if count > 1]

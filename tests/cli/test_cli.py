@@ -130,3 +130,13 @@ def test_the_exclusion_summary_counts_in_the_right_number(capsys: pytest.Capture
     assert "       2 files at scan: not a DICOM file" in out
     assert "       1 series at scan: unreadable" in out
     assert "label rows" not in out
+
+
+def test_the_command_leaves_no_console_handler_behind(tmp_path: Path) -> None:
+    """main() called twice (a notebook, a test) adds no second console, and none bound to a closed stream."""
+    import logging
+
+    before = list(logging.getLogger().handlers)
+    assert main(["check", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["check", str(tmp_path / "missing.yaml")]) == 2
+    assert logging.getLogger().handlers == before

@@ -78,8 +78,9 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def _ignored(cache: LogitCache, n: int, total: int, reasons: str) -> str:
+    chunks = "chunk" if total == 1 else "chunks"  # "1 of 1 chunk", "2 of 3 chunks"
     return (
-        f"logit cache {cache.folder}: ignored {n} of {total} chunks ({reasons}) and moved them to "
+        f"logit cache {cache.folder}: ignored {n} of {total} {chunks} ({reasons}) and moved them to "
         "quarantine/; their images are computed again"
     )
 

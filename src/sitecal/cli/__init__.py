@@ -14,6 +14,7 @@ that runs it), in a small module of its own; :func:`main` parses, then runs the 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -37,12 +38,13 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sitecal`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
-    configure_console_logging()
+    console = configure_console_logging()
     previous = terminate_as_interrupt()
     try:
         return _dispatch(args, argv)
     finally:
         restore_sigterm(previous)
+        logging.getLogger().removeHandler(console)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str] | None) -> int:

@@ -9,11 +9,13 @@ from sitecal._scrub import ScrubFilter, scrub
 from sitecal.errors import Terminated
 
 
-def configure_console_logging() -> None:
+def configure_console_logging() -> logging.Handler:
     """Warnings and errors on stderr, scrubbed; the run log (INFO) is written by the run itself.
 
     Python warnings (a library's, e.g. pydicom quoting a header value) go through logging too, so that
-    they are scrubbed like every other line instead of being printed as they are.
+    they are scrubbed like every other line instead of being printed as they are. Returns the console's
+    handler, which the command removes when it returns (a notebook or a test calling ``main`` again
+    gets one console, not one more per call, and none bound to a stream closed since).
     """
     handler = logging.StreamHandler()
     handler.setLevel(logging.WARNING)
@@ -24,6 +26,7 @@ def configure_console_logging() -> None:
     logging.captureWarnings(True)
     # MONAI announces on every worker that an optional GPU decoder is absent; sitecal does not use it.
     logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").setLevel(logging.ERROR)
+    return handler
 
 
 def terminate_as_interrupt() -> object:
