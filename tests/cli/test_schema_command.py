@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from sitecal.cli import main
 from sitecal.cli._schema import SCHEMAS
-from sitecal.results import CalibrationDocument, Evaluation, MethodCalibrationDocument, MetricRow, json_schema
+from sitecal.errors import DataError
+from sitecal.results import (
+    CalibrationDocument,
+    Evaluation,
+    MethodCalibrationDocument,
+    MetricRow,
+    ProvenanceDocument,
+    json_schema,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +44,7 @@ def test_a_document_s_schema_parses_as_json_and_names_the_document(
         ("calibration", CalibrationDocument),
         ("calibration-method", MethodCalibrationDocument),
         ("metrics", MetricRow),
+        ("provenance", ProvenanceDocument),
     ],
 )
 def test_the_printed_schema_is_the_type_s_own(
@@ -68,5 +78,22 @@ def test_an_unknown_name_exits_2_listing_the_names(capsys: pytest.CaptureFixture
     assert captured.out == ""
     assert captured.err == (
         "sitecal: error: schema: sitecal knows no document 'evalution'. Choose one of: evaluation, "
-        "calibration, calibration-method, metrics, protocol. Did you mean 'evaluation'?\n"
+        "calibration, calibration-method, provenance, metrics, protocol. Did you mean 'evaluation'?\n"
     )
+
+
+_PINNED = Path(__file__).parents[1] / "e2e" / "data"
+
+
+@pytest.mark.parametrize("route", ["demo", "ct"])
+def test_a_run_s_provenance_follows_its_schema(route: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real run's provenance.json (the pinned demo's and CT demo's) validates; an edited one does not."""
+    jsonschema = pytest.importorskip("jsonschema", reason="the schema check needs the test extra")
+    assert main(["schema", "provenance"]) == 0
+    validator = jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out))
+    document = json.loads((_PINNED / route / "provenance.json").read_text(encoding="utf-8"))
+    validator.validate(document)
+    for edit in ({"document_id": "SC-123"}, {"seeds": {"split": "7"}}, {"patient_name": "x"}):
+        assert not validator.is_valid(document | edit), edit
+        with pytest.raises(DataError, match=r"provenance\.json: \$"):
+            ProvenanceDocument.from_dict(document | edit)

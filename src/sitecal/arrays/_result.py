@@ -106,7 +106,7 @@ class ArrayEvaluation:
         from sitecal._io import write_json_atomic, write_text_atomic
         from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
-        from sitecal.results import write_document
+        from sitecal.results import ProvenanceDocument, write_document
         from sitecal.run.stages import REPORT_CONTEXT, calibration_document, report_context
 
         folder = Path(folder)
@@ -145,6 +145,7 @@ class ArrayEvaluation:
             folder / "calibration.json",
             calibration_document(protocol, self.outcome.temperatures.to_dict(), model_sha256=None),
         )
+        ProvenanceDocument.from_dict(provenance, source="provenance.json")  # as its schema says
         write_json_atomic(folder / "provenance.json", provenance)
         write_text_atomic(folder / "protocol.yaml", text)
         loaded = LoadedProtocol(protocol=protocol, path=folder / "protocol.yaml", text=text, sha256=sha)

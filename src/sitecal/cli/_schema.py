@@ -45,6 +45,10 @@ SCHEMAS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         "calibration.json under another method than temperature scaling",
         _results_schema("MethodCalibrationDocument"),
     ),
+    "provenance": (
+        "provenance.json: the software, the inputs' sha256, the seeds and the command of a run",
+        _results_schema("ProvenanceDocument"),
+    ),
     "metrics": ("one row of metrics.csv and metrics.parquet", _results_schema("MetricRow")),
     "protocol": ("the validation protocol, YAML", _protocol_schema),
 }

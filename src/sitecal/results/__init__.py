@@ -79,6 +79,7 @@ from sitecal.results._kinds import (
 )
 from sitecal.results._metrics_table import METRIC_COLUMNS, MetricRow, metrics_table, write_metrics_table
 from sitecal.results._predictions import Predictions
+from sitecal.results._provenance import FileHashCounts, LogitSources, ModelRecord, ProvenanceDocument
 from sitecal.results._schema import json_schema
 from sitecal.results._sensitivity import (
     Heterogeneity,
@@ -119,6 +120,7 @@ __all__ = [
     "ErrorsNote",
     "Evaluation",
     "ExclusionCount",
+    "FileHashCounts",
     "GroupResult",
     "GroupTemperatureRecord",
     "GroupWarning",
@@ -132,17 +134,20 @@ __all__ = [
     "LeftOutNote",
     "LeftOutSite",
     "ListedError",
+    "LogitSources",
     "MethodCalibrationDocument",
     "MethodComparison",
     "MetricResult",
     "MetricRow",
     "MixEntry",
+    "ModelRecord",
     "NotCompared",
     "Note",
     "PlanningSettings",
     "PooledSites",
     "Predictions",
     "ProtocolRef",
+    "ProvenanceDocument",
     "Recalibration",
     "RecalibrationGroup",
     "RecalibrationIntervals",

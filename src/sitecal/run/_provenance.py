@@ -21,7 +21,7 @@ from sitecal._pseudonym import Pseudonymizer
 from sitecal.cohort import Cohort, parts_record
 from sitecal.protocol import LoadedProtocol
 from sitecal.provenance import file_sha256, instances_sha256, manifest_sha256, provenance_document
-from sitecal.results import Predictions
+from sitecal.results import Predictions, ProvenanceDocument
 from sitecal.run.stages import Analysed, ModelRun, hashed
 
 __all__ = ["run_provenance"]
@@ -98,6 +98,7 @@ def run_provenance(
         document["file_hashes"] = {"hashed": file_hashes.n_hashed, "reused": file_hashes.n_reused}
     if cohort.retrieval is not None:  # the query and what it returned: counts and hashes, no identifier
         document["pacs"] = dict(cohort.retrieval)
+    ProvenanceDocument.from_dict(document, source="provenance.json")  # as `sitecal schema provenance` says
     return document
 
 
