@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -37,3 +39,25 @@ def test_rows_and_table_are_the_metrics_table_of_the_evaluation() -> None:
     assert isinstance(table, pd.DataFrame)
     assert tuple(table.columns) == METRIC_COLUMNS
     assert table.to_dict("records") == rows
+
+
+def test_the_written_folder_holds_the_metrics_table_a_run_writes(tmp_path: Path) -> None:
+    """write() puts metrics.csv beside evaluation.json: a row per (group, metric, stage), as rows()."""
+    import csv
+
+    rng = np.random.default_rng(5)
+    result = evaluate_arrays(
+        logits=rng.normal(size=(120, 2)),
+        labels=(rng.random(120) < 0.5).astype(int),
+        class_names=["no", "yes"],
+        n_resamples=50,
+    )
+    folder = result.write(tmp_path / "run")
+    with (folder / "metrics.csv").open(newline="", encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    rows = result.rows()
+    assert len(table) == len(rows) > 0
+    assert [(r["group"], r["metric"], r["stage"]) for r in table] == [
+        (r["group"], r["metric"], r["stage"]) for r in rows
+    ]
+    assert [float(r["estimate"]) for r in table] == pytest.approx([r["estimate"] for r in rows], abs=1e-12)

@@ -99,6 +99,10 @@ class ArrayEvaluation:
     def write(self, folder: str | Path, *, title: str | None = None) -> Path:
         """Write the run folder's documents into ``folder``, without the report; returns ``folder``.
 
+        The documents are those of a run: ``evaluation.json``, ``metrics.csv`` (and ``metrics.parquet``
+        when pyarrow is installed), ``calibration.json``, ``provenance.json``, ``protocol.yaml`` and
+        ``report-context.json``.
+
         ``evaluation.json`` is written as a run writes it: the same numbers from the same rows give the
         same bytes, but for the protocol's hash and the names of the listed studies (``row i`` here).
         """
@@ -106,7 +110,7 @@ class ArrayEvaluation:
         from sitecal._io import write_json_atomic, write_text_atomic
         from sitecal.protocol import LoadedProtocol
         from sitecal.provenance import provenance_document
-        from sitecal.results import ProvenanceDocument, write_document
+        from sitecal.results import ProvenanceDocument, write_document, write_metrics_table
         from sitecal.run.stages import REPORT_CONTEXT, calibration_document, report_context
 
         folder = Path(folder)
@@ -141,6 +145,7 @@ class ArrayEvaluation:
             "dicom_joined": False,
         }
         write_document(folder / "evaluation.json", self.outcome.result)
+        write_metrics_table(folder, self.outcome.result)  # metrics.csv (and .parquet), as a run writes them
         write_document(
             folder / "calibration.json",
             calibration_document(protocol, self.outcome.temperatures.to_dict(), model_sha256=None),
