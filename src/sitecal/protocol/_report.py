@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from sitecal.protocol._base import _Strict
-from sitecal.protocol._pacs import DicomwebDestination, DimseDestination, one_peer_kind
+from sitecal.protocol._pacs import LOOPBACK, DicomwebDestination, DimseDestination, one_peer_kind
 
-__all__ = ["DesignSettings", "GovernanceSettings", "ReportSettings"]
+__all__ = ["DesignSettings", "GovernanceSettings", "MlflowSettings", "ReportSettings"]
 
 
 class GovernanceSettings(_Strict):
@@ -89,6 +90,124 @@ class DesignSettings(_Strict):
         return value
 
 
+#: An MLflow experiment or run name, or a tag's value: printable text, no control character.
+_MLFLOW_TEXT = r"^[^\x00-\x1f\x7f-\x9f]+$"
+#: A tag's key: MLflow's characters for keys, without '/' (no path), starting with a letter or a digit.
+_MLFLOW_TAG_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.\- ]*$"
+#: Most tags a protocol may set (MLflow takes at most 100 per request; sitecal sets its own besides).
+MAX_MLFLOW_TAGS = 20
+
+
+class MlflowSettings(_Strict):
+    """Where a finished run is logged in MLflow (``report.mlflow``); leave the section out for no logging.
+
+    After the run folder is sealed, its parameters (protocol, model and key hashes, calibration method,
+    bootstrap, sitecal version, document id), every number of ``metrics.csv`` and the documents a
+    committee reads (``report.pdf``, ``report.html``, ``evaluation.json``, ``calibration.json``,
+    ``provenance.json``, ``metrics.csv``, ``seal.json``) are logged as one MLflow run, read back from the
+    sealed folder. The per-study tables (``cohort.csv``, ``predictions.csv``, ``exclusions.csv``) are
+    never logged. A failure to log is a warning: the run's verdict and exit code stand. Needs the
+    ``mlflow`` package (``pip install 'sitecal[mlflow]'``); ``sitecal check`` says when it is missing.
+
+    Attributes
+    ----------
+    tracking_uri : str
+        A local folder (relative to the protocol file; MLflow's file store), or the ``https://`` URL of an
+        MLflow tracking server (``http://`` on loopback only; no user, query or fragment in it: give
+        credentials in MLflow's environment variables, ``MLFLOW_TRACKING_TOKEN`` or
+        ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``).
+    experiment : str, optional
+        The MLflow experiment, created when it does not exist; default the protocol's ``name``.
+    run_name : str, optional
+        The MLflow run's name; default the run folder's name (``<protocol name>-<UTC time>``).
+    tags : dict of str to str
+        Tags set on the MLflow run besides sitecal's own (``sitecal.verdict``, ``sitecal.document_id``);
+        at most 20, keys not starting with ``mlflow.`` or ``sitecal.``.
+    """
+
+    tracking_uri: str = Field(
+        min_length=1,
+        max_length=2048,
+        description=(
+            "where the run is logged: a local folder (relative to the protocol file) or the https:// URL of "
+            "an MLflow tracking server (http:// on loopback only; credentials in MLflow's environment "
+            "variables, never in the URL)"
+        ),
+    )
+    experiment: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=_MLFLOW_TEXT,
+        description="the MLflow experiment (created when missing); default the protocol's name",
+    )
+    run_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=_MLFLOW_TEXT,
+        description="the MLflow run's name; default the run folder's name",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_MLFLOW_TAGS,
+        description=(
+            "tags set on the MLflow run besides sitecal's own (sitecal.verdict, sitecal.document_id); keys "
+            "not starting with 'mlflow.' or 'sitecal.'"
+        ),
+    )
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _where(cls, value: str) -> str:
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):", value)
+        if scheme is None:  # a path (a Windows drive letter is one letter, not a scheme)
+            if re.search(r"[\x00-\x1f\x7f]", value):
+                raise ValueError("a folder path holds no control character")
+            return value
+        kind = scheme.group(1).lower()
+        if kind == "file":
+            if not re.fullmatch(r"file:(//(localhost)?)?/[^?#\x00-\x1f\x7f]*", value):
+                raise ValueError(
+                    f"{value!r} is not a file: URI of a local folder (file:///absolute/path); or give the "
+                    "folder's path, relative to the protocol file"
+                )
+            return value
+        if kind not in ("http", "https"):
+            raise ValueError(
+                f"'{kind}:' tracking stores are not supported: give a local folder (a path, relative to the "
+                "protocol file) or the https:// URL of an MLflow tracking server"
+            )
+        match = re.fullmatch(r"(https?)://([^/:?#@\s]+)(:\d{1,5})?(/[^?#@\s]*)?", value, re.IGNORECASE)
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not an http(s) URL of an MLflow tracking server (no user, query or fragment: "
+                "give credentials in MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD)"
+            )
+        if match.group(1).lower() == "http" and match.group(2).lower() not in LOOPBACK:
+            raise ValueError(
+                "plain http sends the report and the credentials in clear: use https; http is accepted "
+                "on loopback only"
+            )
+        return value.rstrip("/")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not 1 <= len(key) <= 100 or not re.fullmatch(_MLFLOW_TAG_KEY, key):
+                raise ValueError(
+                    f"tag key {key!r}: 1 to 100 letters, digits, '_', '-', '.' or spaces, starting with a "
+                    "letter or a digit"
+                )
+            if key.lower().startswith(("mlflow.", "sitecal.")):
+                raise ValueError(f"tag key {key!r}: keys starting with 'mlflow.' or 'sitecal.' are reserved")
+            if not 1 <= len(text) <= 500 or not re.fullmatch(_MLFLOW_TEXT, text):
+                raise ValueError(f"tag {key!r}: its value must be 1 to 500 characters, no control character")
+        return value
+
+
 class ReportSettings(_Strict):
     """Where the run folder goes and what the PDF says.
 
@@ -110,6 +229,9 @@ class ReportSettings(_Strict):
     send_to : DicomwebDestination or DimseDestination, optional
         The archive that receives ``report.dcm`` (STOW-RS or C-STORE) with ``sitecal send RUN_DIR``, or
         after every run that wrote a report when ``after_run: true``.
+    mlflow : MlflowSettings, optional
+        Log every finished run (parameters, metrics and report documents, no per-study table) to an
+        MLflow tracking store; off when left out.
     """
 
     output_dir: str = "reports"
@@ -120,6 +242,13 @@ class ReportSettings(_Strict):
     design: DesignSettings = Field(default_factory=DesignSettings)
     send_to: DicomwebDestination | DimseDestination | None = Field(
         default=None, description="the archive report.dcm is sent to (DICOMweb STOW-RS or DIMSE C-STORE)"
+    )
+    mlflow: MlflowSettings | None = Field(
+        default=None,
+        description=(
+            "log each finished run (parameters, metrics.csv's numbers, the report and result documents; "
+            "no per-study table) to an MLflow tracking store; off when left out"
+        ),
     )
 
     @field_validator("send_to", mode="before")

@@ -28,6 +28,7 @@ from sitecal.results import (
     write_metrics_table,
 )
 from sitecal.run._folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
+from sitecal.run._mlflow import log_after_run
 from sitecal.run._provenance import run_provenance
 from sitecal.run._resolved import send_destination, write_resolved
 from sitecal.run.sealed import open_run
@@ -125,12 +126,9 @@ def run_protocol(
         render_run(folder, pseudonymize.key)
         sealed = True
         logger.info("verdict: %s; report: %s; folder sealed", outcome.verdict, folder / "report.pdf")
-        return RunResult(
-            folder=folder,
-            verdict=outcome.verdict,
-            evaluation=outcome.document,
-            sent=_send_after_run(loaded, folder),
-        )
+        sent = _send_after_run(loaded, folder)
+        log_after_run(loaded, folder)  # report.mlflow, read back from the sealed folder; a failure warns
+        return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document, sent=sent)
     except KeyboardInterrupt as exc:
         _log_interruption(folder, exc, sealed=sealed)
         raise

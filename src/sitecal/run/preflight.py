@@ -70,6 +70,10 @@ def preflight(
         from sitecal.pacs.send import destination_problems
 
         problems += destination_problems(destination, loaded.resolve)
+    if loaded.protocol.report.mlflow is not None:  # the MLflow store the run is logged to: can it be?
+        from sitecal.run._mlflow import mlflow_problems
+
+        problems += mlflow_problems(loaded, allow_anywhere=allow_output_anywhere)
     dicom_dir = None if source is not None else loaded.dicom_dir
     if dicom_dir is not None and not dicom_dir.is_dir():
         problems.append(f"data.dicom_dir: folder not found: {dicom_dir}")
