@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tqdm import tqdm
+from sitecal._progress import progress_bar
 
 __all__ = ["SETTLE_NS", "FileHashes", "HashManifest", "file_sha256_and_stat", "hash_files"]
 
@@ -175,7 +175,7 @@ def hash_files(
     n_reused = 0
     with (
         _Store.open(manifest if unique else None) as store,
-        tqdm(total=len(unique), desc="Hashing", unit="file", disable=not progress) as bar,
+        progress_bar(total=len(unique), desc="Hashing", unit="file", disable=not progress) as bar,
     ):
         folders: dict[str, str] = {}  # each folder resolved once, not once a file
         for start in range(0, len(unique), _LOOKUP_BATCH):

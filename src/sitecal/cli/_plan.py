@@ -50,8 +50,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Simulate each criterion at each group size; print one table per criterion."""
-    from tqdm import tqdm
-
+    from sitecal._progress import progress_bar
     from sitecal.protocol import load_protocol
     from sitecal.run.planning import parse_sizes, plan_criteria, plan_models, plan_table, stored_protocol
 
@@ -73,7 +72,7 @@ def plan_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         key_file=args.key,
     )
     sizes = parse_sizes(args.sizes)
-    with tqdm(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
+    with progress_bar(total=1, desc="Simulating", unit="size", disable=args.no_progress) as bar:
 
         def progress(done: int, total: int) -> None:
             bar.total = total

@@ -27,6 +27,7 @@ from sitecal._dicomfile import (
     open_regular,
     quiet_pydicom,
 )
+from sitecal._progress import progress_bar
 from sitecal._text import plural
 from sitecal.cohort._header import (
     DEFAULT_MAX_PIXELS_PER_IMAGE,
@@ -189,7 +190,9 @@ def scan_folder(
     wanted = tuple(dict.fromkeys([*BASE_KEYWORDS, *keywords]))
     limits = _Limits(max_pixels_per_image, read_timeout_s, _checked_multiple(transform_multiple))
     n_workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(paths) // _CHUNK + 1))
-    with tqdm(total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress) as bar:
+    with progress_bar(
+        total=len(paths), desc="Reading DICOM headers", unit="file", disable=not progress
+    ) as bar:
         outcomes = dict(zip(paths, _read_all(paths, wanted, limits, n_workers, bar), strict=True))
     instances, exclusions, said = _sort_out(root, entries, outcomes)
     _log_summary(entries, exclusions, instances, said)

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 from pydicom.uid import PYDICOM_ROOT_UID
-from tqdm.auto import tqdm
+
+from sitecal._progress import progress_bar
 
 from ._dicom import StudyHeader, build_dataset, presentation_values, window_of
 from ._files import (
@@ -316,7 +317,7 @@ def generate_demo(
     seed : int, default 0
         Seed of every random choice: same seed, byte-identical files.
     progress : bool, default False
-        Show a tqdm progress bar.
+        Show a progress bar.
 
     Returns
     -------
@@ -388,7 +389,7 @@ def _write_studies(
     """Write every study of ``plan`` (one instance each), chunk by chunk, and describe each one."""
     n_total = len(plan.folder)
     studies: list[DemoStudy] = []
-    with tqdm(total=n_total, desc="demo studies", unit="study", disable=not progress) as bar:
+    with progress_bar(total=n_total, desc="demo studies", unit="study", disable=not progress) as bar:
         for start, stored, windows in _pixel_chunks(seed, plan, n_total):
             for offset in range(stored.shape[0]):
                 i = start + offset

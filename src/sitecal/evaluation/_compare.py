@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import cast
 
 import numpy as np
-from tqdm import tqdm
 
+from sitecal._progress import progress_over
 from sitecal.evaluation._disparities import bootstrap_summary
 from sitecal.evaluation._groups import OVERALL, ordered_groups
 from sitecal.evaluation._plan import EvaluationPlan
@@ -51,7 +51,7 @@ def compare_recalibration(plan: EvaluationPlan, *, progress: bool = False) -> Me
             compared.append((cal.per, group, fitted.groups == group, held_groups == group))
     groups: list[ComparedGroup] = []
     options: dict[str, dict[str, float]] = {}
-    for item in tqdm(compared, desc="Methods compared", unit="group", disable=not progress):
+    for item in progress_over(compared, desc="Methods compared", unit="group", disable=not progress):
         entry, options = _compared_group(plan, item, spec)
         groups.append(entry)
     return MethodComparison(

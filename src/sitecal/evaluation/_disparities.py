@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
-from tqdm import tqdm
 
+from sitecal._progress import progress_bar
 from sitecal.calibration import GroupTemperatures
 from sitecal.evaluation._groups import patient_strata
 from sitecal.evaluation._plan import EvaluationPlan
@@ -93,7 +93,9 @@ def disparities(plan: EvaluationPlan, *, progress: bool = False) -> dict[str, di
 
     # attributes are compared side by side: each draws from its own seeded streams, so the results do
     # not depend on which thread computes them or when
-    with tqdm(total=len(attributes), desc="Disparities", unit="attribute", disable=not progress) as bar:
+    with progress_bar(
+        total=len(attributes), desc="Disparities", unit="attribute", disable=not progress
+    ) as bar:
         compared_all = side_by_side(compared, list(attributes), spec.n_workers, lambda: bar.update(1))
     return dict(zip(attributes, compared_all, strict=True))
 

@@ -15,8 +15,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
-from tqdm import tqdm
 
+from sitecal._progress import progress_bar
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.evaluation._group_identity import membership_digest
 from sitecal.evaluation._groups import OVERALL
@@ -104,7 +104,7 @@ def group_intervals(plan: EvaluationPlan, *, progress: bool = False) -> GroupInt
         )
     # groups side by side: each draws from its own seeded stream, so the results do not depend on which
     # thread computes them or when (one group's serial parts, its draws and refits, overlap another's)
-    with tqdm(total=len(plan.groups), desc="Bootstrap", unit="group", disable=not progress) as bar:
+    with progress_bar(total=len(plan.groups), desc="Bootstrap", unit="group", disable=not progress) as bar:
         grouped = side_by_side(
             lambda item: _one_group(plan, item, shrinkage),
             list(plan.groups),

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtri
-from tqdm import tqdm
 
+from sitecal._progress import progress_bar
 from sitecal.evaluation._acceptance import INSUFFICIENT, PASS, group_verdict
 from sitecal.evaluation._groups import OVERALL
 from sitecal.metrics import TopLabelOEStatistic, top_label_recalibration
@@ -296,7 +296,7 @@ def plan_study_sizes(
         return tuple(acceptance), None
     by_id = {c.id: c for c in rules}
     judged = sum(r.verdict != INSUFFICIENT for c in acceptance for r in c.results)
-    bar = tqdm(total=judged, desc="Study size", unit="group", disable=not progress)
+    bar = progress_bar(total=judged, desc="Study size", unit="group", disable=not progress)
     planned = []
     for criterion in acceptance:
         rows = []

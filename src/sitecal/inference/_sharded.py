@@ -202,12 +202,12 @@ def _run_on_dask(
     The progress bar counts ``n_done`` shards already written besides. A shard's error is raised here,
     once its retries are spent.
     """
-    from tqdm import tqdm
+    from sitecal._progress import progress_bar
 
     parts: dict[int, Part] = {}
     with (
         _DaskClient(placement, device) as client,
-        tqdm(
+        progress_bar(
             total=n_done + len(missing),
             initial=n_done,
             desc="Inference shards",

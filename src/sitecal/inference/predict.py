@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from monai.data import DataLoader
 from monai.transforms import Compose
-from tqdm import tqdm
 
+from sitecal._progress import progress_bar
 from sitecal._text import plural
 from sitecal.inference._batch_size import DEFAULT_BATCH_SIZE
 from sitecal.inference._forward import _cuda, _Forward, _item, _SafeDataset
@@ -251,7 +251,7 @@ def _run_batches(
     try:
         with (
             torch.inference_mode(),
-            tqdm(
+            progress_bar(
                 total=n_cached + len(todo),
                 initial=n_cached,
                 desc="Inference",

@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sitecal._progress import progress_bar
 from sitecal._text import plural
 from sitecal.errors import DataError
 from sitecal.pacs._credentials import Credentials, load_credentials, missing_tls_files
@@ -214,9 +215,9 @@ def _fetch_all(
     asked_again: set[StudyRef] = set()
     errors: dict[StudyRef, PacsError] = {}
     pauses = (None, *RETRY_PAUSES_S)
-    # smoothing=0: every frame shows the average rate, the one the closing frame shows (tqdm's default
-    # moving average would show a burst's rate before the retries' pauses and another rate at the end)
-    bar = tqdm(total=len(todo), desc="Retrieving", unit="study", smoothing=0, disable=not progress)
+    # every frame shows the average rate, the one the closing frame shows (a moving average would show a
+    # burst's rate before the retries' pauses and another rate at the end)
+    bar = progress_bar(total=len(todo), desc="Retrieving", unit="study", disable=not progress)
     pool = ThreadPoolExecutor(max_workers=max_connections)
     try:
         pending = todo

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
+from sitecal._progress import progress_over
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.calibration import GroupMethods, GroupTemperatures
 from sitecal.errors import DataError
@@ -138,7 +138,9 @@ def _read_studies(
     )
     images: list[torch.Tensor] = []
     used: list[int] = []
-    for i, key in enumerate(tqdm(rows.keys, desc="Checking", unit="study", disable=not progress, delay=2)):
+    for i, key in enumerate(
+        progress_over(rows.keys, desc="Checking", unit="study", disable=not progress, delay=2)
+    ):
         study = studies.get(key)
         if study is None:
             continue

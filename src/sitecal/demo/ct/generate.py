@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+
+from sitecal._progress import progress_over
 
 from .._files import (
     age_on,
@@ -164,7 +165,7 @@ def generate_ct_demo(
     seed : int, default 0
         Seed of every random choice: same seed, byte-identical files.
     progress : bool, default False
-        Show a tqdm progress bar.
+        Show a progress bar.
 
     Returns
     -------
@@ -193,7 +194,7 @@ def generate_ct_demo(
     rows, patients = _plan(rng, n_studies + n_unqualified, n_unqualified)
     counters = dict.fromkeys(range(len(SITES)), 0)
     studies: list[CtStudy] = []
-    for i, row in enumerate(tqdm(rows, desc="CT demo studies", unit="study", disable=not progress)):
+    for i, row in enumerate(progress_over(rows, desc="CT demo studies", unit="study", disable=not progress)):
         counters[row.site] += 1
         folder = f"{SITES[row.site].key}/st{counters[row.site]:05d}"
         studies.append(_write_study(dicom_dir, folder, i, row, patients, seed, rng))
