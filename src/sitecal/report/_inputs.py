@@ -49,10 +49,13 @@ class ReportArtifacts:
         ``out_dir/report.pdf``.
     figures : tuple of Path
         ``out_dir/figures/*.png`` in the order they appear in the document.
+    html : Path
+        ``out_dir/report.html``: the same sections and figures as one self-contained web page.
     """
 
     pdf: Path
     figures: tuple[Path, ...]
+    html: Path
 
 
 def get(mapping: object, *keys: str | int) -> Any:

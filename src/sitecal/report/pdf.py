@@ -55,6 +55,7 @@ from ._governance import is_draft
 from ._inputs import ReportArtifacts, ReportInputs, check_inputs
 from ._styles import Palette, Styles, make_styles
 from ._text import display_order, plain_text, short_sha
+from .html import html_document
 
 __all__ = ["BUILDERS", "PAGE_SIZES", "render_report"]
 
@@ -317,14 +318,15 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
         ``evaluation.json``, ``calibration.json``, ``provenance.json`` content and the protocol facts.
         Nothing is recomputed: every number printed is read from these mappings.
     out_dir : Path
-        Folder to write into (created if needed): ``report.pdf`` and ``figures/*.png``.
+        Folder to write into (created if needed): ``report.pdf``, ``figures/*.png`` and
+        ``report.html``, the same report as one self-contained web page (:mod:`sitecal.report.html`).
     page_size : {"A4", "Letter"}, default "A4"
         Paper size (case-insensitive).
 
     Returns
     -------
     ReportArtifacts
-        Paths of the PDF and of the figures, in document order.
+        Paths of the PDF, of the figures in document order, and of the HTML view.
 
     Raises
     ------
@@ -365,8 +367,14 @@ def render_report(inputs: ReportInputs, out_dir: Path, *, page_size: str = "A4")
     story: list[Flowable] = []
     for build in BUILDERS:
         story += build(ctx)
+    # translated before layout, which consumes the story and splits its flowables
+    page, _ = html_document(
+        story, title=identity.title, verdict=inputs.evaluation.get("verdict"), draft=identity.draft
+    )
     doc.build(story, canvasmaker=_numbered_canvas(running))
     pdf = out_dir / "report.pdf"
     write_bytes_atomic(pdf, buffer.getvalue())
-    log.info("wrote %s (%d figures)", pdf, len(ctx.figures))
-    return ReportArtifacts(pdf=pdf, figures=tuple(ctx.figures))
+    html = out_dir / "report.html"
+    write_bytes_atomic(html, page.encode("utf-8"))
+    log.info("wrote %s and %s (%d figures)", pdf, html.name, len(ctx.figures))
+    return ReportArtifacts(pdf=pdf, figures=tuple(ctx.figures), html=html)

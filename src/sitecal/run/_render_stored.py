@@ -1,4 +1,4 @@
-"""A run folder's stored results rendered as ``report.pdf`` and ``report.dcm``, recomputing no number.
+"""A run folder's stored results rendered as report.pdf, report.html and report.dcm, recomputing no number.
 
 :func:`render_stored` reads what a run stored (``evaluation.json``, ``calibration.json``,
 ``provenance.json``, :data:`REPORT_CONTEXT` and ``protocol.yaml``) and draws the report from it alone;
@@ -26,6 +26,9 @@ REPORT_CONTEXT = "report-context.json"
 
 def render_stored(folder: Path) -> Path:
     """Render a folder's stored results, unsealed (``sitecal.evaluate_arrays(...).render``, no key).
+
+    Writes ``report.pdf``, ``figures/``, ``report.html`` (the same report as one self-contained web page)
+    and ``report.dcm``; the run's seal (``report.*``, ``figures/``) covers each of them.
 
     Reads ``evaluation.json``, ``calibration.json``, ``provenance.json``, ``report-context.json`` and
     ``protocol.yaml``; recomputes no number but the verdict, judged again from the stored criteria. The
