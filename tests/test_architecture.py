@@ -34,6 +34,7 @@ LAYER = {
     "_dicomfile": 1,
     "_scrub": 1,
     "_text": 1,  # the words that follow a count in messages
+    "_progress": 1,  # the console's progress bars
     "_worker_logs": 1,
     "__init__": 1,
     "metrics": 2,

@@ -61,3 +61,27 @@ def test_read_back_against_the_seal_before_the_key_is_known(tmp_path: Path) -> N
     write_seal(folder, KEY, state=COMPLETE)
     with pytest.raises(DataError, match="^" + re.escape(f"{folder / RESOLVED}: not JSON")):
         read_resolved(folder)
+
+
+def _older_run(tmp_path: Path, output_dir: str) -> Path:
+    """A run folder as an earlier sitecal left it: its protocol.yaml sealed, no resolved.json."""
+    from tests.conftest import DEMO_PROTOCOL
+
+    text = DEMO_PROTOCOL.read_text(encoding="utf-8").replace(
+        "output_dir: ../reports", f"output_dir: {output_dir}"
+    )
+    assert f"output_dir: {output_dir}" in text
+    folder = tmp_path / "site" / "reports" / "demo-20260101T000000Z"
+    folder.mkdir(parents=True)
+    (folder / "protocol.yaml").write_text(text, encoding="utf-8")
+    write_seal(folder, KEY, state=COMPLETE)
+    return folder
+
+
+def test_an_older_run_finds_its_protocol_s_folder_from_output_dir(tmp_path: Path) -> None:
+    from sitecal.run._resolved import run_protocol_of
+
+    loaded = run_protocol_of(_older_run(tmp_path, "reports"))
+    assert loaded.path == (tmp_path / "site" / "protocol.yaml").resolve()
+    with pytest.raises(DataError, match=r"report\.output_dir leads out of the protocol's folder.*--protocol"):
+        run_protocol_of(_older_run(tmp_path / "b", "../reports"))

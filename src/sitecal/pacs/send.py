@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +24,9 @@ from sitecal.pacs._peer import PacsError
 from sitecal.protocol import DicomwebDestination, DimseDestination
 
 if TYPE_CHECKING:
-    from sitecal.protocol import LoadedProtocol
+    pass
 
-__all__ = ["SENT_LOG", "destination_problems", "load_run_protocol", "run_destination", "send_report"]
+__all__ = ["SENT_LOG", "destination_problems", "send_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,54 +38,6 @@ _FIELD = "report.send_to"
 #: C-STORE statuses after which the archive holds the instance (success, and the warnings of PS3.4 B.2.3).
 _STORED = {0x0000: "stored", 0xB000: "stored, elements coerced", 0xB006: "stored, elements discarded",
            0xB007: "stored, data set does not match SOP class"}  # fmt: skip
-
-
-def run_destination(
-    folder: Path, protocol: Path | None = None
-) -> tuple[DicomwebDestination | DimseDestination, Callable[[str], Path]]:
-    """The ``report.send_to`` of ``protocol`` (default: the run's own), and how to resolve its paths.
-
-    The paths are the credentials and TLS files, resolved as :func:`load_run_protocol` says.
-    """
-    loaded = load_run_protocol(folder, protocol)
-    destination = loaded.protocol.report.send_to
-    if destination is None:
-        raise DataError(
-            f"{loaded.path if protocol is not None else folder / 'protocol.yaml'}: report.send_to is not "
-            "set: give the archive (dicomweb: URL, or dimse: {host, port, ae_title}), or pass "
-            "--protocol with one."
-        )
-    return destination, loaded.resolve
-
-
-def load_run_protocol(folder: Path, protocol: Path | None = None) -> LoadedProtocol:
-    """The protocol of a run folder: ``protocol`` when given, else the run's own ``protocol.yaml``.
-
-    The run folder's protocol is the file as run: its relative paths are taken from the folder the
-    protocol was in, found back from ``report.output_dir`` (``<protocol folder>/<output_dir>/<run>``).
-
-    Raises
-    ------
-    DataError
-        When ``report.output_dir`` leads out of the protocol's folder (``..``), so that its folder cannot
-        be found back: pass ``protocol``.
-    """
-    from sitecal.protocol import load_protocol
-
-    if protocol is not None:
-        return load_protocol(protocol)
-    loaded = load_protocol(folder / "protocol.yaml")
-    output_dir = Path(loaded.protocol.report.output_dir).expanduser()
-    if ".." in output_dir.parts:
-        raise DataError(
-            f"{folder / 'protocol.yaml'}: report.output_dir leads out of the protocol's folder, so its "
-            "relative paths cannot be found from the run folder: pass --protocol with the protocol file."
-        )
-    home = folder.resolve().parent
-    if not output_dir.is_absolute():
-        for _ in output_dir.parts:
-            home = home.parent
-    return replace(loaded, path=home / "protocol.yaml")
 
 
 def _describe(destination: DicomwebDestination | DimseDestination) -> tuple[str, str]:

@@ -126,7 +126,7 @@ def run_protocol_of(
 
     The run's own ``protocol.yaml`` is resolved from the folder ``resolved.json`` records; a folder
     without the record (written by an earlier sitecal) as
-    :func:`~sitecal.pacs.send.load_run_protocol` finds it from ``report.output_dir``. With ``seal``, the
+    :func:`_found_from_output_dir` finds it from ``report.output_dir``. With ``seal``, the
     protocol read must be the one it lists.
 
     Raises
@@ -141,14 +141,38 @@ def run_protocol_of(
     folder = Path(folder)
     recorded = read_resolved(folder, seal)
     if recorded is None:
-        from sitecal.pacs.send import load_run_protocol
-
-        loaded = load_run_protocol(folder)
+        loaded = _found_from_output_dir(folder)
     else:
         loaded = replace(load_protocol(folder / "protocol.yaml"), path=recorded.protocol_file)
     if seal is not None:
         _check_sealed(folder, loaded, seal)
     return loaded
+
+
+def _found_from_output_dir(folder: Path) -> LoadedProtocol:
+    """The run's own ``protocol.yaml`` of a folder without ``resolved.json`` (an earlier sitecal's run).
+
+    Its relative paths are taken from the folder the protocol was in, found back from
+    ``report.output_dir`` (``<protocol folder>/<output_dir>/<run>``).
+
+    Raises
+    ------
+    DataError
+        When ``report.output_dir`` leads out of the protocol's folder (``..``), so that its folder cannot
+        be found back: pass ``--protocol``.
+    """
+    loaded = load_protocol(folder / "protocol.yaml")
+    output_dir = Path(loaded.protocol.report.output_dir).expanduser()
+    if ".." in output_dir.parts:
+        raise DataError(
+            f"{folder / 'protocol.yaml'}: report.output_dir leads out of the protocol's folder, so its "
+            "relative paths cannot be found from the run folder: pass --protocol with the protocol file."
+        )
+    home = folder.resolve().parent
+    if not output_dir.is_absolute():
+        for _ in output_dir.parts:
+            home = home.parent
+    return replace(loaded, path=home / "protocol.yaml")
 
 
 def sealed_protocol(folder: Path, seal: Seal) -> LoadedProtocol:
