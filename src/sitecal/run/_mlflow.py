@@ -51,7 +51,6 @@ from sitecal.run.sealed import open_run
 
 if TYPE_CHECKING:
     from sitecal.protocol import LoadedProtocol
-    from sitecal.protocol._report import MlflowSettings
 
 __all__ = [
     "ARTIFACTS",
@@ -162,7 +161,14 @@ def log_after_run(loaded: LoadedProtocol, folder: Path) -> MlflowRun | None:
     where = settings.tracking_uri
     try:
         where = tracking_uri(settings.tracking_uri, loaded.resolve)
-        logged = log_to_mlflow(folder, settings, tracking_uri=where, protocol=loaded.path)
+        logged = log_to_mlflow(
+            folder,
+            tracking_uri=where,
+            experiment=settings.experiment,
+            run_name=settings.run_name,
+            tags=settings.tags,
+            protocol=loaded.path,
+        )
     except SitecalError as exc:
         logger.warning(
             "the run was not logged to MLflow at %s: %s The run itself is complete and its verdict stands.",
@@ -184,9 +190,11 @@ def log_after_run(loaded: LoadedProtocol, folder: Path) -> MlflowRun | None:
 
 def log_to_mlflow(
     folder: Path,
-    settings: MlflowSettings,
     *,
     tracking_uri: str,
+    experiment: str | None = None,
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
     key_file: Path | None = None,
     protocol: Path | None = None,
 ) -> MlflowRun:
@@ -196,11 +204,14 @@ def log_to_mlflow(
     ----------
     folder : pathlib.Path
         A complete, sealed run folder.
-    settings : MlflowSettings
-        ``report.mlflow``: the experiment (default the protocol's name), the run's name (default the
-        folder's) and the protocol's tags.
     tracking_uri : str
         Where: a ``file:`` URI of a local folder or an http(s) URL (:func:`tracking_uri` makes it).
+    experiment : str, optional
+        The MLflow experiment, created when missing; default the protocol's name.
+    run_name : str, optional
+        The MLflow run's name; default the folder's.
+    tags : mapping of str to str, optional
+        Tags besides sitecal's own (``report.mlflow.tags``, validated by the protocol).
     key_file, protocol : pathlib.Path, optional
         Where the site key is found, as :func:`sitecal.run.sealed.open_run` takes them.
 
@@ -219,13 +230,12 @@ def log_to_mlflow(
     folder = Path(folder)
     record = read_sealed_run(open_run(folder, key_file=key_file, protocol=protocol))
     own = {"verdict": record.verdict, "document_id": record.document_id, "run_folder": folder.name}
-    tags = {**settings.tags, **{f"sitecal.{key}": value for key, value in own.items() if value}}
-    experiment = settings.experiment or record.protocol_name or "sitecal"
-    run_name = settings.run_name or folder.name
+    all_tags = {**(tags or {}), **{f"sitecal.{key}": value for key, value in own.items() if value}}
+    name = experiment or record.protocol_name or "sitecal"
     params, metrics, artifacts = record.params, record.metrics, record.artifacts
     try:
         with _mlflow_session():
-            return _log(tracking_uri, experiment, run_name, params, metrics, tags, artifacts)
+            return _log(tracking_uri, name, run_name or folder.name, params, metrics, all_tags, artifacts)
     except SitecalError:
         raise
     except Exception as exc:  # MLflow's own errors, the network's and the file system's alike
