@@ -240,9 +240,7 @@ def test_check_and_run_refuse_report_mlflow_without_the_package(
     from sitecal.cli import main
 
     path = _protocol_file(small_run, tmp_path, {"tracking_uri": "mlruns"})
-    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` raises ImportError
+    _hide_mlflow(monkeypatch)
     loaded = load_protocol(path)
     assert mlflow_problems(loaded) == [f"{MLFLOW_MISSING}, or remove report.mlflow from the protocol."]
     assert f"{MLFLOW_MISSING}, or remove" in "\n".join(preflight(loaded).problems)
@@ -250,6 +248,23 @@ def test_check_and_run_refuse_report_mlflow_without_the_package(
         assert main(command) == 2
         assert f"{MLFLOW_MISSING}, or remove report.mlflow from the protocol." in capsys.readouterr().err
     assert not (tmp_path / "reports").exists()  # refused before any run folder
+
+
+def test_a_run_without_the_package_warns_and_stands(
+    small_run: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    loaded = _with_mlflow(small_run, tmp_path, {"tracking_uri": str(tmp_path / "store")})
+    _hide_mlflow(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sitecal"):
+        assert log_after_run(loaded, small_run["folder"]) is None
+    assert f"{MLFLOW_MISSING}." in caplog.text
+    assert not (tmp_path / "store").exists()
+
+
+def _hide_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` raises ImportError
 
 
 def test_check_refuses_a_store_folder_outside_the_protocols_tree(small_run: dict, tmp_path: Path) -> None:

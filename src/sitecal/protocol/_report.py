@@ -101,13 +101,16 @@ MAX_MLFLOW_TAGS = 20
 class MlflowSettings(_Strict):
     """Where a finished run is logged in MLflow (``report.mlflow``); leave the section out for no logging.
 
-    After the run folder is sealed, its parameters (protocol, model and key hashes, calibration method,
-    bootstrap, sitecal version, document id), every number of ``metrics.csv`` and the documents a
-    committee reads (``report.pdf``, ``report.html``, ``evaluation.json``, ``calibration.json``,
-    ``provenance.json``, ``metrics.csv``, ``seal.json``) are logged as one MLflow run, read back from the
-    sealed folder. The per-study tables (``cohort.csv``, ``predictions.csv``, ``exclusions.csv``) are
-    never logged. A failure to log is a warning: the run's verdict and exit code stand. Needs the
-    ``mlflow`` package (``pip install 'sitecal[mlflow]'``); ``sitecal check`` says when it is missing.
+    After the run folder is sealed, its parameters (the sha256 of the protocol, the model and the
+    inputs; the calibration method, split and bootstrap; the sitecal version and the document id), every
+    number of ``metrics.csv`` and the documents a committee reads (``report.pdf``, ``report.html``,
+    ``evaluation.json``, ``calibration.json``, ``provenance.json``, ``metrics.csv``, ``seal.json``) are
+    logged as one MLflow run, read back from the sealed folder; the run's verdict is the tag
+    ``sitecal.verdict``. The per-study tables (``cohort.csv``, ``predictions.csv``, ``exclusions.csv``)
+    are never logged; the report and ``evaluation.json`` name only the few misclassified studies they
+    list, by pseudonymised key. A failure to log is a warning: the run's verdict and exit code stand.
+    Needs the ``mlflow`` package (``pip install 'sitecal[mlflow]'``); ``sitecal check`` says when it is
+    missing.
 
     Attributes
     ----------
@@ -121,8 +124,8 @@ class MlflowSettings(_Strict):
     run_name : str, optional
         The MLflow run's name; default the run folder's name (``<protocol name>-<UTC time>``).
     tags : dict of str to str
-        Tags set on the MLflow run besides sitecal's own (``sitecal.verdict``, ``sitecal.document_id``);
-        at most 20, keys not starting with ``mlflow.`` or ``sitecal.``.
+        Tags set on the MLflow run besides sitecal's own (``sitecal.verdict``, ``sitecal.document_id``,
+        ``sitecal.run_folder``); at most 20, keys not starting with ``mlflow.`` or ``sitecal.``.
     """
 
     tracking_uri: str = Field(
@@ -152,8 +155,8 @@ class MlflowSettings(_Strict):
         default_factory=dict,
         max_length=MAX_MLFLOW_TAGS,
         description=(
-            "tags set on the MLflow run besides sitecal's own (sitecal.verdict, sitecal.document_id); keys "
-            "not starting with 'mlflow.' or 'sitecal.'"
+            "at most 20 tags set on the MLflow run besides sitecal's own (sitecal.verdict, "
+            "sitecal.document_id, sitecal.run_folder); keys not starting with 'mlflow.' or 'sitecal.'"
         ),
     )
 

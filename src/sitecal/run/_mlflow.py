@@ -67,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 #: The refusal when ``report.mlflow`` is set and MLflow cannot be imported.
 MLFLOW_MISSING = "report.mlflow needs the mlflow package: pip install 'sitecal[mlflow]'"
+_INSTALL = "pip install --force-reinstall 'sitecal[mlflow]'"
 
 #: MLflow's settings while sitecal calls it; ``None``: only when the environment does not set it.
 _FORCED_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ALLOW_FILE_STORE": "true"}
@@ -121,8 +122,15 @@ def mlflow_problems(loaded: LoadedProtocol, *, allow_anywhere: bool = False) -> 
     try:
         with _mlflow_session():
             import mlflow.tracking  # noqa: F401
-    except ImportError:
-        return [f"{MLFLOW_MISSING}, or remove report.mlflow from the protocol."]
+    except ImportError as exc:
+        if _is_mlflow_missing(exc):
+            return [f"{MLFLOW_MISSING}, or remove report.mlflow from the protocol."]
+        return [f"report.mlflow: the mlflow package does not import ({exc}). Reinstall it: {_INSTALL}."]
+    except Exception as exc:  # a broken installation: whatever its import raises
+        return [
+            f"report.mlflow: the mlflow package does not import ({type(exc).__name__}: {_first_line(exc)}). "
+            f"Reinstall it: {_INSTALL}."
+        ]
     field = "report.mlflow.tracking_uri"
     uri = settings.tracking_uri
     if not uri.lower().startswith(("http://", "https://")):
@@ -238,6 +246,10 @@ def log_to_mlflow(
             return _log(tracking_uri, name, run_name or folder.name, params, metrics, all_tags, artifacts)
     except SitecalError:
         raise
+    except ImportError as exc:
+        if _is_mlflow_missing(exc):
+            raise DataError(f"{MLFLOW_MISSING}.") from None
+        raise DataError(f"MLflow at {tracking_uri}: {exc}. Install what it names.") from exc
     except Exception as exc:  # MLflow's own errors, the network's and the file system's alike
         raise DataError(
             f"MLflow at {tracking_uri}: {type(exc).__name__}: {_first_line(exc)}. {_what_to_do(tracking_uri)}"
@@ -304,6 +316,11 @@ def _what_to_do(uri: str) -> str:
         "Check that the server is up and reachable from here, and MLflow's credentials "
         "(MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)."
     )
+
+
+def _is_mlflow_missing(exc: ImportError) -> bool:
+    """Whether ``exc`` says MLflow itself is not installed (not a module MLflow needs)."""
+    return exc.name is None or exc.name == "mlflow" or exc.name.startswith("mlflow.")
 
 
 def _first_line(exc: BaseException) -> str:
