@@ -78,7 +78,8 @@ def test_an_unknown_name_exits_2_listing_the_names(capsys: pytest.CaptureFixture
     assert captured.out == ""
     assert captured.err == (
         "sitecal: error: schema: sitecal knows no document 'evalution'. Choose one of: evaluation, "
-        "calibration, calibration-method, provenance, metrics, protocol. Did you mean 'evaluation'?\n"
+        "calibration, calibration-method, provenance, monitoring, metrics, protocol. "
+        "Did you mean 'evaluation'?\n"
     )
 
 

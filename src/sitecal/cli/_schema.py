@@ -49,6 +49,10 @@ SCHEMAS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         "provenance.json: the software, the inputs' sha256, the seeds and the command of a run",
         _results_schema("ProvenanceDocument"),
     ),
+    "monitoring": (
+        "monitoring.json: a deployed model's calibration window by window, its tests and alerts",
+        _results_schema("MonitoringDocument"),
+    ),
     "metrics": ("one row of metrics.csv and metrics.parquet", _results_schema("MetricRow")),
     "protocol": ("the validation protocol, YAML", _protocol_schema),
 }

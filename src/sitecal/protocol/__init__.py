@@ -31,6 +31,7 @@ from sitecal.protocol._inputs import (
     TransformSettings,
 )
 from sitecal.protocol._load import LoadedProtocol, YamlExcess, load_protocol, protocol_summary, yaml_excess
+from sitecal.protocol._monitoring import MonitoringSettings
 from sitecal.protocol._pacs import (
     DicomwebDestination,
     DicomwebService,
@@ -42,7 +43,7 @@ from sitecal.protocol._pacs import (
     TlsSettings,
 )
 from sitecal.protocol._planning import DEFAULT_PLAN_SIZES, PlanningSettings
-from sitecal.protocol._report import DesignSettings, GovernanceSettings, ReportSettings
+from sitecal.protocol._report import DesignSettings, GovernanceSettings, MlflowSettings, ReportSettings
 from sitecal.protocol._schema import PrivacySettings, Protocol
 from sitecal.protocol._transforms import TRANSFORM_ALLOWLIST, transform_problem
 
@@ -65,7 +66,9 @@ __all__ = [
     "GovernanceSettings",
     "InputSettings",
     "LoadedProtocol",
+    "MlflowSettings",
     "ModelSettings",
+    "MonitoringSettings",
     "PacsQuery",
     "PlanningSettings",
     "PrivacySettings",

@@ -26,6 +26,7 @@ from sitecal.protocol._inputs import (
     SubgroupSettings,
     _check_intersections,
 )
+from sitecal.protocol._monitoring import MonitoringSettings
 from sitecal.protocol._report import ReportSettings
 
 __all__ = ["PrivacySettings", "Protocol"]
@@ -73,6 +74,9 @@ class Protocol(_Strict):
     acceptance: list[AcceptanceCriterion] = Field(default_factory=list)
     report: ReportSettings = Field(default_factory=ReportSettings)
     privacy: PrivacySettings = Field(default_factory=PrivacySettings)
+    monitoring: MonitoringSettings | None = Field(
+        default=None, description="after go-live: how sitecal monitor watches the deployed calibration"
+    )
 
     @field_validator("subgroups")
     @classmethod
@@ -93,6 +97,7 @@ class Protocol(_Strict):
                 ("data", "series"), "series rules choose a volume: set inputs.kind: volume, or remove them"
             )
         _check_route(self)
+        _check_monitoring(self)
         check_analysis(
             names, self.calibration, self.evaluation, self.acceptance, n_classes=len(self.model.class_names)
         )
@@ -102,6 +107,32 @@ class Protocol(_Strict):
     def reported_subgroups(self) -> list[str]:
         """Subgroup names evaluated and reported, in protocol order."""
         return list(self.evaluation.subgroups or self.subgroups)
+
+
+def _check_monitoring(protocol: Protocol) -> None:
+    """A monitored predictions file names its date column; a monitored DICOM folder dates by StudyDate."""
+    monitoring = protocol.monitoring
+    if monitoring is None:
+        return
+    if protocol.data.predictions is not None and monitoring.date_column is None:
+        raise _ReferenceError(
+            ("monitoring", "date_column"),
+            "required with data.predictions: the column holding each study's date, which places it in a "
+            "window",
+        )
+    if protocol.data.predictions is None and monitoring.date_column is not None:
+        raise _ReferenceError(
+            ("monitoring", "date_column"),
+            "names a column of data.predictions, which is not given; DICOM studies are dated by StudyDate",
+        )
+    if monitoring.date_column is not None and monitoring.date_column in {
+        protocol.data.key_column or protocol.data.key,
+        protocol.data.patient_column,
+        protocol.data.label_column,
+    }:
+        raise _ReferenceError(
+            ("monitoring", "date_column"), "is the key, patient or label column: name the date's own column"
+        )
 
 
 def _check_route(protocol: Protocol) -> None:

@@ -78,6 +78,13 @@ from sitecal.results._kinds import (
     Verdict,
 )
 from sitecal.results._metrics_table import METRIC_COLUMNS, MetricRow, metrics_table, write_metrics_table
+from sitecal.results._monitoring import (
+    MonitorAlert,
+    MonitorBaseline,
+    MonitoringDocument,
+    MonitorTest,
+    MonitorWindow,
+)
 from sitecal.results._predictions import Predictions
 from sitecal.results._provenance import FileHashCounts, LogitSources, ModelRecord, ProvenanceDocument
 from sitecal.results._schema import json_schema
@@ -141,6 +148,11 @@ __all__ = [
     "MetricRow",
     "MixEntry",
     "ModelRecord",
+    "MonitorAlert",
+    "MonitorBaseline",
+    "MonitorTest",
+    "MonitorWindow",
+    "MonitoringDocument",
     "NotCompared",
     "Note",
     "PlanningSettings",
