@@ -30,11 +30,23 @@ from sitecal.stats._metric_intervals import DEFAULT_METRICS, MetricIntervals, bo
 from sitecal.stats._refit import RefitIntervals, bootstrap_temperature, fit_stream_seed, refit_bootstrap
 from sitecal.stats._refit_method import MethodRefitIntervals, refit_method_bootstrap
 from sitecal.stats._replicate_table import ReplicateTable
+from sitecal.stats._sequential import (
+    DEFAULT_BET_FRACTIONS,
+    DEFAULT_TEMPERATURE_FACTORS,
+    SideIncrements,
+    alarm_threshold,
+    bounded_mean_increments,
+    changepoint_evalues,
+    first_alarm,
+    temperature_increments,
+)
 from sitecal.stats._spec import BootstrapResult, BootstrapSpec
 
 __all__ = [
     "COMPARED_METRICS",
+    "DEFAULT_BET_FRACTIONS",
     "DEFAULT_METRICS",
+    "DEFAULT_TEMPERATURE_FACTORS",
     "BootstrapResult",
     "BootstrapSpec",
     "CrossfitIntervals",
@@ -48,18 +60,23 @@ __all__ = [
     "RandomEffectsResult",
     "RefitIntervals",
     "ReplicateTable",
+    "SideIncrements",
     "Statistic",
     "SufficientStatistic",
     "TemperatureFit",
     "TemperatureReplicates",
+    "alarm_threshold",
     "bootstrap_group_temperatures",
     "bootstrap_interval",
     "bootstrap_metrics",
     "bootstrap_temperature",
+    "bounded_mean_increments",
+    "changepoint_evalues",
     "compare_methods",
     "crossfit_bootstrap",
     "disparity_intervals",
     "disparity_intervals_each",
+    "first_alarm",
     "fit_stream_seed",
     "random_effects_meta_analysis",
     "refit_bootstrap",
@@ -70,4 +87,5 @@ __all__ = [
     "size_matched_flags",
     "size_matched_flags_attributes",
     "size_matched_flags_each",
+    "temperature_increments",
 ]
