@@ -126,3 +126,26 @@ def test_a_send_the_archive_refuses_is_recorded_and_named(
     assert records[0]["reason"].startswith("STOW-RS: HTTP 401 Unauthorized")
     log = (folder / "run.log").read_text()
     assert "report.dcm not sent to" in log and "not-the-password" not in log
+
+
+def test_a_run_without_an_archive_is_sent_where_to_says(
+    folder_run: RunResult, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose protocol names no archive (the demo's): --to names one; without it, exit 2 saying so."""
+    folder = tmp_path / "run-copy"
+    shutil.copytree(folder_run.folder, folder)
+    assert load_protocol(folder / "protocol.yaml").protocol.report.send_to is None
+    assert main(["send", str(folder)]) == 2
+    assert "report.send_to is not set: name the archive with --to" in capsys.readouterr().err
+    assert main(["send", str(folder), "--to", "ftp://archive.example.org"]) == 2
+    assert "--to 'ftp://archive.example.org': " in capsys.readouterr().err
+    with running_orthanc(tmp_path / "archive") as archive:
+        to = f"dimse://{AE_TITLE}@127.0.0.1:{archive.dicom_port}"
+        assert main(["send", str(folder), "--to", to]) == 0
+        assert _found_pdf(archive, folder / "report.dcm") == (folder / "report.pdf").read_bytes()
+    assert (
+        f"Sent:    report.dcm to {AE_TITLE}@127.0.0.1:{archive.dicom_port} by C-STORE"
+        in capsys.readouterr().out
+    )
+    records = json.loads((folder / "sent.json").read_text())
+    assert [(r["how"], r["outcome"]) for r in records] == [("C-STORE", "stored")]

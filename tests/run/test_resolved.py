@@ -85,3 +85,27 @@ def test_an_older_run_finds_its_protocol_s_folder_from_output_dir(tmp_path: Path
     assert loaded.path == (tmp_path / "site" / "protocol.yaml").resolve()
     with pytest.raises(DataError, match=r"report\.output_dir leads out of the protocol's folder.*--protocol"):
         run_protocol_of(_older_run(tmp_path / "b", "../reports"))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("http://pacs.example.org/dicom-web", "plain http sends studies and credentials in clear"),
+        ("https://user@pacs.example.org/dicom-web", "no user, query or fragment"),
+        ("dimse://PACS@host", "expected dimse://AE_TITLE@host:port"),
+        ("dimse://A_TITLE_OF_MORE_THAN_16@host:104", "expected dimse://AE_TITLE@host:port"),
+        ("dimse://PACS@host:70000", "port"),
+    ],
+)
+def test_an_archive_named_on_the_command_line_is_checked_as_send_to_is(text: str, reason: str) -> None:
+    from sitecal.errors import InputError
+    from sitecal.run._send import parse_destination
+
+    with pytest.raises(InputError, match=re.escape(f"--to {text!r}")) as refused:
+        parse_destination(text)
+    assert reason in str(refused.value)
+    assert parse_destination("https://pacs.example.org/dicom-web/").dicomweb == (
+        "https://pacs.example.org/dicom-web"
+    )
+    dimse = parse_destination("dimse://ORTHANC@127.0.0.1:4242")
+    assert (dimse.dimse.ae_title, dimse.dimse.host, dimse.dimse.port) == ("ORTHANC", "127.0.0.1", 4242)

@@ -80,7 +80,7 @@ COMMANDS = (
     ),
     Command(
         "send",
-        "send a run folder's report.dcm to the archive of report.send_to (STOW-RS or C-STORE)",
+        "send a run folder's report.dcm to an archive (report.send_to, or --to) by STOW-RS or C-STORE",
         add_send_arguments,
         send_command,
     ),

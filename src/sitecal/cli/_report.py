@@ -30,21 +30,30 @@ def report_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``sitecal send``."""
     parser.add_argument("run_dir", type=Path, help="a run folder (reports/<name>-<UTC time>)")
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--protocol",
         type=Path,
         default=None,
         help="take report.send_to from this protocol instead of the run's own protocol.yaml",
     )
+    where.add_argument(
+        "--to",
+        metavar="ARCHIVE",
+        default=None,
+        help="send to this archive instead of report.send_to: a DICOMweb URL (https://host/dicom-web; "
+        "http on loopback only) or dimse://AE_TITLE@host:port (no credentials: an archive that needs them "
+        "is named in the protocol)",
+    )
     add_key_option(parser)
 
 
 def send_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    """Send the run folder's report.dcm to the archive of report.send_to; print what it answered."""
+    """Send the run folder's report.dcm to its archive (``--to``, or report.send_to); print the answer."""
     from sitecal.run import send_run
 
     folder: Path = args.run_dir
-    record = send_run(folder, args.protocol, key_file=args.key)
+    record = send_run(folder, args.protocol, key_file=args.key, to=args.to)
     print(f"Sent:    report.dcm to {record['to']} by {record['how']}: {record['answer']}")
     print(f"Record:  {folder / 'sent.json'}")
     return EXIT_PASS

@@ -15,6 +15,7 @@ import this package.
 
 from __future__ import annotations
 
-from sitecal.run._protocol_run import PredictResult, RunResult, predict_protocol, run_protocol, send_run
+from sitecal.run._protocol_run import PredictResult, RunResult, predict_protocol, run_protocol
+from sitecal.run._send import send_run
 
 __all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol", "send_run"]

@@ -30,8 +30,8 @@ from sitecal.results import (
 from sitecal.run._folder import attach_log, detach_log, new_run_folder, write_exclusions, write_tables
 from sitecal.run._mlflow import log_after_run
 from sitecal.run._provenance import run_provenance
-from sitecal.run._resolved import send_destination, write_resolved
-from sitecal.run.sealed import open_run
+from sitecal.run._resolved import write_resolved
+from sitecal.run._send import send_after_run
 from sitecal.run.stages import (
     REPORT_CONTEXT,
     Analysed,
@@ -50,7 +50,7 @@ from sitecal.run.stages import (
 if TYPE_CHECKING:
     from sitecal.inference import Placement
 
-__all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol", "send_run"]
+__all__ = ["PredictResult", "RunResult", "predict_protocol", "run_protocol"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def run_protocol(
         render_run(folder, pseudonymize.key)
         sealed = True
         logger.info("verdict: %s; report: %s; folder sealed", outcome.verdict, folder / "report.pdf")
-        sent = _send_after_run(loaded, folder)
+        sent = send_after_run(loaded, folder)
         log_after_run(loaded, folder)  # report.mlflow, read back from the sealed folder; a failure warns
         return RunResult(folder=folder, verdict=outcome.verdict, evaluation=outcome.document, sent=sent)
     except KeyboardInterrupt as exc:
@@ -240,76 +240,6 @@ def _log_failure(folder: Path, exc: Exception, *, sealed: bool) -> None:
         extra={"run_log_only": True},  # the console gets one line from the CLI instead
     )
     exc.add_note(f"The run log is {folder / 'run.log'}.")
-
-
-def send_run(folder: Path, protocol: Path | None = None, *, key_file: Path | None = None) -> dict[str, Any]:
-    """Send a finished run folder's ``report.dcm`` to ``report.send_to`` (``sitecal send RUN_DIR``).
-
-    The folder is verified against its seal first (:mod:`sitecal.run.sealed`; ``key_file``: the site key,
-    when it is not where the run's protocol says), and its ``report.dcm`` must be the Encapsulated PDF
-    of its ``report.pdf``: nothing else is sent. The destination is that of ``protocol``, or of the run's
-    own ``protocol.yaml`` (its files found from where the run recorded it read the protocol,
-    :mod:`sitecal.run._resolved`); the attempt is logged in the folder's ``run.log`` and recorded in its
-    ``sent.json``. Returns the record.
-
-    Raises
-    ------
-    SealError
-        An incomplete, unsealed or edited folder (the file named).
-    DataError
-        ``report.dcm`` not the run's report, no ``report.send_to``, or the archive did not store it.
-    """
-    from sitecal.pacs.send import send_report
-
-    folder = Path(folder)
-    seal = open_run(folder, key_file=key_file, protocol=protocol)
-    _check_report_dcm(folder, seal.read_bytes("report.dcm"), seal.read_bytes("report.pdf"))
-    destination, loaded = send_destination(folder, protocol, seal)
-    handler = attach_log(folder / "run.log")
-    try:
-        return send_report(folder, destination, loaded.resolve)
-    finally:
-        detach_log(handler)
-
-
-def _check_report_dcm(folder: Path, dcm: bytes, pdf: bytes) -> None:
-    """Refuse a ``report.dcm`` that is not an Encapsulated PDF holding the run's ``report.pdf``."""
-    import io
-
-    import pydicom
-
-    from sitecal.errors import DataError
-    from sitecal.pacs.send import ENCAPSULATED_PDF
-
-    try:
-        dataset = pydicom.dcmread(io.BytesIO(dcm))
-        sop_class = str(dataset.get("SOPClassUID", ""))
-        document = bytes(dataset.get("EncapsulatedDocument", b"") or b"")
-    except Exception as exc:  # any parse failure of our own file is the same refusal
-        raise DataError(
-            f"{folder / 'report.dcm'}: not a readable DICOM file ({type(exc).__name__})."
-        ) from None
-    # the PDF is padded to an even length with one NUL (PS3.3 C.24.2.1)
-    if sop_class != ENCAPSULATED_PDF or document not in (pdf, pdf + b"\0"):
-        raise DataError(
-            f"{folder / 'report.dcm'}: not the Encapsulated PDF of this run's report.pdf; only that is sent. "
-            f"Render it again with 'sitecal report {folder}'."
-        )
-
-
-def _send_after_run(loaded: LoadedProtocol, folder: Path) -> dict[str, Any] | None:
-    """Send report.dcm when ``report.send_to.after_run``; a failure is a warning (the verdict stands)."""
-    destination = loaded.protocol.report.send_to
-    if destination is None or not destination.after_run:
-        return None
-    from sitecal.errors import DataError
-    from sitecal.pacs.send import send_report
-
-    try:
-        return send_report(folder, destination, loaded.resolve)
-    except DataError:  # send_report logged why; the run's result stands
-        logger.warning("report.dcm was not sent; send it with `sitecal send %s`", folder)
-        return None
 
 
 @dataclass(frozen=True)

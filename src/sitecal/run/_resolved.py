@@ -213,7 +213,7 @@ def send_destination(
     if destination is None:
         raise DataError(
             f"{loaded.path if protocol is not None else folder / 'protocol.yaml'}: report.send_to is not "
-            "set: give the archive (dicomweb: URL, or dimse: {host, port, ae_title}), or pass "
-            "--protocol with one."
+            "set: name the archive with --to (a DICOMweb URL, or dimse://AE_TITLE@host:port), or set "
+            "report.send_to (dicomweb: URL, or dimse: {host, port, ae_title}) and pass --protocol."
         )
     return destination, loaded
