@@ -211,12 +211,21 @@ def temperature_increments(
 def _log_ratio_sums(
     z: NDArray[np.float64], s: NDArray[np.float64], theta0: float, theta1: NDArray[np.float64]
 ) -> NDArray[np.float64]:
-    """``sum_i (theta1 - theta0) s_i - A_i(theta1) + A_i(theta0)`` for each ``theta1``, shape (A,)."""
-    a0 = logsumexp(theta0 * z, axis=1)  # (N,)
-    a1 = logsumexp(theta1[:, None, None] * z[None, :, :], axis=2)  # (A, N)
-    # per study first, then the sum: the differences are O(1) where the A_i are O(|z|)
-    per_study = (theta1 - theta0)[:, None] * s[None, :] - a1 + a0[None, :]
-    return np.asarray(per_study.sum(axis=1), dtype=np.float64)
+    """``sum_i (theta1 - theta0) s_i - A_i(theta1) + A_i(theta0)`` for each ``theta1``, shape (A,).
+
+    With ``m_i = max_k z_ik`` and ``d = z - m <= 0``, ``A_i(theta) = theta m_i + log sum_k exp(theta d_ik)``
+    for ``theta > 0``: every exponent is <= 0 and one is 0, so nothing overflows, and the study's term is
+    ``(theta1 - theta0) d_{i,y_i} - log sum_k e^{theta1 d_ik} + log sum_k e^{theta0 d_ik}``, each O(1).
+    """
+    top = z.max(axis=1)
+    d = z - top[:, None]
+    d_y = s - top
+    log_z0 = np.log(np.exp(theta0 * d).sum(axis=1))
+    out = np.empty(theta1.size, dtype=np.float64)
+    for a, theta in enumerate(theta1):  # a handful of alternatives; each step is vectorised over studies
+        log_z1 = np.log(np.exp(theta * d).sum(axis=1))
+        out[a] = float(np.sum((theta - theta0) * d_y - log_z1 + log_z0))
+    return out
 
 
 def bounded_mean_increments(
