@@ -231,8 +231,8 @@ class History:
             where, create=create, lock_timeout_s=float(lock_timeout_s), password_file=password_file
         )
         try:
-            store.begin_read()
             try:
+                store.begin_read()
                 meta = _inspect(store)
             finally:
                 store.rollback()
@@ -323,8 +323,8 @@ class History:
         if not rows:
             return
         store = self._open_store()
-        store.begin_write(creating=False)
         try:
+            store.begin_write(creating=False)
             for row in rows:
                 same = store.rows(
                     f"SELECT 1 FROM {WINDOWS} WHERE {_BY_KEY} "
@@ -372,8 +372,8 @@ class History:
     def _select(self, columns: str, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Rows of the windows table, after checking in SQL that they fit the bounds (nothing big is read)."""
         store = self._open_store()
-        store.begin_read()
         try:
+            store.begin_read()
             count, total = store.rows(
                 f"SELECT COUNT(*), COALESCE(SUM(length(result)), 0) FROM {WINDOWS} {where}", params, limit=1
             )[0]
@@ -481,8 +481,8 @@ def _layout(store: Store, detail: str) -> HistoryError:
 
 def _create(store: Store, *, baseline_id: str, window_kind: str) -> dict[str, str]:
     """Create the history's tables and meta in one transaction (another process may have just done it)."""
-    store.begin_write(creating=True)
     try:
+        store.begin_write(creating=True)
         meta = _inspect(store)
         if meta is None:
             for statement in CREATE_TABLES:
