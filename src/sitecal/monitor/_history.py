@@ -27,7 +27,6 @@ True
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,15 +34,8 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from sitecal import __version__
-from sitecal.monitor._history_sql import (
-    CREATE_TABLES,
-    META,
-    META_COLUMNS,
-    WINDOW_COLUMNS,
-    WINDOWS,
-    Store,
-    open_store,
-)
+from sitecal.monitor._history_open import SCHEMA_VERSION, check_belongs, create_history, read_meta
+from sitecal.monitor._history_sql import WINDOW_COLUMNS, WINDOWS, Store, open_store
 from sitecal.monitor._history_values import (
     MAX_NAME_CHARS,
     MAX_RESULT_BYTES,
@@ -56,7 +48,10 @@ from sitecal.monitor._history_values import (
     key_label,
     load_result,
     shown,
+    utc_now,
 )
+
+_utc_now = utc_now  # the time a row is written (UTC)
 
 __all__ = [
     "MAX_HISTORY_BYTES",
@@ -70,13 +65,10 @@ __all__ = [
     "WindowKey",
 ]
 
-#: The layout of a history's tables; a history of another version is refused, never converted silently.
-SCHEMA_VERSION = 1
 #: The most window rows a history may hold.
 MAX_ROWS = 1_000_000
 #: The most bytes of results a history may hold (for a SQLite file, also its size limit).
 MAX_HISTORY_BYTES = 2 * 1024**3
-_MAX_META_CHARS = 1024
 _MAX_STAMP_CHARS = 64
 _KEY_COLUMNS = "window_label, attribute, group_name"
 _BY_KEY = "window_label = ? AND attribute = ? AND group_name = ?"
@@ -168,10 +160,6 @@ class Plan:
         return tuple(sorted(self.new + self.changed))
 
 
-def _utc_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class History:
     """The stored windows of one baseline, in a SQLite file or a PostgreSQL database.
 
@@ -233,14 +221,14 @@ class History:
         try:
             try:
                 store.begin_read()
-                meta = _inspect(store)
+                meta = read_meta(store)
             finally:
                 store.rollback()
             if meta is None:
                 if not create:
                     raise HistoryError(f"There is no monitoring history in {store.where}: check where it is.")
-                meta = _create(store, baseline_id=baseline, window_kind=kind)
-            _check_belongs(store.where, meta, baseline_id=baseline, window_kind=kind)
+                meta = create_history(store, baseline_id=baseline, window_kind=kind)
+            check_belongs(store.where, meta, baseline_id=baseline, window_kind=kind)
         except BaseException:
             store.close()
             raise
@@ -423,96 +411,3 @@ class History:
             )
         except HistoryError as exc:
             raise self._foreign_row(key, exc) from None
-
-
-# -- opening: what a database must hold to be a history, and creating one ----------------------------------
-
-
-def _inspect(store: Store) -> dict[str, str] | None:
-    """The meta of the history in ``store``, None if it holds none; raise if it is not one this reads."""
-    ours, foreign = store.tables()
-    if store.exclusive and foreign:
-        listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise HistoryError(
-            f"The file {store.where} is not a sitecal monitoring history (it holds {listed}); nothing in it "
-            "was changed. Name a monitoring folder's history, or a new file."
-        )
-    if not ours:
-        return None
-    if ours != {META, WINDOWS} or store.columns(META) != set(META_COLUMNS):
-        raise _layout(store, f"the tables {sorted(ours)}")
-    rows = store.rows(f"SELECT key, value FROM {META}", limit=100)
-    if len(rows) > 100 or not all(
-        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= _MAX_META_CHARS
-        for k, v in rows
-    ):
-        raise _layout(store, f"the rows of {META}")
-    meta = dict(rows)
-    version = meta.get("schema_version", "")
-    if not (version.isascii() and version.isdigit() and len(version) <= 6):
-        raise _layout(store, f"schema_version {shown(version)}")
-    if int(version) != SCHEMA_VERSION:
-        writer = shown(meta.get("created_by", "unknown"))
-        what = (
-            "Upgrade sitecal to read it"
-            if int(version) > SCHEMA_VERSION
-            else "Run the sitecal that wrote it, or start a new monitoring folder (or database)"
-        )
-        raise HistoryError(
-            f"The monitoring history {store.where} has schema version {int(version)} (written by sitecal "
-            f"{writer}); this sitecal ({__version__}) reads version {SCHEMA_VERSION} and never converts a "
-            f"history silently. {what}. Nothing in it was changed."
-        )
-    if store.columns(WINDOWS) != set(WINDOW_COLUMNS):
-        raise _layout(store, f"the columns of {WINDOWS}")
-    missing = [k for k in ("baseline_id", "window_kind", "created_utc") if k not in meta]
-    if missing:
-        raise _layout(store, f"no {', '.join(missing)} in {META}")
-    return meta
-
-
-def _layout(store: Store, detail: str) -> HistoryError:
-    return HistoryError(
-        f"The database {store.where} has tables named like a sitecal monitoring history but not its layout "
-        f"({detail}): this sitecal cannot read it, and nothing in it was changed. Name another file (or "
-        "database), or start a new monitoring folder."
-    )
-
-
-def _create(store: Store, *, baseline_id: str, window_kind: str) -> dict[str, str]:
-    """Create the history's tables and meta in one transaction (another process may have just done it)."""
-    try:
-        store.begin_write(creating=True)
-        meta = _inspect(store)
-        if meta is None:
-            for statement in CREATE_TABLES:
-                store.execute(statement)
-            meta = {
-                "schema_version": str(SCHEMA_VERSION),
-                "baseline_id": baseline_id,
-                "window_kind": window_kind,
-                "created_utc": _utc_now(),
-                "created_by": str(__version__),
-            }
-            for item in sorted(meta.items()):
-                store.execute(f"INSERT INTO {META} (key, value) VALUES (?, ?)", item)
-        store.commit()
-    except BaseException:
-        store.rollback()
-        raise
-    return meta
-
-
-def _check_belongs(where: str, meta: Mapping[str, str], *, baseline_id: str, window_kind: str) -> None:
-    if meta["baseline_id"] != baseline_id:
-        raise HistoryError(
-            f"The monitoring history {where} belongs to the baseline {shown(meta['baseline_id'])}, not "
-            f"{shown(baseline_id)}: a history follows one validation run. Use a new monitoring folder (or "
-            "database) for the new baseline."
-        )
-    if meta["window_kind"] != window_kind:
-        raise HistoryError(
-            f"The monitoring history {where} holds {shown(meta['window_kind'])} windows, not "
-            f"{window_kind!r}: monitor by {shown(meta['window_kind'])} as before, or use a new monitoring "
-            f"folder (or database) for {window_kind} windows."
-        )

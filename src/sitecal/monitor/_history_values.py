@@ -29,6 +29,7 @@ __all__ = [
     "key_label",
     "load_result",
     "shown",
+    "utc_now",
 ]
 
 #: How monitoring cuts time, and the form of each kind's window label.
@@ -185,3 +186,8 @@ def key_label(key: Sequence[Any]) -> str:
     """A window key (window, attribute, group) for messages: ``window 2027-03, scanner 'GE Signa'``."""
     window, attribute, group = key
     return f"window {_plain(window)}, {_plain(attribute)} {shown(group)}"
+
+
+def utc_now() -> str:
+    """The time now (UTC), as a history records it: ``2027-04-02T06:00:00Z``."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
