@@ -46,6 +46,7 @@ LAYER = {
     "pacs": 3,
     "evaluation": 4,
     "report": 4,
+    "monitor": 4,  # after go-live: windows, sequential alarms, the history database
     # the stages and their composition into a run, and what works on a run folder (plan, apply, export)
     "run": 5,
     "arrays": 5,
@@ -108,6 +109,9 @@ ALLOWED = {
     "demo": {"metrics", "stats", "calibration", "protocol", "cohort", "inference"},
     "evaluation": {"protocol", "metrics", "stats", "calibration"},
     "report": set(),
+    # after go-live: the windows' results with the core's bootstrap and sequential tests, judged on the
+    # validation's criteria (results), kept in a history database
+    "monitor": {"metrics", "stats", "calibration", "results"},
     # the notebook route: the evaluation stage on arrays, and the report stage's rendering (run.stages)
     "arrays": {"protocol", "cohort", "evaluation", "metrics", "stats", "calibration", "run"},
     # `import sitecal` re-exports evaluate_arrays on first use (module __getattr__), loading nothing before
@@ -140,6 +144,7 @@ ALLOWED = {
         "stats",
         "calibration",
         "results",
+        "monitor",  # sitecal monitor: the baseline opened as evidence, the monitoring folder sealed
     },
     "cli": {"run", "protocol", "cohort", "inference", "demo"},
 }
@@ -154,7 +159,7 @@ ALLOWED_MODULES = {
 # Parts only the listed parts may import, whatever the layers say (applies once the part exists).
 IMPORTED_ONLY_BY = {
     # the typed documents are handed on by the stages that make and read them
-    "results": {"evaluation", "report", "run", "arrays", "cli"},
+    "results": {"evaluation", "report", "run", "arrays", "cli", "monitor"},
 }
 
 # Calls that import or run code chosen at run time. Every one in src/sitecal is listed in DYNAMIC_IMPORTS.

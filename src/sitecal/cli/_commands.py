@@ -17,6 +17,7 @@ from ._apply import add_apply_arguments, apply_command
 from ._check import add_check_arguments, check_command
 from ._demo import add_demo_arguments, demo_command
 from ._export import add_export_arguments, export_command
+from ._monitor import add_monitor_arguments, monitor_command
 from ._network_key import add_network_key_arguments, network_key_command
 from ._plan import add_plan_arguments, plan_command
 from ._predict import add_predict_arguments, predict_command
@@ -115,6 +116,19 @@ COMMANDS = (
         ),
     ),
     Command(
+        "monitor",
+        "after go-live: the deployed calibration over time, with alarms valid however often it is run",
+        add_monitor_arguments,
+        monitor_command,
+        description=(
+            "Read scores over time (data.predictions with monitoring.date_column), apply the deployed "
+            "calibration of a sealed validation run (monitoring.baseline), and judge each window and group "
+            "with anytime-valid tests of the validation's margins. Exit 0: no alarm; 1: an alarm; 2: bad "
+            "input. Every window is kept in a history database; a window already stored is not computed "
+            "again unless its rows changed."
+        ),
+    ),
+    Command(
         "schema",
         "print the JSON Schema of a document: evaluation, calibration, metrics, protocol, ...",
         add_schema_arguments,
@@ -139,7 +153,9 @@ COMMANDS = (
 COMMANDS_BY_NAME = {command.name: command for command in COMMANDS}
 # The usage line lists the commands a site runs, then the network's key (made once for a whole network);
 # the help lists them in the table's order. tests/cli/test_cli.py keeps the two lists the same commands.
-COMMANDS_METAVAR = "{run,check,predict,evaluate,report,send,apply,export,plan,schema,demo,network-key}"
+COMMANDS_METAVAR = (
+    "{run,check,predict,evaluate,report,send,apply,export,plan,monitor,schema,demo,network-key}"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,7 +110,7 @@ class Protocol(_Strict):
 
 
 def _check_monitoring(protocol: Protocol) -> None:
-    """A monitored predictions file names its date column; a monitored DICOM folder dates by StudyDate."""
+    """Monitoring reads a predictions file, by its date column (not the key, patient or label column)."""
     monitoring = protocol.monitoring
     if monitoring is None:
         return
@@ -120,10 +120,11 @@ def _check_monitoring(protocol: Protocol) -> None:
             "required with data.predictions: the column holding each study's date, which places it in a "
             "window",
         )
-    if protocol.data.predictions is None and monitoring.date_column is not None:
+    if protocol.data.predictions is None:
         raise _ReferenceError(
-            ("monitoring", "date_column"),
-            "names a column of data.predictions, which is not given; DICOM studies are dated by StudyDate",
+            ("monitoring",),
+            "sitecal monitor reads a predictions file (data.predictions, with monitoring.date_column); DICOM "
+            "folders and PACS are not monitored yet: run 'sitecal predict' on them and monitor its file",
         )
     if monitoring.date_column is not None and monitoring.date_column in {
         protocol.data.key_column or protocol.data.key,

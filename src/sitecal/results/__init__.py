@@ -79,6 +79,7 @@ from sitecal.results._kinds import (
 )
 from sitecal.results._metrics_table import METRIC_COLUMNS, MetricRow, metrics_table, write_metrics_table
 from sitecal.results._monitoring import (
+    AlertKind,
     MonitorAlert,
     MonitorBaseline,
     MonitoringDocument,
@@ -108,6 +109,7 @@ from sitecal.results._sensitivity import (
 __all__ = [
     "JSON",
     "METRIC_COLUMNS",
+    "AlertKind",
     "BootstrapSettings",
     "BootstrapSummary",
     "CalibrationDocument",

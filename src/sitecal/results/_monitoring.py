@@ -18,6 +18,7 @@ from sitecal.results._groups import Interval
 from sitecal.results._kinds import Count, Positive, Sha256, Share
 
 __all__ = [
+    "AlertKind",
     "MonitorAlert",
     "MonitorBaseline",
     "MonitorTest",

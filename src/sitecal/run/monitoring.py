@@ -1,0 +1,415 @@
+"""``sitecal monitor PROTOCOL``: scores over time, judged window by window against a sealed validation run.
+
+1. The baseline (``monitoring.baseline``) is opened against its seal: its temperatures, its acceptance
+   criteria (the margins), and its evaluation studies' confidences (the label-free reference).
+2. The predictions file is read (scores, dates, labels where they have come, subgroup columns), its keys
+   pseudonymised, its dates cut into windows; every score gets the deployed temperature of its group.
+3. The history (``history.sqlite`` in the monitoring folder, or ``monitoring.database``) says which
+   windows are new or changed; only those are computed, and written in one transaction.
+4. ``monitoring.json`` is assembled from every stored window and sealed in a folder of its own,
+   ``<monitoring.output_dir>/<name>-<UTC time>/``, with ``run.log``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sitecal._progress import progress_over
+from sitecal._pseudonym import Pseudonymizer
+from sitecal._seal import COMPLETE, Seal, mark_incomplete, write_seal
+from sitecal.calibration import GroupTemperatures
+from sitecal.cohort import read_predictions
+from sitecal.cohort.labels import label_table
+from sitecal.errors import DataError, InputError
+from sitecal.monitor import (
+    OVERALL,
+    GroupWindow,
+    History,
+    MonitorContext,
+    WindowEntry,
+    monitoring_document,
+    parse_dates,
+    softmax,
+    test_family,
+    window_labels,
+    window_result,
+)
+from sitecal.protocol import LoadedProtocol, MonitoringSettings
+from sitecal.results import (
+    Evaluation,
+    MonitorBaseline,
+    MonitoringDocument,
+    ProtocolRef,
+    write_document,
+)
+from sitecal.run._folder import attach_log, detach_log, new_run_folder
+from sitecal.run.sealed import open_run
+from sitecal.stats import BootstrapSpec
+
+__all__ = ["MonitorResult", "monitor_protocol"]
+
+logger = logging.getLogger(__name__)
+
+#: Bounds of the baseline's tables read back (a run of a million studies stays well under them).
+_MAX_TABLE_BYTES = 512 << 20
+#: Bumped when a window's stored result changes form: stored windows are then computed again.
+_RESULT_FORMAT = "sitecal monitor window 1"
+
+
+@dataclass(frozen=True)
+class MonitorResult:
+    """Where the monitor wrote its folder, and what it found."""
+
+    folder: Path
+    document: MonitoringDocument
+
+    @property
+    def alarmed(self) -> bool:
+        """Whether any test alarmed."""
+        return self.document.verdict == "alarm"
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    seal: Seal
+    evaluation: Evaluation
+    temperatures: GroupTemperatures
+    per: str | None
+    calibration_sha256: str
+    reference: Mapping[tuple[str, str], NDArray[np.float64]]  # (attribute, group) -> confidences
+
+
+@dataclass(frozen=True)
+class _Scores:
+    keys: NDArray[np.str_]
+    patients: NDArray[np.str_]
+    logits: NDArray[np.float64]  # after the deployed temperature
+    labels: NDArray[np.int64]  # -1: not yet labelled
+    windows: NDArray[np.str_]
+    attributes: Mapping[str, NDArray[np.str_]]
+    fallback: NDArray[np.bool_]
+    excluded: Mapping[str, int]
+
+
+def _settings(loaded: LoadedProtocol) -> MonitoringSettings:
+    settings = loaded.protocol.monitoring
+    if settings is None:
+        raise InputError(
+            f"{loaded.path}: no monitoring section: name the validation run to monitor (monitoring.baseline) "
+            "and the date column of the predictions file (monitoring.date_column)."
+        )
+    return settings
+
+
+def _csv(seal: Seal, name: str) -> list[dict[str, str]]:
+    data = seal.read_bytes(name)
+    if len(data) > _MAX_TABLE_BYTES:
+        raise DataError(f"{seal.folder / name}: {len(data)} bytes, more than a run writes.")
+    text = data.decode("utf-8-sig")
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file: Path | None) -> _Baseline:
+    """The baseline run, verified against its seal; its temperatures, criteria and reference confidences."""
+    folder = loaded.resolve(settings.baseline)
+    seal = open_run(folder, key_file=key_file or loaded.key_file)
+    evaluation = Evaluation.from_dict(json.loads(seal.read_bytes("evaluation.json")), source=str(folder))
+    calibration_bytes = seal.read_bytes("calibration.json")
+    calibration = json.loads(calibration_bytes)
+    if calibration.get("method", "temperature") != "temperature":
+        raise InputError(
+            f"{folder / 'calibration.json'}: calibrated by {calibration.get('method')!r}; sitecal monitor "
+            "watches temperature scaling only."
+        )
+    if list(calibration.get("class_names", [])) != list(loaded.protocol.model.class_names):
+        raise InputError(
+            f"{loaded.path}: model.class_names {list(loaded.protocol.model.class_names)} are not the "
+            f"baseline's {calibration.get('class_names')}: monitor the model the baseline validated."
+        )
+    temperatures = GroupTemperatures.from_dict(calibration)
+    per = calibration.get("per")
+    return _Baseline(
+        seal=seal,
+        evaluation=evaluation,
+        temperatures=temperatures,
+        per=per,
+        calibration_sha256=hashlib.sha256(calibration_bytes).hexdigest(),
+        reference=_reference(seal, temperatures, per, loaded.protocol.model.class_names),
+    )
+
+
+def _reference(
+    seal: Seal, temperatures: GroupTemperatures, per: str | None, class_names: Sequence[str]
+) -> dict[tuple[str, str], NDArray[np.float64]]:
+    """The baseline's evaluation studies' confidences after calibration: overall and per calibration group."""
+    cohort = {row["study_key"]: row for row in _csv(seal, "cohort.csv")}
+    rows = [r for r in _csv(seal, "predictions.csv") if cohort.get(r["study_key"], {}).get("split") != "fit"]
+    if not rows:
+        return {}
+    columns = [f"logit:{name}" for name in class_names]
+    logits = np.array([[float(r[c]) for c in columns] for r in rows], dtype=np.float64)
+    groups = np.array([cohort.get(r["study_key"], {}).get(per or "", "") for r in rows], dtype=str)
+    scale = (
+        temperatures.temperatures_for(groups) if per else np.full(len(rows), temperatures.global_temperature)
+    )
+    confidences = softmax(logits / scale[:, None]).max(axis=1)
+    out = {OVERALL: confidences}
+    if per:
+        out |= {(per, str(g)): confidences[groups == g] for g in np.unique(groups)}
+    return out
+
+
+def _read_scores(
+    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: _Baseline, *, today: Any
+) -> _Scores:
+    """The predictions file's usable rows: pseudonymised, dated, windowed and calibrated."""
+    protocol = loaded.protocol
+    data = protocol.data
+    assert loaded.predictions_path is not None and settings.date_column is not None  # the schema says so
+    subgroup_columns = {name: s.column for name, s in protocol.subgroups.items() if s.column is not None}
+    table = read_predictions(
+        loaded.predictions_path,
+        class_names=protocol.model.class_names,
+        key_column=data.key_column or data.key,
+        patient_column=data.patient_column,
+        label_column=data.label_column,
+        columns=[*subgroup_columns.values(), settings.date_column],
+    )
+    usable = table.usable
+    assert usable is not None
+    where = f"{loaded.predictions_path}: column {settings.date_column!r}"
+    days = parse_dates(usable.columns[settings.date_column], where=where, today=today)
+    positions = zip(usable.positions, usable.keys, usable.labels or [""] * len(usable.keys), strict=True)
+    known = label_table(positions, table.key_column, protocol.model.class_names, table.numbered_by).labels
+    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
+    keys = np.array([pseudonymize("study", k) for k in usable.keys], dtype=str)
+    patients = (
+        np.array([pseudonymize("patient", p or k) for p, k in zip(usable.patients, usable.keys, strict=True)])
+        if usable.patients is not None
+        else keys
+    )
+    attributes = {name: np.array(usable.columns[c], dtype=str) for name, c in subgroup_columns.items()}
+    per = baseline.per
+    if per is not None and per not in attributes:
+        raise InputError(
+            f"{loaded.path}: the baseline calibrates per {per!r}, which this protocol does not read: add the "
+            f"subgroup {per!r} (its column of the predictions file)."
+        )
+    groups = attributes[per] if per is not None else np.full(len(keys), "", dtype=str)
+    scale = (
+        baseline.temperatures.temperatures_for(groups)
+        if per is not None
+        else np.full(len(keys), baseline.temperatures.global_temperature)
+    )
+    fallback = np.array([per is not None and str(g) not in baseline.temperatures.groups for g in groups])
+    labels = np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64)
+    return _Scores(
+        keys=keys,
+        patients=np.asarray(patients, dtype=str),
+        logits=np.asarray(usable.logits, dtype=np.float64) / scale[:, None],
+        labels=labels,
+        windows=window_labels(days, settings.window),
+        attributes=attributes,
+        fallback=fallback,
+        excluded=_excluded(table.bad_rows),
+    )
+
+
+def _excluded(bad_rows: Sequence[tuple[int, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, reason in bad_rows:
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def _group_windows(scores: _Scores) -> list[GroupWindow]:
+    """Every (window, group) of the scores: overall and each group of each subgroup, in a fixed order."""
+    out = []
+    for window in np.unique(scores.windows):
+        in_window = scores.windows == window
+        targets = [(OVERALL, in_window)] + [
+            ((attribute, str(g)), in_window & (values == g))
+            for attribute, values in scores.attributes.items()
+            for g in np.unique(values[in_window])
+        ]
+        for (attribute, group), mask in targets:
+            out.append(
+                GroupWindow(
+                    window=str(window),
+                    attribute=attribute,
+                    group=group,
+                    keys=scores.keys[mask],
+                    logits=scores.logits[mask],
+                    labels=scores.labels[mask],
+                    patients=scores.patients[mask],
+                    fallback=bool(scores.fallback[mask].any()) if attribute != OVERALL[0] else False,
+                )
+            )
+    return out
+
+
+def _data_sha256(rows: GroupWindow, baseline: _Baseline) -> str:
+    """What a stored window was computed from: its rows (keys, scores, labels) and the baseline."""
+    keys = rows.keys
+    order = np.argsort(keys, kind="stable")
+    digest = hashlib.sha256(_RESULT_FORMAT.encode())
+    digest.update(baseline.calibration_sha256.encode())
+    digest.update("\n".join(keys[order]).encode())
+    digest.update(np.ascontiguousarray(rows.logits[order]).tobytes())
+    digest.update(np.ascontiguousarray(rows.labels[order]).tobytes())
+    return digest.hexdigest()
+
+
+def _baseline_groups(baseline: _Baseline) -> dict[str, frozenset[str]]:
+    """The groups the baseline saw, per attribute (its evaluation's groups)."""
+    return {
+        attribute: frozenset(row.group for row in rows)
+        for attribute, rows in baseline.evaluation.subgroups.items()
+    }
+
+
+def _context(
+    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: _Baseline, excluded: Mapping[str, int]
+) -> MonitorContext:
+    """The family of tests (fixed by the baseline) and what the document says besides the windows."""
+    criteria = baseline.evaluation.acceptance
+    per = baseline.per
+    tested = {per: sorted(baseline.temperatures.groups)} if per is not None else {}
+    provenance = json.loads(baseline.seal.read_bytes("provenance.json"))
+    return MonitorContext(
+        protocol=ProtocolRef(name=loaded.protocol.name, sha256=loaded.sha256),
+        baseline=MonitorBaseline(
+            run_folder=baseline.seal.folder.name,
+            document_id=str(provenance.get("document_id", "")),
+            calibration_sha256=baseline.calibration_sha256,
+            per=per,
+        ),
+        window_kind=settings.window,
+        alpha=settings.alpha,
+        horizon=settings.horizon,
+        tests=test_family(criteria, tested, alpha=settings.alpha),
+        known_groups=_baseline_groups(baseline),
+        accuracy_margins=tuple(
+            c.lower_margin
+            for c in criteria
+            if c.metric == "accuracy" and c.rule == "above" and c.lower_margin is not None
+        ),
+        excluded=excluded,
+    )
+
+
+def _history_location(settings: MonitoringSettings, root: Path) -> str:
+    """Where the history is: the database URL, or ``history.sqlite`` in the monitoring folder."""
+    return settings.database if settings.database is not None else str(root / "history.sqlite")
+
+
+def _update_history(
+    history: History,
+    windows: Sequence[GroupWindow],
+    context: MonitorContext,
+    baseline: _Baseline,
+    *,
+    progress: bool,
+) -> list[WindowEntry]:
+    """Compute the new and changed windows, store them in one transaction; every stored window back."""
+    hashes = {(w.window, w.attribute, w.group): _data_sha256(w, baseline) for w in windows}
+    plan = history.plan([(*key, digest) for key, digest in hashes.items()])
+    todo = {tuple(key) for key in plan.to_compute}
+    spec = BootstrapSpec(
+        n_resamples=baseline.evaluation.bootstrap.n_resamples,
+        level=0.95,
+        seed=baseline.evaluation.bootstrap.seed,
+    )
+    computed = []
+    for rows in progress_over(
+        [w for w in windows if (w.window, w.attribute, w.group) in todo],
+        desc="Windows",
+        unit="window",
+        disable=not progress,
+    ):
+        own = [t for t in context.tests if (t.attribute, t.group) == (rows.attribute, rows.group)]
+        reference = baseline.reference.get((rows.attribute, rows.group), np.empty(0))
+        result = window_result(rows, own, reference=reference, spec=spec)
+        computed.append(
+            WindowEntry(
+                window=rows.window,
+                attribute=rows.attribute,
+                group=rows.group,
+                data_sha256=hashes[(rows.window, rows.attribute, rows.group)],
+                labelled=result["n_labelled"] > 0,
+                result=result,
+            )
+        )
+    if computed:
+        history.write(computed)
+    logger.info("history: %d windows computed, %d unchanged", len(computed), len(hashes) - len(computed))
+    return history.entries()
+
+
+def monitor_protocol(
+    loaded: LoadedProtocol,
+    *,
+    key_file: Path | None = None,
+    progress: bool = True,
+    now: datetime | None = None,
+) -> MonitorResult:
+    """Monitor the scores of ``loaded`` against its baseline; write and seal the monitoring folder.
+
+    Parameters
+    ----------
+    loaded : LoadedProtocol
+        A protocol with a ``monitoring`` section and ``data.predictions``.
+    key_file : Path, optional
+        The site key of the baseline, when it is not where the protocol says.
+    progress : bool
+        Show a progress bar over the windows computed.
+    now : datetime, optional
+        The run's time (default: now, UTC); dates after it are refused.
+
+    Raises
+    ------
+    InputError, DataError, SealError
+        A protocol without monitoring, a baseline that is not a sealed run of this model, a predictions
+        file with a date that is not one or lies in the future, a history of another baseline or schema:
+        each named; nothing of the history is changed.
+    """
+    settings = _settings(loaded)
+    started = (now or datetime.now(UTC)).astimezone(UTC)
+    baseline = _open_baseline(loaded, settings, key_file)
+    scores = _read_scores(loaded, settings, baseline, today=started.date())
+    context = _context(loaded, settings, baseline, scores.excluded)
+    root = loaded.resolve(settings.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    windows = _group_windows(scores)
+    password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
+    with History.open(
+        _history_location(settings, root),
+        baseline_id=context.baseline.document_id,
+        window_kind=settings.window,
+        password_file=password_file,
+    ) as history:
+        entries = _update_history(history, windows, context, baseline, progress=progress)
+    document = monitoring_document(entries, context)
+    folder = new_run_folder(root, loaded.protocol.name, started)
+    mark_incomplete(folder, "the monitor is under way, or stopped before it finished (run.log says how far)")
+    handler = attach_log(folder / "run.log")
+    try:
+        logger.info("monitoring %s against %s", loaded.protocol.name, baseline.seal.folder.name)
+        write_document(folder / "monitoring.json", document)
+        write_seal(folder, loaded.pseudonym_key(), state=COMPLETE)
+        logger.info("verdict: %s; folder sealed", document.verdict)
+    finally:
+        detach_log(handler)
+    return MonitorResult(folder=folder, document=document)

@@ -1,0 +1,238 @@
+"""``sitecal monitor``: a sealed vendor-file validation as the baseline, then months of scores after it.
+
+A drifting scanner is alarmed and named, a stable series is not; a second run on the same data computes
+nothing and gives the same document; labels that come late complete their windows; a future date, an
+unsealed baseline and a history of another baseline exit 2 with nothing of the history lost.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sitecal.cli import main
+from sitecal.monitor._history_sql import WINDOWS
+from sitecal.results import MonitoringDocument, read_document
+
+CLASSES = ["normal", "nodule", "effusion"]
+SCANNERS = ["Alpha", "Beta"]
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _rows(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    prefix: str,
+    dates: list[str] | None = None,
+    drift: dict[str, float] | None = None,
+    labelled: bool = True,
+) -> list[dict[str, object]]:
+    """Studies of two scanners, calibrated (labels drawn from the scores) unless ``drift`` says a scanner's
+    true temperature is larger (its scores over-confident)."""
+    z = rng.normal(size=(n, 3)) * 2.0
+    scanner = np.array(SCANNERS)[rng.integers(0, 2, n)]
+    tau = np.array([(drift or {}).get(s, 1.0) for s in scanner])
+    truth = _softmax(z / tau[:, None])
+    labels = np.array([rng.choice(3, p=p) for p in truth])
+    out = []
+    for i in range(n):
+        row: dict[str, object] = {
+            "accession": f"{prefix}{i:06d}",
+            "mrn": f"P{prefix}{i // 2:06d}",
+            "scanner": scanner[i],
+            "label": CLASSES[labels[i]] if labelled else "",
+            **{f"logit:{c}": f"{z[i, k]:.6f}" for k, c in enumerate(CLASSES)},
+        }
+        if dates is not None:
+            row["study_date"] = dates[i]
+        out.append(row)
+    return out
+
+
+def _protocol(folder: Path, **monitoring: object) -> dict[str, object]:
+    protocol: dict[str, object] = {
+        "name": "vendor-monitor",
+        "intended_use": "Triage support; tested for monitoring.",
+        "model": {"name": "Vendor", "class_names": CLASSES},
+        "data": {
+            "predictions": "predictions.csv",
+            "key": "AccessionNumber",
+            "key_column": "accession",
+            "patient_column": "mrn",
+            "label_column": "label",
+        },
+        "subgroups": {"scanner": {"column": "scanner"}},
+        "calibration": {"per": "scanner", "split": {"by": "patient", "fit_fraction": 0.5, "seed": 3}},
+        "evaluation": {
+            "metrics": ["ece_debiased", "accuracy"],
+            "bootstrap": {"n_resamples": 50, "seed": 7},
+            "planning": {"simulations": 0},
+        },
+        "acceptance": [
+            {"id": "ece", "metric": "ece_debiased", "stage": "after", "below": 0.10, "scope": "scanner"},
+            {"id": "slope", "metric": "slope", "stage": "after", "within": [0.8, 1.25], "scope": "overall"},
+        ],
+        "report": {"output_dir": "reports"},
+        "privacy": {"key_file": "site.key"},
+    }
+    if monitoring:
+        protocol["monitoring"] = {"date_column": "study_date", **monitoring}
+    return protocol
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sealed validation run of the vendor's scores (1,200 calibrated studies on two scanners)."""
+    folder = tmp_path_factory.mktemp("site")
+    _write(folder / "predictions.csv", _rows(np.random.default_rng(1), 1200, prefix="V"))
+    (folder / "validation.yaml").write_text(yaml.safe_dump(_protocol(folder)), encoding="utf-8")
+    code = main(["run", str(folder / "validation.yaml"), "--no-progress"])
+    assert code in {0, 1, 3}, code  # a verdict, whichever: the run folder is what is monitored
+    (run,) = (folder / "reports").iterdir()
+    return run
+
+
+def _site(tmp_path: Path, baseline: Path, rows: list[dict[str, object]], **monitoring: object) -> Path:
+    """A monitoring protocol beside a copy of the baseline and its key; returns the protocol."""
+    shutil.copytree(baseline.parent.parent / "reports", tmp_path / "reports")
+    shutil.copy(baseline.parent.parent / "site.key", tmp_path / "site.key")
+    _write(tmp_path / "predictions.csv", rows)
+    protocol = _protocol(tmp_path, baseline=f"reports/{baseline.name}", **monitoring)
+    path = tmp_path / "monitor.yaml"
+    path.write_text(yaml.safe_dump(protocol), encoding="utf-8")
+    return path
+
+
+def _months(rng: np.random.Generator, n_months: int, per_month: int, **kw: object) -> list[dict[str, object]]:
+    rows = []
+    for month in range(n_months):
+        dates = [f"2026-{month + 1:02d}-{d:02d}" for d in rng.integers(1, 28, per_month)]
+        drift = kw.get("drift") if month >= 3 else None
+        rows += _rows(rng, per_month, prefix=f"M{month}-", dates=dates, drift=drift)  # type: ignore[arg-type]
+    return rows
+
+
+def _document(folder_root: Path) -> MonitoringDocument:
+    (folder,) = sorted(p for p in folder_root.iterdir() if p.is_dir())[-1:]
+    return read_document(folder / "monitoring.json", MonitoringDocument)
+
+
+def test_a_drifting_scanner_is_alarmed_and_named(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _months(np.random.default_rng(2), 6, 400, drift={"Beta": 2.0})
+    path = _site(tmp_path, baseline, rows)
+    assert main(["monitor", str(path), "--no-progress"]) == 1
+    said = capsys.readouterr().out
+    document = _document(tmp_path / "monitoring")
+    alarms = [a for a in document.alerts if a.kind == "alarm"]
+    assert alarms and {(a.attribute, a.group) for a in alarms} <= {
+        ("scanner", "Beta"),
+        ("overall", "All studies"),
+    }
+    assert any(a.group == "Beta" and a.window in {"2026-04", "2026-05"} for a in alarms)
+    assert "ALARM: 2026-0" in said and "scanner=Beta" in said and "Verdict:   ALARM" in said
+    # the evidence is what the windows' stored increments give: the Beta temperature test crossed its bar
+    beta = [w for w in document.windows if w.group == "Beta"]
+    assert [w.window for w in beta] == [f"2026-{m:02d}" for m in range(1, 7)]
+    assert beta[-1].temperature is not None and beta[-1].temperature.low > 1.25
+
+
+def test_a_stable_series_is_not_alarmed_and_a_second_run_reuses_every_window(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _site(tmp_path, baseline, _months(np.random.default_rng(3), 4, 300))
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    first = _document(tmp_path / "monitoring")
+    assert first.verdict == "no_alarm" and not [a for a in first.alerts if a.kind == "alarm"]
+    with sqlite3.connect(tmp_path / "monitoring" / "history.sqlite") as db:
+        before = sorted(db.execute(f"SELECT * FROM {WINDOWS}").fetchall())
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    second = _document(tmp_path / "monitoring")
+    assert second.to_dict() == first.to_dict()
+    with sqlite3.connect(tmp_path / "monitoring" / "history.sqlite") as db:
+        assert sorted(db.execute(f"SELECT * FROM {WINDOWS}").fetchall()) == before
+    assert "Verdict:   no alarm" in capsys.readouterr().out
+
+
+def test_late_labels_complete_their_window(tmp_path: Path, baseline: Path) -> None:
+    rng = np.random.default_rng(4)
+    rows = _months(rng, 2, 200)
+    unlabelled = [{**r, "label": ""} if str(r["study_date"]).startswith("2026-02") else r for r in rows]
+    path = _site(tmp_path, baseline, unlabelled)
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    early = {(w.window, w.group): w for w in _document(tmp_path / "monitoring").windows}
+    assert (
+        early[("2026-02", "All studies")].n_labelled == 0
+        and early[("2026-02", "All studies")].metrics is None
+    )
+    _write(tmp_path / "predictions.csv", rows)  # the labels came
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    late = {(w.window, w.group): w for w in _document(tmp_path / "monitoring").windows}
+    assert late[("2026-02", "All studies")].n_labelled == 200 and late[("2026-02", "All studies")].metrics
+    assert late[("2026-01", "All studies")].to_dict() == early[("2026-01", "All studies")].to_dict()
+
+
+def test_bad_input_exits_2_and_keeps_the_history(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _months(np.random.default_rng(5), 2, 100)
+    path = _site(tmp_path, baseline, rows)
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    history = (tmp_path / "monitoring" / "history.sqlite").read_bytes()
+    capsys.readouterr()
+    # a date in the future: named by row and column, the date itself never printed
+    _write(tmp_path / "predictions.csv", [*rows, {**rows[0], "accession": "X1", "study_date": "2999-01-01"}])
+    assert main(["monitor", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "column 'study_date'" in err and "a date in the future" in err and "2999" not in err
+    _write(tmp_path / "predictions.csv", [*rows, {**rows[0], "accession": "X2", "study_date": "03/04/2026"}])
+    assert main(["monitor", str(path), "--no-progress"]) == 2
+    assert "not a date (expected YYYY-MM-DD or YYYYMMDD)" in capsys.readouterr().err
+    # a baseline edited after its seal
+    _write(tmp_path / "predictions.csv", rows)
+    evaluation = tmp_path / "reports" / baseline.name / "evaluation.json"
+    evaluation.write_text(evaluation.read_text().replace('"verdict"', '"verdict" ', 1))
+    assert main(["monitor", str(path), "--no-progress"]) == 2
+    assert "evaluation.json" in capsys.readouterr().err
+    assert (tmp_path / "monitoring" / "history.sqlite").read_bytes() == history
+
+
+def test_check_refuses_a_monitoring_section_without_a_date_column(tmp_path: Path, baseline: Path) -> None:
+    path = _site(tmp_path, baseline, _months(np.random.default_rng(6), 1, 50))
+    raw = yaml.safe_load(path.read_text())
+    del raw["monitoring"]["date_column"]
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(path)]) == 2
+    raw["monitoring"]["date_column"] = "study_date"
+    raw["monitoring"]["database"] = "postgresql://monitor:secret@db.example.org/sitecal"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(path)]) == 2
+
+
+def test_the_document_is_sealed(tmp_path: Path, baseline: Path) -> None:
+    path = _site(tmp_path, baseline, _months(np.random.default_rng(7), 1, 100))
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    (folder,) = [p for p in (tmp_path / "monitoring").iterdir() if p.is_dir()]
+    seal = json.loads((folder / "seal.json").read_text())
+    assert "monitoring.json" in seal["files"]
+    assert not (folder / "INCOMPLETE").exists()
