@@ -236,3 +236,28 @@ def test_the_document_is_sealed(tmp_path: Path, baseline: Path) -> None:
     seal = json.loads((folder / "seal.json").read_text())
     assert "monitoring.json" in seal["files"]
     assert not (folder / "INCOMPLETE").exists()
+
+
+def test_check_refuses_what_monitor_refuses_before_any_work(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A future date, an edited baseline, a history of another baseline: check exits 2 naming each."""
+    rows = _months(np.random.default_rng(8), 1, 60)
+    unlabelled = [{**r, "label": ""} for r in rows]
+    path = _site(tmp_path, baseline, unlabelled)
+    assert main(["check", str(path)]) == 0  # no label yet is no problem after go-live
+    _write(tmp_path / "predictions.csv", [*rows, {**rows[0], "accession": "X1", "study_date": "2999-01-01"}])
+    assert main(["check", str(path)]) == 2
+    assert "monitoring: " in capsys.readouterr().err
+    _write(tmp_path / "predictions.csv", rows)
+    history = tmp_path / "monitoring" / "history.sqlite"
+    history.parent.mkdir()
+    with sqlite3.connect(history) as db:
+        db.execute("CREATE TABLE unrelated (x)")
+    assert main(["check", str(path)]) == 2
+    assert "history.sqlite" in capsys.readouterr().err
+    history.unlink()
+    evaluation = tmp_path / "reports" / baseline.name / "evaluation.json"
+    evaluation.write_bytes(evaluation.read_bytes() + b" ")
+    assert main(["check", str(path)]) == 2
+    assert "evaluation.json" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from sitecal.monitor import (
     OVERALL,
     GroupWindow,
     History,
+    HistoryError,
     MonitorContext,
     WindowEntry,
     monitoring_document,
@@ -58,7 +59,7 @@ from sitecal.run._folder import attach_log, detach_log, new_run_folder
 from sitecal.run.sealed import open_run
 from sitecal.stats import BootstrapSpec
 
-__all__ = ["MonitorResult", "monitor_protocol"]
+__all__ = ["MonitorResult", "monitor_protocol", "monitoring_problems"]
 
 logger = logging.getLogger(__name__)
 
@@ -413,3 +414,37 @@ def monitor_protocol(
     finally:
         detach_log(handler)
     return MonitorResult(folder=folder, document=document)
+
+
+def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None) -> list[str]:
+    """What ``sitecal monitor`` would refuse, found as it finds it (``sitecal check``); nothing is written.
+
+    The baseline opened against its seal (its model's classes, its calibration method, its calibration
+    attribute read by this protocol), every date of the predictions file, and an existing history (of
+    this baseline and window kind, this schema version, not locked).
+    """
+    from sitecal.errors import SitecalError
+
+    settings = _settings(loaded)
+    try:
+        baseline = _open_baseline(loaded, settings, key_file)
+        _read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
+        context = _context(loaded, settings, baseline, {})
+        location = _history_location(settings, loaded.resolve(settings.output_dir))
+        if settings.database is not None or Path(location).is_file():
+            password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
+            try:
+                with History.open(
+                    location,
+                    baseline_id=context.baseline.document_id,
+                    window_kind=settings.window,
+                    create=False,
+                    password_file=password_file,
+                ):
+                    pass
+            except HistoryError as exc:
+                if not str(exc).startswith("There is no monitoring history"):  # a first run creates it
+                    raise
+    except SitecalError as exc:
+        return [f"monitoring: {exc}"]
+    return []

@@ -88,6 +88,10 @@ def preflight(
         problems += [key_problem] if key_problem else []
     elif key_problem := key_file_problem(loaded.key_file):
         problems.append(f"privacy.key_file: {key_problem}")
+    if loaded.protocol.monitoring is not None:  # sitecal monitor: the baseline, the dates, the history
+        from sitecal.run.monitoring import monitoring_problems
+
+        problems += monitoring_problems(loaded)
     if loaded.predictions_path is None:
         model_problems, model_notes = _model_problems(loaded)
         problems += model_problems
@@ -199,7 +203,12 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
             f"data.predictions: {path} has sitecal's pseudonymised keys, and data.labels has keys in "
             "clear: give data.dicom_dir too (the studies join both), or a label column in the file."
         ]
-    if loaded.labels_path is None and not labels_from_predictions(table, protocol.model.class_names).labels:
+    monitored = protocol.monitoring is not None  # after go-live, labels come late: none yet is no problem
+    if (
+        loaded.labels_path is None
+        and not monitored
+        and not labels_from_predictions(table, protocol.model.class_names).labels
+    ):
         return [
             f"data.predictions: {path}: none of its rows has a usable label in column '{data.label_column}' "
             f"(labels must be one of {list(protocol.model.class_names)} or an index). Check "
