@@ -330,6 +330,23 @@ def test_an_oversized_or_edited_row_in_the_database_is_refused(store: StoreUnder
         history.entries()
 
 
+def test_a_history_over_the_row_limit_is_refused(
+    store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with store.open() as history:
+        history.write(ENTRIES)
+        before = store.snapshot()
+        monkeypatch.setattr(_history, "MAX_ROWS", len(ENTRIES))  # the limit's logic, at a small limit
+        with pytest.raises(HistoryError, match=r"would hold 5 windows, over the limit of 4: nothing"):
+            history.write([entry("2027-09")])
+        assert store.snapshot() == before
+        monkeypatch.setattr(_history, "MAX_ROWS", len(ENTRIES) - 1)
+        with pytest.raises(HistoryError, match=r"holds 4 windows with \d+ bytes of results, over the"):
+            history.entries()
+        with pytest.raises(HistoryError, match=r"over the limits of 3 windows"):
+            history.plan([])
+
+
 @pytest.mark.parametrize(
     ("result", "message"),
     [
@@ -337,6 +354,7 @@ def test_an_oversized_or_edited_row_in_the_database_is_refused(store: StoreUnder
         ({"ci": [0.1, math.inf]}, r"\['ci'\]\[1\] is inf"),
         ({1: 0.5}, r"has the key 1: keys must be texts"),
         ({"when": object()}, r"\['when'\] is a object: a result holds only"),
+        ({"n": 10**5000}, r"cannot be written as JSON: Exceeds the limit"),
     ],
 )
 def test_results_that_would_not_read_back_the_same_are_refused(

@@ -147,7 +147,10 @@ def dump_result(result: Any, *, label: str) -> str:
     if not isinstance(result, Mapping):
         raise HistoryError(f"The result of {label} must be a mapping. Got a {type(result).__name__}.")
     _check_value(result, f"The result of {label}", 0)
-    text = json.dumps(result, sort_keys=True, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
+    try:
+        text = json.dumps(result, sort_keys=True, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
+    except ValueError as exc:  # an int past Python's digit limit for text
+        raise HistoryError(f"The result of {label} cannot be written as JSON: {exc}") from None
     if len(text) > MAX_RESULT_BYTES:
         raise HistoryError(
             f"The result of {label} is {len(text)} bytes as JSON, over the limit of {MAX_RESULT_BYTES}: "
