@@ -9,8 +9,10 @@ Every error says what was wrong, where (file, line, field, DICOM tag or path) an
     ├── DicomError (SitecalError, ValueError)       a DICOM file cannot be used (also an Exclusion reason)
     ├── ModelError (SitecalError, RuntimeError)     the model cannot be loaded or run
     ├── DataError (SitecalError, ValueError)        arrays, labels or tables are unusable
-    │   └── SealError                               a run folder's seal does not hold (edited, added,
-    │                                               missing file, incomplete run, no key to check it)
+    │   ├── SealError                               a run folder's seal does not hold (edited, added,
+    │   │                                           missing file, incomplete run, no key to check it)
+    │   └── HistoryError (sitecal.monitor)          a monitoring history is locked, of another schema
+    │                                               version, baseline or window kind, or unusable
     ├── InputError (SitecalError, ValueError)       a command's input is missing or contradictory (an
     │                                               option, a file a valid protocol names, an
     │                                               environment variable); the command exits 2
