@@ -1,4 +1,8 @@
-"""``sitecal demo``: a synthetic cohort generated beside the packaged demo protocol, then run."""
+"""``sitecal demo``: a synthetic cohort generated beside the packaged demo protocol, then run.
+
+``sitecal demo --monitor``: a year after go-live of the demo's validation run, monitored
+(:mod:`sitecal.cli._demo_monitor`).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run your own copy of a demo protocol; its cohort goes to the folder above its data.dicom_dir",
     )
+    which.add_argument(
+        "--monitor",
+        action="store_true",
+        help="after the demo's validation run (made first if there is none): 12 months of scores, about "
+        "150 studies a month per scanner, scanner 'FCR Demo CR' drifting from month 7 (its true "
+        "temperature 2 times the deployed one), monitored with 'sitecal monitor'",
+    )
     # Written out here: importing sitecal.demo for its numbers would load torch on every command.
     # tests/demo/test_demo_command.py keeps them equal to sitecal.demo's.
     parser.add_argument(
@@ -42,6 +53,10 @@ def demo_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Copy the demo protocol and generate its cohort; run it unless ``--generate-only``."""
     from sitecal.demo import prepare_demo
 
+    if args.monitor:
+        from ._demo_monitor import demo_monitor_command
+
+        return demo_monitor_command(args, argv)
     prepared = prepare_demo(
         args.protocol,
         kind="ct" if args.ct else None,
