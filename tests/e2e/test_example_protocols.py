@@ -35,6 +35,7 @@ CHECKED = (
     "pacs-dimse.yaml",
     "network-site.yaml",
     "notebook.yaml",
+    "monitoring.yaml",  # checked in tests/monitor/test_monitor_command.py, against a sealed baseline
 )
 #: The AE title the PACS examples call as (data.source.calling_ae), which Orthanc is told to accept.
 CALLING_AE = "SITECAL"

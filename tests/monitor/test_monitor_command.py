@@ -261,3 +261,23 @@ def test_check_refuses_what_monitor_refuses_before_any_work(
     evaluation.write_bytes(evaluation.read_bytes() + b" ")
     assert main(["check", str(path)]) == 2
     assert "evaluation.json" in capsys.readouterr().err
+
+
+def test_the_example_monitoring_protocol_passes_check_and_monitors(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """protocols/monitoring.yaml as written, but for its baseline's name, against a real sealed baseline."""
+    from tests.conftest import REPO
+
+    text = (REPO / "protocols" / "monitoring.yaml").read_text(encoding="utf-8")
+    assert "reports/vendor-chest-triage-RUN" in text
+    shutil.copytree(baseline.parent, tmp_path / "reports")
+    shutil.copy(baseline.parent.parent / "site.key", tmp_path / "reports" / ".sitecal-pseudonym-key")
+    (tmp_path / "monitoring.yaml").write_text(
+        text.replace("reports/vendor-chest-triage-RUN", f"reports/{baseline.name}"), encoding="utf-8"
+    )
+    rows = _months(np.random.default_rng(9), 2, 80)
+    _write(tmp_path / "after-go-live.csv", rows)
+    assert main(["check", str(tmp_path / "monitoring.yaml")]) == 0, capsys.readouterr().err
+    assert main(["monitor", str(tmp_path / "monitoring.yaml"), "--no-progress"]) == 0
+    assert "Monitored: 2 month windows" in capsys.readouterr().out
