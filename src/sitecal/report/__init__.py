@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from ._inputs import ReportArtifacts, ReportInputs
 from ._text import format_interval, format_value
+from .monitoring import MonitoringArtifacts, render_monitoring
 from .pdf import PAGE_SIZES, render_report
 
 __all__ = [
     "PAGE_SIZES",
+    "MonitoringArtifacts",
     "ReportArtifacts",
     "ReportInputs",
     "format_interval",
     "format_value",
+    "render_monitoring",
     "render_report",
 ]

@@ -91,14 +91,14 @@ BUILDERS: tuple[Builder, ...] = (
 )
 
 
-def _page_size(page_size: str) -> tuple[float, float]:
+def _page_size(page_size: str, *, func: str = "render_report") -> tuple[float, float]:
     for name, size in PAGE_SIZES.items():
         if isinstance(page_size, str) and page_size.strip().lower() == name.lower():
             return size
     guess = difflib.get_close_matches(str(page_size), list(PAGE_SIZES), n=1, cutoff=0.4)
     hint = f" Did you mean {guess[0]!r}?" if guess else ""
     raise ValueError(
-        f"The 'page_size' parameter of render_report must be one of {', '.join(map(repr, PAGE_SIZES))}. "
+        f"The 'page_size' parameter of {func} must be one of {', '.join(map(repr, PAGE_SIZES))}. "
         f"Got {page_size!r}.{hint}"
     )
 
@@ -213,6 +213,8 @@ class _Document(BaseDocTemplate):  # type: ignore[misc]
 
     styles: Styles
     left_out: int = 0
+    #: the note that takes the place of a flowable that cannot be laid out
+    left_out_note: str = LEFT_OUT
 
     def afterFlowable(self, flowable: Flowable) -> None:
         outline = getattr(flowable, "outline", None)
@@ -232,7 +234,7 @@ class _Document(BaseDocTemplate):  # type: ignore[misc]
             kind = "table" if "Table" in type(first).__name__ else "part of the section"
             self.left_out += 1
             log.warning("report: a %s could not be laid out on a page and is replaced by a note", kind)
-            flowables.insert(0, Paragraph(LEFT_OUT.format(kind=kind), self.styles.note))
+            flowables.insert(0, Paragraph(self.left_out_note.format(kind=kind), self.styles.note))
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,22 @@ def _running(identity: _Identity, provenance: Mapping[str, Any], fonts: Fonts) -
     )
 
 
+def _add_body_frame(doc: BaseDocTemplate) -> None:
+    """Give ``doc`` its one page template: a body frame filling the margins, without padding."""
+    frame = Frame(
+        doc.leftMargin,
+        doc.bottomMargin,
+        doc.width,
+        doc.height,
+        id="body",
+        leftPadding=0,
+        rightPadding=0,
+        topPadding=0,
+        bottomPadding=0,
+    )
+    doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
+
+
 def _document(buffer: BytesIO, size: tuple[float, float], identity: _Identity, styles: Styles) -> _Document:
     """The doc template writing into ``buffer``: margins, one body frame, the PDF's metadata."""
     document = identity.document
@@ -293,18 +311,7 @@ def _document(buffer: BytesIO, size: tuple[float, float], identity: _Identity, s
         keywords=["calibration", "validation", "sitecal", identity.name],
         lang="en",
     )
-    frame = Frame(
-        doc.leftMargin,
-        doc.bottomMargin,
-        doc.width,
-        doc.height,
-        id="body",
-        leftPadding=0,
-        rightPadding=0,
-        topPadding=0,
-        bottomPadding=0,
-    )
-    doc.addPageTemplates([PageTemplate(id="page", frames=[frame])])
+    _add_body_frame(doc)
     doc.styles = styles
     return doc
 
