@@ -16,6 +16,7 @@ import pytest
 
 from sitecal.report import MonitoringArtifacts, render_monitoring
 from sitecal.report import _monitoring_story as story_module
+from sitecal.report._monitoring_figures import window_axis
 from sitecal.report.html import CONTENT_SECURITY_POLICY
 from sitecal.results import (
     Interval,
@@ -263,3 +264,23 @@ def test_groups_beyond_the_bound_are_named_not_drawn(
 def test_a_bad_page_size_names_the_function(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"'page_size' parameter of render_monitoring .* Did you mean 'A4'"):
         render_monitoring(_document(), tmp_path, page_size="A5")
+
+
+@pytest.mark.parametrize(
+    ("labels", "kind", "axis"),
+    [
+        (["2027-03", "2027-01", "2027-03"], "month", ["2027-01", "2027-02", "2027-03"]),
+        (["2026-12", "2027-01"], "month", ["2026-12", "2027-01"]),
+        (["2026-Q4", "2027-Q2"], "quarter", ["2026-Q4", "2027-Q1", "2027-Q2"]),
+        # 2026 has an ISO week 53 (1 January 2026 is a Thursday); 2027 does not
+        (["2026-W52", "2027-W01"], "week", ["2026-W52", "2026-W53", "2027-W01"]),
+        (["2027-W52", "2028-W01"], "week", ["2027-W52", "2028-W01"]),
+        # labels that are not windows of the kind are kept as they are, sorted: nothing is invented
+        (["2027-02", "<b>x</b>"], "month", ["2027-02", "<b>x</b>"]),
+        (["2027-W54", "2027-W50"], "week", ["2027-W50", "2027-W54"]),
+    ],
+)
+def test_the_axis_holds_every_calendar_window_between_the_first_and_the_last(
+    labels: list[str], kind: str, axis: list[str]
+) -> None:
+    assert window_axis(labels, kind) == axis
