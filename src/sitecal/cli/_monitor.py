@@ -42,5 +42,6 @@ def monitor_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int
         detail = f"  {alert.test}" if alert.test else ""
         print(f"  {_ALERT_WORDS[alert.kind]}: {where}{detail}")
     print(f"Verdict:   {'ALARM' if result.alarmed else 'no alarm'}")
+    print(f"Report:    {result.folder / 'monitoring.pdf'}")
     print(f"Folder:    {result.folder}")
     return EXIT_FAIL if result.alarmed else EXIT_PASS

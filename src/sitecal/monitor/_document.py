@@ -38,8 +38,8 @@ class MonitorContext:
     """What the document says besides the windows: the protocol, the baseline and the settings.
 
     ``known_groups`` holds the groups the baseline saw per attribute (a value outside them is a new
-    group); ``accuracy_margins`` the accuracy margins of the baseline's criteria (the label-free estimate
-    is compared with the highest).
+    group); ``accuracy_margins`` the highest accuracy margin of the baseline's criteria per scope (the
+    label-free estimate of a window of that scope's groups is compared with it).
     """
 
     protocol: ProtocolRef
@@ -49,7 +49,7 @@ class MonitorContext:
     horizon: int
     tests: tuple[MonitorTest, ...]
     known_groups: Mapping[str, frozenset[str]]
-    accuracy_margins: tuple[float, ...]
+    accuracy_margins: Mapping[str, float]
     excluded: Mapping[str, int]
 
 
@@ -138,7 +138,6 @@ def _warnings(entries: Sequence[WindowEntry], context: MonitorContext) -> list[M
     alerts: list[MonitorAlert] = []
     seen: set[tuple[str, str, str]] = set()
     shift_level = context.alpha / max(1, len(entries))
-    accuracy_margin = max(context.accuracy_margins, default=None)
     for entry in entries:
         alert = functools.partial(
             MonitorAlert, window=entry.window, attribute=entry.attribute, group=entry.group
@@ -155,6 +154,7 @@ def _warnings(entries: Sequence[WindowEntry], context: MonitorContext) -> list[M
         if shift is not None and shift["p_value"] < shift_level:
             alerts.append(alert(kind="score_shift", value=shift["statistic"], reference=shift["p_value"]))
         expected = entry.result["mean_confidence"]
+        accuracy_margin = context.accuracy_margins.get(entry.attribute)
         if accuracy_margin is not None and expected < accuracy_margin:
             alerts.append(alert(kind="accuracy_estimate", value=expected, reference=accuracy_margin))
     return alerts

@@ -11,7 +11,8 @@ validation used (:mod:`sitecal.stats._sequential` has the tests and why each is 
 
 Other criteria (NLL, Brier, O:E, the intercept, the smooth and classwise ECE) have no test here: their
 per-window intervals are reported, not alarmed on. The family is the baseline's groups of the
-calibration attribute and ``overall``, fixed before any window is seen, and shares ``alpha`` equally
+groups each criterion judged (its scope; the temperature tests: every study and each calibration
+group), fixed before any window is seen, and shares ``alpha`` equally
 (Bonferroni); a group the baseline never saw is an alert of its own, outside the family.
 """
 
@@ -55,7 +56,11 @@ def _tests_of(criterion: Criterion) -> list[tuple[str, str, float]]:
 
 
 def test_family(
-    criteria: Sequence[Criterion], groups: Mapping[str, Sequence[str]], *, alpha: float
+    criteria: Sequence[Criterion],
+    groups: Mapping[str, Sequence[str]],
+    *,
+    alpha: float,
+    calibrated_by: str | None = None,
 ) -> tuple[MonitorTest, ...]:
     """Every test of the monitor, in (criterion, group, kind, side) order, with the shared threshold.
 
@@ -64,14 +69,23 @@ def test_family(
     criteria : sequence of Criterion
         The baseline's acceptance criteria (``evaluation.json``).
     groups : mapping of attribute to group names
-        The groups tested besides ``overall``: the baseline's groups of the calibration attribute.
+        The baseline's groups of each attribute. A gap or accuracy test is run where the validation
+        judged its criterion: one of scope ``overall`` on every study, one of scope ``scanner`` on each
+        scanner group (an attribute missing here gives no test).
     alpha : float
         The family-wise false-alarm probability over the horizon.
+    calibrated_by : str, optional
+        The calibration attribute. The temperature tests watch the deployed temperatures, one per group
+        of it: they run on every study and on each of its groups, whatever the slope criterion's scope
+        (a slope judged overall at validation, where a group was too small to judge it, still bounds
+        how far each group's temperature may drift).
     """
     planned: list[tuple[Criterion, str, str, str, str, float]] = []
-    targets = [OVERALL, *((a, g) for a, names in groups.items() for g in names)]
     for criterion in criteria:
         for kind, side, margin in _tests_of(criterion):
+            scope = calibrated_by if kind == "temperature" else criterion.scope
+            targets = [OVERALL] if kind == "temperature" or scope == OVERALL[0] else []
+            targets += [(scope, g) for g in groups.get(scope, ())] if scope and scope != OVERALL[0] else []
             planned += [(criterion, attribute, group, kind, side, margin) for attribute, group in targets]
     if not planned:
         return ()

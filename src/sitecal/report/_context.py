@@ -38,6 +38,9 @@ _VERDICTS: dict[str, tuple[str, colors.Color, colors.Color]] = {
     "fail": ("Fail", Palette.failed, Palette.failed_bg),
     "inconclusive": ("Inconclusive", Palette.inconclusive, Palette.inconclusive_bg),
     "insufficient data": ("Insufficient data", Palette.unjudged, Palette.unjudged_bg),
+    # a monitoring report's verdicts (sitecal monitor)
+    "alarm": ("Alarm", Palette.failed, Palette.failed_bg),
+    "no alarm": ("No alarm", Palette.passed, Palette.passed_bg),
 }
 
 

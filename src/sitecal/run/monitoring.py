@@ -6,7 +6,8 @@
    pseudonymised, its dates cut into windows; every score gets the deployed temperature of its group.
 3. The history (``history.sqlite`` in the monitoring folder, or ``monitoring.database``) says which
    windows are new or changed; only those are computed, and written in one transaction.
-4. ``monitoring.json`` is assembled from every stored window and sealed in a folder of its own,
+4. ``monitoring.json`` is assembled from every stored window, the trend report drawn from it
+   (``monitoring.pdf``, ``monitoring.html``, ``figures/``), and all sealed in a folder of its own,
    ``<monitoring.output_dir>/<name>-<UTC time>/``, with ``run.log``.
 """
 
@@ -48,7 +49,9 @@ from sitecal.monitor import (
     window_result,
 )
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
+from sitecal.report import render_monitoring
 from sitecal.results import (
+    Criterion,
     Evaluation,
     MonitorBaseline,
     MonitoringDocument,
@@ -281,13 +284,22 @@ def _baseline_groups(baseline: _Baseline) -> dict[str, frozenset[str]]:
     }
 
 
+def _accuracy_margins(criteria: Sequence[Criterion]) -> dict[str, float]:
+    """The highest accuracy margin (``above``, after calibration) of each scope."""
+    out: dict[str, float] = {}
+    for c in criteria:
+        if c.metric == "accuracy" and c.rule == "above" and c.stage == "after" and c.lower_margin is not None:
+            out[c.scope] = max(out.get(c.scope, c.lower_margin), c.lower_margin)
+    return out
+
+
 def _context(
     loaded: LoadedProtocol, settings: MonitoringSettings, baseline: _Baseline, excluded: Mapping[str, int]
 ) -> MonitorContext:
     """The family of tests (fixed by the baseline) and what the document says besides the windows."""
     criteria = baseline.evaluation.acceptance
     per = baseline.per
-    tested = {per: sorted(baseline.temperatures.groups)} if per is not None else {}
+    tested = {attribute: sorted(groups) for attribute, groups in _baseline_groups(baseline).items()}
     provenance = json.loads(baseline.seal.read_bytes("provenance.json"))
     return MonitorContext(
         protocol=ProtocolRef(name=loaded.protocol.name, sha256=loaded.sha256),
@@ -300,13 +312,9 @@ def _context(
         window_kind=settings.window,
         alpha=settings.alpha,
         horizon=settings.horizon,
-        tests=test_family(criteria, tested, alpha=settings.alpha),
+        tests=test_family(criteria, tested, alpha=settings.alpha, calibrated_by=per),
         known_groups=_baseline_groups(baseline),
-        accuracy_margins=tuple(
-            c.lower_margin
-            for c in criteria
-            if c.metric == "accuracy" and c.rule == "above" and c.lower_margin is not None
-        ),
+        accuracy_margins=_accuracy_margins(criteria),
         excluded=excluded,
     )
 
@@ -409,6 +417,8 @@ def monitor_protocol(
     try:
         logger.info("monitoring %s against %s", loaded.protocol.name, baseline.seal.folder.name)
         write_document(folder / "monitoring.json", document)
+        artifacts = render_monitoring(document, folder, page_size=loaded.protocol.report.page_size)
+        logger.info("wrote %s and %s", artifacts.pdf.name, artifacts.html.name)
         write_seal(folder, loaded.pseudonym_key(), state=COMPLETE)
         logger.info("verdict: %s; folder sealed", document.verdict)
     finally:
