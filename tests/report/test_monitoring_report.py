@@ -136,6 +136,8 @@ def _document(groups: list[tuple[str, str]] | None = None) -> MonitoringDocument
         ),
     ]
     return MonitoringDocument(
+        document_id="SC-FEDCBA987654",
+        created_utc="2027-07-01T06:00:00Z",
         protocol=ProtocolRef(name="chest-monitor", sha256="ab" * 32),
         baseline=MonitorBaseline(
             run_folder="chest-20270101T000000Z",

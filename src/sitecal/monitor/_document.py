@@ -42,6 +42,8 @@ class MonitorContext:
     label-free estimate of a window of that scope's groups is compared with it).
     """
 
+    document_id: str
+    created_utc: str
     protocol: ProtocolRef
     baseline: MonitorBaseline
     window_kind: WindowKind
@@ -174,6 +176,8 @@ def monitoring_document(entries: Sequence[WindowEntry], context: MonitorContext)
     ]
     alarms = _alarms(context.tests, evidence, windows)
     return MonitoringDocument(
+        document_id=context.document_id,
+        created_utc=context.created_utc,
         protocol=context.protocol,
         baseline=context.baseline,
         window_kind=context.window_kind,

@@ -154,6 +154,7 @@ def title_block(s: MonitoringStory, document: MonitoringDocument, axis: Sequence
     )
     b = document.baseline
     facts = [
+        ("Document ID", f"{para_text(document.document_id)} (made {para_text(document.created_utc)})"),
         ("Protocol", f"{para_text(document.protocol.name)} (sha256 {short_sha(document.protocol.sha256)})"),
         ("Baseline run folder", para_text(b.run_folder)),
         ("Baseline document ID", para_text(b.document_id or None)),

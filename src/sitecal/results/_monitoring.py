@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from sitecal.results._codec import Record
 from sitecal.results._evaluation import ProtocolRef
-from sitecal.results._fields import OrAbsent
+from sitecal.results._fields import Constraint, OrAbsent
 from sitecal.results._groups import Interval
 from sitecal.results._kinds import Count, Positive, Sha256, Share
 
@@ -165,6 +165,11 @@ class MonitoringDocument(Record):
 
     Attributes
     ----------
+    document_id : str
+        The trend report's document ID (``SC-`` and 12 hex digits, from the protocol's and the baseline
+        calibration's sha256 and the time): names ``monitoring.dcm`` in the archive.
+    created_utc : str
+        When the monitor ran (UTC); the report is dated by it.
     protocol : ProtocolRef
         The monitoring protocol.
     baseline : MonitorBaseline
@@ -193,6 +198,8 @@ class MonitoringDocument(Record):
         " The monitoring folder was edited or written by a faulty sitecal; run monitor again."
     )
 
+    document_id: Annotated[str, Constraint(pattern=r"^SC-[0-9A-F]{12}$")]
+    created_utc: Annotated[str, Constraint(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")]
     protocol: ProtocolRef
     baseline: MonitorBaseline
     window_kind: Literal["week", "month", "quarter"]

@@ -49,6 +49,7 @@ from sitecal.monitor import (
     window_result,
 )
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
+from sitecal.provenance import document_id
 from sitecal.report import render_monitoring
 from sitecal.results import (
     Criterion,
@@ -294,14 +295,22 @@ def _accuracy_margins(criteria: Sequence[Criterion]) -> dict[str, float]:
 
 
 def _context(
-    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: _Baseline, excluded: Mapping[str, int]
+    loaded: LoadedProtocol,
+    settings: MonitoringSettings,
+    baseline: _Baseline,
+    excluded: Mapping[str, int],
+    started: datetime,
 ) -> MonitorContext:
     """The family of tests (fixed by the baseline) and what the document says besides the windows."""
     criteria = baseline.evaluation.acceptance
     per = baseline.per
     tested = {attribute: sorted(groups) for attribute, groups in _baseline_groups(baseline).items()}
     provenance = json.loads(baseline.seal.read_bytes("provenance.json"))
+    created = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    inputs = {"protocol": loaded.sha256, "baseline_calibration": baseline.calibration_sha256}
     return MonitorContext(
+        document_id=document_id(inputs, created_utc=created),
+        created_utc=created,
         protocol=ProtocolRef(name=loaded.protocol.name, sha256=loaded.sha256),
         baseline=MonitorBaseline(
             run_folder=baseline.seal.folder.name,
@@ -398,7 +407,7 @@ def monitor_protocol(
     started = (now or datetime.now(UTC)).astimezone(UTC)
     baseline = _open_baseline(loaded, settings, key_file)
     scores = _read_scores(loaded, settings, baseline, today=started.date())
-    context = _context(loaded, settings, baseline, scores.excluded)
+    context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     windows = _group_windows(scores)
@@ -439,7 +448,7 @@ def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None)
     try:
         baseline = _open_baseline(loaded, settings, key_file)
         _read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
-        context = _context(loaded, settings, baseline, {})
+        context = _context(loaded, settings, baseline, {}, datetime.now(UTC))
         location = _history_location(settings, loaded.resolve(settings.output_dir))
         if settings.database is not None or Path(location).is_file():
             password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
