@@ -286,3 +286,27 @@ def test_the_example_monitoring_protocol_passes_check_and_monitors(
     assert main(["check", str(tmp_path / "monitoring.yaml")]) == 0, capsys.readouterr().err
     assert main(["monitor", str(tmp_path / "monitoring.yaml"), "--no-progress"]) == 0
     assert "Monitored: 2 month windows" in capsys.readouterr().out
+
+
+def test_the_monitoring_folder_stands_alone_and_its_report_is_sent(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """monitoring.dcm wraps monitoring.pdf; sitecal send finds the key and sends it, no --protocol."""
+    import pydicom
+    from tests.pacs.orthanc import AE_TITLE, running_orthanc
+
+    path = _site(tmp_path, baseline, _months(np.random.default_rng(10), 1, 60))
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    (folder,) = [p for p in (tmp_path / "monitoring").iterdir() if p.is_dir()]
+    dcm = pydicom.dcmread(folder / "monitoring.dcm")
+    assert bytes(dcm.EncapsulatedDocument).rstrip(b"\0") == (folder / "monitoring.pdf").read_bytes()
+    assert dcm.StudyID == json.loads((folder / "monitoring.json").read_text())["document_id"]
+    assert (folder / "protocol.yaml").read_text(encoding="utf-8") == path.read_text(encoding="utf-8")
+    capsys.readouterr()
+    with running_orthanc(tmp_path / "archive") as archive:
+        to = f"dimse://{AE_TITLE}@127.0.0.1:{archive.dicom_port}"
+        assert main(["send", str(folder), "--to", to]) == 0
+    said = capsys.readouterr().out
+    assert f"Sent:    monitoring.dcm to {AE_TITLE}@127.0.0.1:{archive.dicom_port} by C-STORE" in said
+    records = json.loads((folder / "sent.json").read_text())
+    assert [(r["file"], r["how"], r["outcome"]) for r in records] == [("monitoring.dcm", "C-STORE", "stored")]

@@ -91,7 +91,7 @@ def test_ctrl_c_stops_the_retrieval_without_fetching_the_queued_studies(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(DicomwebPeer, "fetch", counted)
-    monkeypatch.setattr("sitecal.pacs.retrieve.tqdm", InterruptedBar)
+    monkeypatch.setattr("sitecal.pacs.retrieve.progress_bar", lambda **options: InterruptedBar(**options))
     with pytest.raises(KeyboardInterrupt):
         retrieve_studies(source, store=tmp_path / "store", resolve=Path, progress=False)
     # the first study, and at most the two in flight when the main thread stopped; not the other 100+

@@ -54,6 +54,6 @@ def send_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 
     folder: Path = args.run_dir
     record = send_run(folder, args.protocol, key_file=args.key, to=args.to)
-    print(f"Sent:    report.dcm to {record['to']} by {record['how']}: {record['answer']}")
+    print(f"Sent:    {record['file']} to {record['to']} by {record['how']}: {record['answer']}")
     print(f"Record:  {folder / 'sent.json'}")
     return EXIT_PASS

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from sitecal.metrics.registry import ACCURACY, ECE, ECE_DEBIASED, ECE_DEBIASED_MASS, ECE_MASS, MCE, SLOPE
 from sitecal.results import Criterion, MonitorTest
 from sitecal.stats import (
     alarm_threshold,
@@ -34,7 +35,7 @@ from sitecal.stats import (
 __all__ = ["GAP_METRICS", "OVERALL", "increments", "log_evidence", "softmax", "test_family"]
 
 #: Top-label ECEs that bound the signed gap |mean confidence - accuracy|.
-GAP_METRICS = frozenset({"ece", "ece_mass", "ece_debiased", "ece_debiased_mass", "mce"})
+GAP_METRICS = frozenset(m.name for m in (ECE, ECE_MASS, ECE_DEBIASED, ECE_DEBIASED_MASS, MCE))
 #: The group of every study.
 OVERALL = ("overall", "All studies")
 
@@ -46,9 +47,9 @@ def _tests_of(criterion: Criterion) -> list[tuple[str, str, float]]:
     if criterion.metric in GAP_METRICS and criterion.rule == "below" and criterion.upper_margin is not None:
         m = criterion.upper_margin
         return [("gap", "above", m), ("gap", "below", -m)]
-    if criterion.metric == "accuracy" and criterion.rule == "above" and criterion.lower_margin is not None:
+    if criterion.metric == ACCURACY.name and criterion.rule == "above" and criterion.lower_margin is not None:
         return [("accuracy", "below", criterion.lower_margin)]
-    if criterion.metric == "slope" and criterion.rule == "within":
+    if criterion.metric == SLOPE.name and criterion.rule == "within":
         low, high = criterion.lower_margin, criterion.upper_margin
         if low is not None and high is not None and 0 < low < high:
             return [("temperature", "above", 1.0 / low), ("temperature", "below", 1.0 / high)]

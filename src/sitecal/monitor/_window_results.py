@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as scipy_stats
 
+from sitecal.metrics.registry import ACCURACY, CALIBRATION_GAP, ECE
 from sitecal.monitor._tests import increments, softmax
 from sitecal.results import MonitorTest
 from sitecal.stats import BootstrapSpec, bootstrap_metrics, bootstrap_temperature
@@ -24,7 +25,7 @@ __all__ = ["MIN_LABELLED", "WINDOW_METRICS", "GroupWindow", "window_result"]
 
 #: The metrics reported per window with a fixed-level interval of that window alone (not alarms): the
 #: signed gap the gap tests watch, the top-label ECE (15 equal-width bins) and the accuracy.
-WINDOW_METRICS = ("calibration_gap", "ece", "accuracy")
+WINDOW_METRICS = (CALIBRATION_GAP.name, ECE.name, ACCURACY.name)
 #: Fewest labelled studies for a window's metrics and fitted temperature (its evidence needs none).
 MIN_LABELLED = 20
 

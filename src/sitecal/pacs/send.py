@@ -56,8 +56,12 @@ def send_report(
     folder: Path,
     destination: DicomwebDestination | DimseDestination,
     resolve: Callable[[str], Path],
+    *,
+    name: str = "report.dcm",
 ) -> dict[str, Any]:
-    """Send ``folder/report.dcm`` to ``destination``; the record written to ``sent.json``.
+    """Send ``folder/name`` to ``destination``; the record written to ``sent.json``.
+
+    ``name`` is ``report.dcm`` for a run folder, ``monitoring.dcm`` for a monitoring folder.
 
     Raises
     ------
@@ -67,13 +71,13 @@ def send_report(
     """
     import pydicom
 
-    path = folder / "report.dcm"
+    path = folder / name
     try:
         data = path.read_bytes()
         dataset = pydicom.dcmread(path)
     except (OSError, pydicom.errors.InvalidDicomError) as exc:
         raise DataError(
-            f"{path}: no readable report.dcm in this run folder ({type(exc).__name__}). Render it with "
+            f"{path}: no readable {name} in this folder ({type(exc).__name__}). Render it with "
             f"`sitecal report {folder}`."
         ) from None
     how, where = _describe(destination)
@@ -81,6 +85,7 @@ def send_report(
         "sent_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "how": how,
         "to": where,
+        "file": name,
         "document_id": str(dataset.get("StudyID", "")),
         "report_sha256": hashlib.sha256(data).hexdigest(),
     }
@@ -93,11 +98,11 @@ def send_report(
     except (PacsError, DataError) as exc:
         record |= {"outcome": "not stored", "reason": str(exc)}
         _record(folder, record)
-        logger.error("report.dcm not sent to %s by %s: %s", where, how, exc)
-        raise DataError(f"{_FIELD}: report.dcm not sent. {exc}") from None
+        logger.error("%s not sent to %s by %s: %s", name, where, how, exc)
+        raise DataError(f"{_FIELD}: {name} not sent. {exc}") from None
     record |= {"outcome": "stored", "answer": answer}
     _record(folder, record)
-    logger.info("report.dcm sent to %s by %s: %s", where, how, answer)
+    logger.info("%s sent to %s by %s: %s", name, where, how, answer)
     return record
 
 

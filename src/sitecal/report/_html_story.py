@@ -267,7 +267,9 @@ def inline(item: Paragraph) -> str:
         if getattr(frag, "lineBreak", False):
             runs.append(((False, False, 0, "br"), ""))
             continue
-        text = escape(str(frag.text), quote=False)
+        # a fragment without text draws something else (a callback, an inline image): none in sitecal's
+        # paragraphs; one would show as nothing here, as it shows no text in the PDF
+        text = escape(str(getattr(frag, "text", "")), quote=False)
         if not text:
             continue
         bold, italic = _weight(str(frag.fontName))

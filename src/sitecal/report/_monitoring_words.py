@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sitecal.metrics.registry import ACCURACY, CALIBRATION_GAP, ECE
 from sitecal.results import MonitorAlert, MonitorBaseline, MonitoringDocument, MonitorTest, MonitorWindow
 
 from ._context import METRIC_NAMES
@@ -28,12 +29,12 @@ __all__ = [
 ]
 
 #: The window metrics, in the order their figures are drawn; the fitted temperature comes after them.
-METRIC_ORDER = ("calibration_gap", "ece", "accuracy")
+METRIC_ORDER = (CALIBRATION_GAP.name, ECE.name, ACCURACY.name)
 TEMPERATURE = "temperature"
 #: The kind of test whose margins are drawn on a metric's figure.
-TEST_KIND = {"calibration_gap": "gap", "accuracy": "accuracy", TEMPERATURE: "temperature"}
+TEST_KIND = {CALIBRATION_GAP.name: "gap", ACCURACY.name: "accuracy", TEMPERATURE: "temperature"}
 #: The value of a calibrated model on a metric's figure (a thin grey line).
-REFERENCE = {"calibration_gap": 0.0, TEMPERATURE: 1.0}
+REFERENCE = {CALIBRATION_GAP.name: 0.0, TEMPERATURE: 1.0}
 
 _KIND_WORDS = {
     "temperature": "temperature the data would fit on top of the deployed calibration",
@@ -238,7 +239,7 @@ def trend_caption(
         margin = (
             "Dashed: the margins of its tests, " + ", ".join(format_value(m) for m in sorted(margins)) + "."
         )
-    elif metric == "ece":
+    elif metric == ECE.name:
         margin = (
             "No test watches this ECE itself: an ECE criterion is watched through the calibration gap. A "
             "point outside its bar is printed as computed: resampling patients biases a plug-in ECE upward, "

@@ -112,9 +112,10 @@ class ProvenanceDocument(Record):
         The run folder's name.
     seeds : Mapping of str to int
         The split's and the bootstrap's seeds.
-    sha256 : Mapping of str to str
-        sha256 of each input (protocol, model, labels, predictions_file or predictions_parts,
-        dataset_manifest, instances) and of the predictions the run wrote (predictions).
+    sha256 : Mapping of str to str (or to a mapping of str to str)
+        sha256 of each input (protocol, model, labels, predictions_file, dataset_manifest, instances), of
+        each part of a network (predictions_parts: part file name to sha256) and of the predictions the
+        run wrote (predictions).
     document_id : str
         The report's document ID, from the inputs' sha256 and the time.
     model : ModelRecord
@@ -156,7 +157,7 @@ class ProvenanceDocument(Record):
     command_line: str
     run_folder: str
     seeds: Mapping[str, int]
-    sha256: Mapping[str, Sha256]
+    sha256: Mapping[str, Sha256 | Mapping[str, Sha256]]
     document_id: DocumentId
     model: ModelRecord
     transforms_sha256: Sha256 | None

@@ -1,8 +1,9 @@
-"""``sitecal send RUN_DIR``: a finished run's ``report.dcm`` to an archive, and nothing else.
+"""``sitecal send FOLDER``: a finished run's ``report.dcm`` to an archive, and nothing else.
 
-The archive is ``report.send_to`` of the run's own protocol (or of ``--protocol``), or one named on the
-command line with ``--to`` (a DICOMweb URL, or ``dimse://AE_TITLE@host:port``) for a run whose protocol
-names none: the demo's, or a site that archives by hand.
+A monitoring folder (``sitecal monitor``) sends its ``monitoring.dcm`` the same way. The archive is
+``report.send_to`` of the run's own protocol (or of ``--protocol``), or one named on the command line
+with ``--to`` (a DICOMweb URL, or ``dimse://AE_TITLE@host:port``) for a run whose protocol names none:
+the demo's, or a site that archives by hand.
 """
 
 from __future__ import annotations
@@ -88,20 +89,22 @@ def send_run(
     folder = Path(folder)
     named = None if to is None else parse_destination(to)  # a typo is refused before the folder is read
     seal = open_run(folder, key_file=key_file, protocol=protocol)
-    _check_report_dcm(folder, seal.read_bytes("report.dcm"), seal.read_bytes("report.pdf"))
+    # a monitoring folder (sitecal monitor) sends its trend report, a run folder its validation report
+    stem = "monitoring" if "monitoring.json" in seal.files else "report"
+    _check_report_dcm(folder / f"{stem}.dcm", seal.read_bytes(f"{stem}.dcm"), seal.read_bytes(f"{stem}.pdf"))
     if named is None:
         destination, loaded = send_destination(folder, protocol, seal)
     else:
         destination, loaded = named, run_protocol_of(folder, protocol, seal=seal)
     handler = attach_log(folder / "run.log")
     try:
-        return send_report(folder, destination, loaded.resolve)
+        return send_report(folder, destination, loaded.resolve, name=f"{stem}.dcm")
     finally:
         detach_log(handler)
 
 
-def _check_report_dcm(folder: Path, dcm: bytes, pdf: bytes) -> None:
-    """Refuse a ``report.dcm`` that is not an Encapsulated PDF holding the run's ``report.pdf``."""
+def _check_report_dcm(path: Path, dcm: bytes, pdf: bytes) -> None:
+    """Refuse a ``report.dcm`` (or ``monitoring.dcm``) that is not an Encapsulated PDF of its folder's PDF."""
     import pydicom
 
     from sitecal.pacs.send import ENCAPSULATED_PDF
@@ -111,26 +114,26 @@ def _check_report_dcm(folder: Path, dcm: bytes, pdf: bytes) -> None:
         sop_class = str(dataset.get("SOPClassUID", ""))
         document = bytes(dataset.get("EncapsulatedDocument", b"") or b"")
     except Exception as exc:  # any parse failure of our own file is the same refusal
-        raise DataError(
-            f"{folder / 'report.dcm'}: not a readable DICOM file ({type(exc).__name__})."
-        ) from None
+        raise DataError(f"{path}: not a readable DICOM file ({type(exc).__name__}).") from None
     # the PDF is padded to an even length with one NUL (PS3.3 C.24.2.1)
     if sop_class != ENCAPSULATED_PDF or document not in (pdf, pdf + b"\0"):
         raise DataError(
-            f"{folder / 'report.dcm'}: not the Encapsulated PDF of this run's report.pdf; only that is sent. "
-            f"Render it again with 'sitecal report {folder}'."
+            f"{path}: not the Encapsulated PDF of this folder's {path.stem}.pdf; only that is sent. "
+            f"Render it again with 'sitecal report {path.parent}'."
         )
 
 
-def send_after_run(loaded: LoadedProtocol, folder: Path) -> dict[str, Any] | None:
-    """Send report.dcm when ``report.send_to.after_run``; a failure is a warning (the verdict stands)."""
+def send_after_run(
+    loaded: LoadedProtocol, folder: Path, *, name: str = "report.dcm"
+) -> dict[str, Any] | None:
+    """Send ``name`` when ``report.send_to.after_run``; a failure is a warning (the verdict stands)."""
     destination = loaded.protocol.report.send_to
     if destination is None or not destination.after_run:
         return None
     from sitecal.pacs.send import send_report
 
     try:
-        return send_report(folder, destination, loaded.resolve)
-    except DataError:  # send_report logged why; the run's result stands
-        logger.warning("report.dcm was not sent; send it with `sitecal send %s`", folder)
+        return send_report(folder, destination, loaded.resolve, name=name)
+    except DataError:  # send_report logged why; the result stands
+        logger.warning("%s was not sent; send it with `sitecal send %s`", name, folder)
         return None

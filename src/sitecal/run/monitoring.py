@@ -7,8 +7,10 @@
 3. The history (``history.sqlite`` in the monitoring folder, or ``monitoring.database``) says which
    windows are new or changed; only those are computed, and written in one transaction.
 4. ``monitoring.json`` is assembled from every stored window, the trend report drawn from it
-   (``monitoring.pdf``, ``monitoring.html``, ``figures/``), and all sealed in a folder of its own,
-   ``<monitoring.output_dir>/<name>-<UTC time>/``, with ``run.log``.
+   (``monitoring.pdf``, ``monitoring.html``, ``figures/``, and ``monitoring.dcm`` for the archive), and
+   all sealed in a folder of its own, ``<monitoring.output_dir>/<name>-<UTC time>/``, with the protocol
+   and ``run.log``; ``report.send_to`` with ``after_run`` sends ``monitoring.dcm`` as a run sends its
+   report.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sitecal._io import write_text_atomic
 from sitecal._progress import progress_over
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._seal import COMPLETE, Seal, mark_incomplete, write_seal
@@ -34,6 +37,7 @@ from sitecal.calibration import GroupTemperatures
 from sitecal.cohort import read_predictions
 from sitecal.cohort.labels import label_table
 from sitecal.errors import DataError, InputError
+from sitecal.metrics.registry import ACCURACY
 from sitecal.monitor import (
     OVERALL,
     GroupWindow,
@@ -51,6 +55,7 @@ from sitecal.monitor import (
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
 from sitecal.provenance import document_id
 from sitecal.report import render_monitoring
+from sitecal.report.dicom_pdf import write_report_dicom
 from sitecal.results import (
     Criterion,
     Evaluation,
@@ -60,6 +65,8 @@ from sitecal.results import (
     write_document,
 )
 from sitecal.run._folder import attach_log, detach_log, new_run_folder
+from sitecal.run._resolved import write_resolved
+from sitecal.run._send import send_after_run
 from sitecal.run.sealed import open_run
 from sitecal.stats import BootstrapSpec
 
@@ -79,6 +86,7 @@ class MonitorResult:
 
     folder: Path
     document: MonitoringDocument
+    sent: dict[str, Any] | None = None  # the record of monitoring.dcm sent after the run (report.send_to)
 
     @property
     def alarmed(self) -> bool:
@@ -289,7 +297,12 @@ def _accuracy_margins(criteria: Sequence[Criterion]) -> dict[str, float]:
     """The highest accuracy margin (``above``, after calibration) of each scope."""
     out: dict[str, float] = {}
     for c in criteria:
-        if c.metric == "accuracy" and c.rule == "above" and c.stage == "after" and c.lower_margin is not None:
+        if (
+            c.metric == ACCURACY.name
+            and c.rule == "above"
+            and c.stage == "after"
+            and c.lower_margin is not None
+        ):
             out[c.scope] = max(out.get(c.scope, c.lower_margin), c.lower_margin)
     return out
 
@@ -425,14 +438,38 @@ def monitor_protocol(
     handler = attach_log(folder / "run.log")
     try:
         logger.info("monitoring %s against %s", loaded.protocol.name, baseline.seal.folder.name)
-        write_document(folder / "monitoring.json", document)
-        artifacts = render_monitoring(document, folder, page_size=loaded.protocol.report.page_size)
-        logger.info("wrote %s and %s", artifacts.pdf.name, artifacts.html.name)
-        write_seal(folder, loaded.pseudonym_key(), state=COMPLETE)
+        _write_folder(folder, loaded, document)
         logger.info("verdict: %s; folder sealed", document.verdict)
+        sent = send_after_run(loaded, folder, name="monitoring.dcm")
+    except Exception as exc:
+        logger.error("the monitor failed: %s: %s", type(exc).__name__, exc)
+        raise
     finally:
         detach_log(handler)
-    return MonitorResult(folder=folder, document=document)
+    return MonitorResult(folder=folder, document=document, sent=sent)
+
+
+def _write_folder(folder: Path, loaded: LoadedProtocol, document: MonitoringDocument) -> None:
+    """The monitoring folder's files, then its seal: it stands alone as a run folder does.
+
+    ``monitoring.json``, the trend report (``monitoring.pdf``, ``monitoring.html``, ``figures/``), the
+    report as a DICOM Encapsulated PDF for the archive (``monitoring.dcm``), and the protocol as read with
+    where its paths were taken from (``protocol.yaml``, ``resolved.json``: ``sitecal send`` finds the
+    key and the archive from them).
+    """
+    write_document(folder / "monitoring.json", document)
+    artifacts = render_monitoring(document, folder, page_size=loaded.protocol.report.page_size)
+    write_report_dicom(
+        artifacts.pdf,
+        folder / "monitoring.dcm",
+        document_id=document.document_id,
+        title=f"Calibration monitoring: {loaded.protocol.name}",
+        created_utc=document.created_utc,
+    )
+    write_text_atomic(folder / "protocol.yaml", loaded.text)
+    write_resolved(folder, loaded)
+    logger.info("wrote %s, %s and monitoring.dcm", artifacts.pdf.name, artifacts.html.name)
+    write_seal(folder, loaded.pseudonym_key(), state=COMPLETE)
 
 
 def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None) -> list[str]:
