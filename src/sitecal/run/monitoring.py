@@ -15,9 +15,7 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -27,16 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from sitecal._io import write_text_atomic
 from sitecal._progress import progress_over
-from sitecal._pseudonym import Pseudonymizer
-from sitecal._seal import COMPLETE, Seal, mark_incomplete, write_seal
-from sitecal.calibration import GroupTemperatures
-from sitecal.cohort import read_predictions
-from sitecal.cohort.labels import label_table
-from sitecal.errors import DataError, InputError
+from sitecal._seal import COMPLETE, mark_incomplete, write_seal
+from sitecal.errors import InputError
 from sitecal.metrics.registry import ACCURACY
 from sitecal.monitor import (
     OVERALL,
@@ -46,10 +39,7 @@ from sitecal.monitor import (
     MonitorContext,
     WindowEntry,
     monitoring_document,
-    parse_dates,
-    softmax,
     test_family,
-    window_labels,
     window_result,
 )
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
@@ -58,24 +48,21 @@ from sitecal.report import render_monitoring
 from sitecal.report.dicom_pdf import write_report_dicom
 from sitecal.results import (
     Criterion,
-    Evaluation,
     MonitorBaseline,
     MonitoringDocument,
     ProtocolRef,
     write_document,
 )
 from sitecal.run._folder import attach_log, detach_log, new_run_folder
+from sitecal.run._monitor_inputs import Baseline, Scores, open_baseline, read_scores
 from sitecal.run._resolved import write_resolved
 from sitecal.run._send import send_after_run
-from sitecal.run.sealed import open_run
 from sitecal.stats import BootstrapSpec
 
 __all__ = ["MonitorResult", "monitor_protocol", "monitoring_problems"]
 
 logger = logging.getLogger(__name__)
 
-#: Bounds of the baseline's tables read back (a run of a million studies stays well under them).
-_MAX_TABLE_BYTES = 512 << 20
 #: Bumped when a window's stored result changes form: stored windows are then computed again.
 _RESULT_FORMAT = "sitecal monitor window 1"
 
@@ -94,28 +81,6 @@ class MonitorResult:
         return self.document.verdict == "alarm"
 
 
-@dataclass(frozen=True)
-class _Baseline:
-    seal: Seal
-    evaluation: Evaluation
-    temperatures: GroupTemperatures
-    per: str | None
-    calibration_sha256: str
-    reference: Mapping[tuple[str, str], NDArray[np.float64]]  # (attribute, group) -> confidences
-
-
-@dataclass(frozen=True)
-class _Scores:
-    keys: NDArray[np.str_]
-    patients: NDArray[np.str_]
-    logits: NDArray[np.float64]  # after the deployed temperature
-    labels: NDArray[np.int64]  # -1: not yet labelled
-    windows: NDArray[np.str_]
-    attributes: Mapping[str, NDArray[np.str_]]
-    fallback: NDArray[np.bool_]
-    excluded: Mapping[str, int]
-
-
 def _settings(loaded: LoadedProtocol) -> MonitoringSettings:
     settings = loaded.protocol.monitoring
     if settings is None:
@@ -126,128 +91,7 @@ def _settings(loaded: LoadedProtocol) -> MonitoringSettings:
     return settings
 
 
-def _csv(seal: Seal, name: str) -> list[dict[str, str]]:
-    data = seal.read_bytes(name)
-    if len(data) > _MAX_TABLE_BYTES:
-        raise DataError(f"{seal.folder / name}: {len(data)} bytes, more than a run writes.")
-    text = data.decode("utf-8-sig")
-    return list(csv.DictReader(io.StringIO(text)))
-
-
-def _open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file: Path | None) -> _Baseline:
-    """The baseline run, verified against its seal; its temperatures, criteria and reference confidences."""
-    folder = loaded.resolve(settings.baseline)
-    seal = open_run(folder, key_file=key_file or loaded.key_file)
-    evaluation = Evaluation.from_dict(json.loads(seal.read_bytes("evaluation.json")), source=str(folder))
-    calibration_bytes = seal.read_bytes("calibration.json")
-    calibration = json.loads(calibration_bytes)
-    if calibration.get("method", "temperature") != "temperature":
-        raise InputError(
-            f"{folder / 'calibration.json'}: calibrated by {calibration.get('method')!r}; sitecal monitor "
-            "watches temperature scaling only."
-        )
-    if list(calibration.get("class_names", [])) != list(loaded.protocol.model.class_names):
-        raise InputError(
-            f"{loaded.path}: model.class_names {list(loaded.protocol.model.class_names)} are not the "
-            f"baseline's {calibration.get('class_names')}: monitor the model the baseline validated."
-        )
-    temperatures = GroupTemperatures.from_dict(calibration)
-    per = calibration.get("per")
-    return _Baseline(
-        seal=seal,
-        evaluation=evaluation,
-        temperatures=temperatures,
-        per=per,
-        calibration_sha256=hashlib.sha256(calibration_bytes).hexdigest(),
-        reference=_reference(seal, temperatures, per, loaded.protocol.model.class_names),
-    )
-
-
-def _reference(
-    seal: Seal, temperatures: GroupTemperatures, per: str | None, class_names: Sequence[str]
-) -> dict[tuple[str, str], NDArray[np.float64]]:
-    """The baseline's evaluation studies' confidences after calibration: overall and per calibration group."""
-    cohort = {row["study_key"]: row for row in _csv(seal, "cohort.csv")}
-    rows = [r for r in _csv(seal, "predictions.csv") if cohort.get(r["study_key"], {}).get("split") != "fit"]
-    if not rows:
-        return {}
-    columns = [f"logit:{name}" for name in class_names]
-    logits = np.array([[float(r[c]) for c in columns] for r in rows], dtype=np.float64)
-    groups = np.array([cohort.get(r["study_key"], {}).get(per or "", "") for r in rows], dtype=str)
-    scale = (
-        temperatures.temperatures_for(groups) if per else np.full(len(rows), temperatures.global_temperature)
-    )
-    confidences = softmax(logits / scale[:, None]).max(axis=1)
-    out = {OVERALL: confidences}
-    if per:
-        out |= {(per, str(g)): confidences[groups == g] for g in np.unique(groups)}
-    return out
-
-
-def _read_scores(
-    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: _Baseline, *, today: Any
-) -> _Scores:
-    """The predictions file's usable rows: pseudonymised, dated, windowed and calibrated."""
-    protocol = loaded.protocol
-    data = protocol.data
-    assert loaded.predictions_path is not None and settings.date_column is not None  # the schema says so
-    subgroup_columns = {name: s.column for name, s in protocol.subgroups.items() if s.column is not None}
-    table = read_predictions(
-        loaded.predictions_path,
-        class_names=protocol.model.class_names,
-        key_column=data.key_column or data.key,
-        patient_column=data.patient_column,
-        label_column=data.label_column,
-        columns=[*subgroup_columns.values(), settings.date_column],
-    )
-    usable = table.usable
-    assert usable is not None
-    where = f"{loaded.predictions_path}: column {settings.date_column!r}"
-    days = parse_dates(usable.columns[settings.date_column], where=where, today=today)
-    positions = zip(usable.positions, usable.keys, usable.labels or [""] * len(usable.keys), strict=True)
-    known = label_table(positions, table.key_column, protocol.model.class_names, table.numbered_by).labels
-    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
-    keys = np.array([pseudonymize("study", k) for k in usable.keys], dtype=str)
-    patients = (
-        np.array([pseudonymize("patient", p or k) for p, k in zip(usable.patients, usable.keys, strict=True)])
-        if usable.patients is not None
-        else keys
-    )
-    attributes = {name: np.array(usable.columns[c], dtype=str) for name, c in subgroup_columns.items()}
-    per = baseline.per
-    if per is not None and per not in attributes:
-        raise InputError(
-            f"{loaded.path}: the baseline calibrates per {per!r}, which this protocol does not read: add the "
-            f"subgroup {per!r} (its column of the predictions file)."
-        )
-    groups = attributes[per] if per is not None else np.full(len(keys), "", dtype=str)
-    scale = (
-        baseline.temperatures.temperatures_for(groups)
-        if per is not None
-        else np.full(len(keys), baseline.temperatures.global_temperature)
-    )
-    fallback = np.array([per is not None and str(g) not in baseline.temperatures.groups for g in groups])
-    labels = np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64)
-    return _Scores(
-        keys=keys,
-        patients=np.asarray(patients, dtype=str),
-        logits=np.asarray(usable.logits, dtype=np.float64) / scale[:, None],
-        labels=labels,
-        windows=window_labels(days, settings.window),
-        attributes=attributes,
-        fallback=fallback,
-        excluded=_excluded(table.bad_rows),
-    )
-
-
-def _excluded(bad_rows: Sequence[tuple[int, str]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for _, reason in bad_rows:
-        counts[reason] = counts.get(reason, 0) + 1
-    return counts
-
-
-def _group_windows(scores: _Scores) -> list[GroupWindow]:
+def _group_windows(scores: Scores) -> list[GroupWindow]:
     """Every (window, group) of the scores: overall and each group of each subgroup, in a fixed order."""
     out = []
     for window in np.unique(scores.windows):
@@ -273,7 +117,7 @@ def _group_windows(scores: _Scores) -> list[GroupWindow]:
     return out
 
 
-def _data_sha256(rows: GroupWindow, baseline: _Baseline) -> str:
+def _data_sha256(rows: GroupWindow, baseline: Baseline) -> str:
     """What a stored window was computed from: its rows (keys, scores, labels) and the baseline."""
     keys = rows.keys
     order = np.argsort(keys, kind="stable")
@@ -285,7 +129,7 @@ def _data_sha256(rows: GroupWindow, baseline: _Baseline) -> str:
     return digest.hexdigest()
 
 
-def _baseline_groups(baseline: _Baseline) -> dict[str, frozenset[str]]:
+def _baseline_groups(baseline: Baseline) -> dict[str, frozenset[str]]:
     """The groups the baseline saw, per attribute (its evaluation's groups)."""
     return {
         attribute: frozenset(row.group for row in rows)
@@ -310,7 +154,7 @@ def _accuracy_margins(criteria: Sequence[Criterion]) -> dict[str, float]:
 def _context(
     loaded: LoadedProtocol,
     settings: MonitoringSettings,
-    baseline: _Baseline,
+    baseline: Baseline,
     excluded: Mapping[str, int],
     started: datetime,
 ) -> MonitorContext:
@@ -350,7 +194,7 @@ def _update_history(
     history: History,
     windows: Sequence[GroupWindow],
     context: MonitorContext,
-    baseline: _Baseline,
+    baseline: Baseline,
     *,
     progress: bool,
 ) -> list[WindowEntry]:
@@ -418,8 +262,8 @@ def monitor_protocol(
     """
     settings = _settings(loaded)
     started = (now or datetime.now(UTC)).astimezone(UTC)
-    baseline = _open_baseline(loaded, settings, key_file)
-    scores = _read_scores(loaded, settings, baseline, today=started.date())
+    baseline = open_baseline(loaded, settings, key_file)
+    scores = read_scores(loaded, settings, baseline, today=started.date())
     context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -483,8 +327,8 @@ def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None)
 
     settings = _settings(loaded)
     try:
-        baseline = _open_baseline(loaded, settings, key_file)
-        _read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
+        baseline = open_baseline(loaded, settings, key_file)
+        read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
         context = _context(loaded, settings, baseline, {}, datetime.now(UTC))
         location = _history_location(settings, loaded.resolve(settings.output_dir))
         if settings.database is not None or Path(location).is_file():

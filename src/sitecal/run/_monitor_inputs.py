@@ -1,0 +1,183 @@
+"""What ``sitecal monitor`` reads: the baseline run, opened against its seal, and the scores over time.
+
+:func:`open_baseline` takes the baseline's temperatures, its acceptance criteria and its evaluation
+studies' confidences (the label-free reference); :func:`read_scores` the predictions file's rows,
+pseudonymised, dated, cut into windows and calibrated by the baseline's temperatures.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sitecal._pseudonym import Pseudonymizer
+from sitecal._seal import Seal
+from sitecal.calibration import GroupTemperatures
+from sitecal.cohort import read_predictions
+from sitecal.cohort.labels import label_table
+from sitecal.errors import DataError, InputError
+from sitecal.monitor import OVERALL, parse_dates, softmax, window_labels
+from sitecal.protocol import LoadedProtocol, MonitoringSettings
+from sitecal.results import Evaluation
+from sitecal.run.sealed import open_run
+
+__all__ = ["Baseline", "Scores", "open_baseline", "read_scores"]
+
+#: Bounds of the baseline's tables read back (a run of a million studies stays well under them).
+_MAX_TABLE_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline run: its seal, evaluation, temperatures, calibration attribute and reference."""
+
+    seal: Seal
+    evaluation: Evaluation
+    temperatures: GroupTemperatures
+    per: str | None
+    calibration_sha256: str
+    reference: Mapping[tuple[str, str], NDArray[np.float64]]  # (attribute, group) -> confidences
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The scores over time, after the deployed calibration, with what each row belongs to."""
+
+    keys: NDArray[np.str_]
+    patients: NDArray[np.str_]
+    logits: NDArray[np.float64]  # after the deployed temperature
+    labels: NDArray[np.int64]  # -1: not yet labelled
+    windows: NDArray[np.str_]
+    attributes: Mapping[str, NDArray[np.str_]]
+    fallback: NDArray[np.bool_]
+    excluded: Mapping[str, int]
+
+
+def _csv(seal: Seal, name: str) -> list[dict[str, str]]:
+    data = seal.read_bytes(name)
+    if len(data) > _MAX_TABLE_BYTES:
+        raise DataError(f"{seal.folder / name}: {len(data)} bytes, more than a run writes.")
+    text = data.decode("utf-8-sig")
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file: Path | None) -> Baseline:
+    """The baseline run, verified against its seal; its temperatures, criteria and reference confidences."""
+    folder = loaded.resolve(settings.baseline)
+    seal = open_run(folder, key_file=key_file or loaded.key_file)
+    evaluation = Evaluation.from_dict(json.loads(seal.read_bytes("evaluation.json")), source=str(folder))
+    calibration_bytes = seal.read_bytes("calibration.json")
+    calibration = json.loads(calibration_bytes)
+    if calibration.get("method", "temperature") != "temperature":
+        raise InputError(
+            f"{folder / 'calibration.json'}: calibrated by {calibration.get('method')!r}; sitecal monitor "
+            "watches temperature scaling only."
+        )
+    if list(calibration.get("class_names", [])) != list(loaded.protocol.model.class_names):
+        raise InputError(
+            f"{loaded.path}: model.class_names {list(loaded.protocol.model.class_names)} are not the "
+            f"baseline's {calibration.get('class_names')}: monitor the model the baseline validated."
+        )
+    temperatures = GroupTemperatures.from_dict(calibration)
+    per = calibration.get("per")
+    return Baseline(
+        seal=seal,
+        evaluation=evaluation,
+        temperatures=temperatures,
+        per=per,
+        calibration_sha256=hashlib.sha256(calibration_bytes).hexdigest(),
+        reference=_reference(seal, temperatures, per, loaded.protocol.model.class_names),
+    )
+
+
+def _reference(
+    seal: Seal, temperatures: GroupTemperatures, per: str | None, class_names: Sequence[str]
+) -> dict[tuple[str, str], NDArray[np.float64]]:
+    """The baseline's evaluation studies' confidences after calibration: overall and per calibration group."""
+    cohort = {row["study_key"]: row for row in _csv(seal, "cohort.csv")}
+    rows = [r for r in _csv(seal, "predictions.csv") if cohort.get(r["study_key"], {}).get("split") != "fit"]
+    if not rows:
+        return {}
+    columns = [f"logit:{name}" for name in class_names]
+    logits = np.array([[float(r[c]) for c in columns] for r in rows], dtype=np.float64)
+    groups = np.array([cohort.get(r["study_key"], {}).get(per or "", "") for r in rows], dtype=str)
+    scale = (
+        temperatures.temperatures_for(groups) if per else np.full(len(rows), temperatures.global_temperature)
+    )
+    confidences = softmax(logits / scale[:, None]).max(axis=1)
+    out = {OVERALL: confidences}
+    if per:
+        out |= {(per, str(g)): confidences[groups == g] for g in np.unique(groups)}
+    return out
+
+
+def read_scores(
+    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: Baseline, *, today: Any
+) -> Scores:
+    """The predictions file's usable rows: pseudonymised, dated, windowed and calibrated."""
+    protocol = loaded.protocol
+    data = protocol.data
+    assert loaded.predictions_path is not None and settings.date_column is not None  # the schema says so
+    subgroup_columns = {name: s.column for name, s in protocol.subgroups.items() if s.column is not None}
+    table = read_predictions(
+        loaded.predictions_path,
+        class_names=protocol.model.class_names,
+        key_column=data.key_column or data.key,
+        patient_column=data.patient_column,
+        label_column=data.label_column,
+        columns=[*subgroup_columns.values(), settings.date_column],
+    )
+    usable = table.usable
+    assert usable is not None
+    where = f"{loaded.predictions_path}: column {settings.date_column!r}"
+    days = parse_dates(usable.columns[settings.date_column], where=where, today=today)
+    positions = zip(usable.positions, usable.keys, usable.labels or [""] * len(usable.keys), strict=True)
+    known = label_table(positions, table.key_column, protocol.model.class_names, table.numbered_by).labels
+    pseudonymize = Pseudonymizer(loaded.pseudonym_key())
+    keys = np.array([pseudonymize("study", k) for k in usable.keys], dtype=str)
+    patients = (
+        np.array([pseudonymize("patient", p or k) for p, k in zip(usable.patients, usable.keys, strict=True)])
+        if usable.patients is not None
+        else keys
+    )
+    attributes = {name: np.array(usable.columns[c], dtype=str) for name, c in subgroup_columns.items()}
+    per = baseline.per
+    if per is not None and per not in attributes:
+        raise InputError(
+            f"{loaded.path}: the baseline calibrates per {per!r}, which this protocol does not read: add the "
+            f"subgroup {per!r} (its column of the predictions file)."
+        )
+    groups = attributes[per] if per is not None else np.full(len(keys), "", dtype=str)
+    scale = (
+        baseline.temperatures.temperatures_for(groups)
+        if per is not None
+        else np.full(len(keys), baseline.temperatures.global_temperature)
+    )
+    fallback = np.array([per is not None and str(g) not in baseline.temperatures.groups for g in groups])
+    labels = np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64)
+    return Scores(
+        keys=keys,
+        patients=np.asarray(patients, dtype=str),
+        logits=np.asarray(usable.logits, dtype=np.float64) / scale[:, None],
+        labels=labels,
+        windows=window_labels(days, settings.window),
+        attributes=attributes,
+        fallback=fallback,
+        excluded=_excluded(table.bad_rows),
+    )
+
+
+def _excluded(bad_rows: Sequence[tuple[int, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, reason in bad_rows:
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
