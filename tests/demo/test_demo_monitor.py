@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tests.monitor.vendor import CLASSES, vendor_protocol
 
 from sitecal.cli import main
 from sitecal.cli._demo import add_demo_arguments
@@ -34,39 +35,14 @@ from sitecal.demo.monitoring import (
 from sitecal.errors import DataError
 from sitecal.results import MonitoringDocument, read_document
 
-CLASSES = ["normal", "nodule", "effusion"]
 #: Each scanner's true temperature in the validation: the fitted (deployed) ones come out near these.
 TRUE_T = {"Alpha": 1.0, "Beta": 1.6, "Gamma": 0.8}
 DRIFTING = "Beta"
 
 
 def _protocol() -> dict[str, object]:
-    return {
-        "name": "demo",
-        "intended_use": "Triage support; a small stand-in for the demo's validation.",
-        "model": {"name": "Vendor", "class_names": CLASSES},
-        "data": {
-            "predictions": "predictions.csv",
-            "key": "AccessionNumber",
-            "key_column": "accession",
-            "patient_column": "mrn",
-            "label_column": "label",
-        },
-        "subgroups": {"scanner": {"column": "scanner"}},
-        "calibration": {"per": "scanner", "split": {"by": "crossfit", "folds": 5, "seed": 3}},
-        "evaluation": {
-            "metrics": ["ece_debiased", "accuracy"],
-            "bootstrap": {"n_resamples": 50, "seed": 7},
-            "planning": {"simulations": 0},
-        },
-        # the demo's calibration criteria (its accuracy criterion is left out: it is not what drifts)
-        "acceptance": [
-            {"id": "ece", "metric": "ece_debiased", "stage": "after", "below": 0.10, "scope": "scanner"},
-            {"id": "slope", "metric": "slope", "stage": "after", "within": [0.8, 1.25], "scope": "overall"},
-        ],
-        "report": {"output_dir": "reports"},
-        "privacy": {"key_file": "site.key"},
-    }
+    # the demo's calibration criteria (its accuracy criterion is left out: it is not what drifts)
+    return vendor_protocol("demo", split={"by": "crossfit", "folds": 5, "seed": 3})
 
 
 def _validation_rows(rng: np.random.Generator, n: int) -> list[dict[str, object]]:

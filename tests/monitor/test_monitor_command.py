@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tests.monitor.vendor import CLASSES, vendor_protocol
 
 from sitecal.cli import main
 from sitecal.monitor._history_sql import WINDOWS
 from sitecal.results import MonitoringDocument, read_document
 
-CLASSES = ["normal", "nodule", "effusion"]
 SCANNERS = ["Alpha", "Beta"]
 
 
@@ -69,34 +69,9 @@ def _rows(
 
 
 def _protocol(folder: Path, **monitoring: object) -> dict[str, object]:
-    protocol: dict[str, object] = {
-        "name": "vendor-monitor",
-        "intended_use": "Triage support; tested for monitoring.",
-        "model": {"name": "Vendor", "class_names": CLASSES},
-        "data": {
-            "predictions": "predictions.csv",
-            "key": "AccessionNumber",
-            "key_column": "accession",
-            "patient_column": "mrn",
-            "label_column": "label",
-        },
-        "subgroups": {"scanner": {"column": "scanner"}},
-        "calibration": {"per": "scanner", "split": {"by": "patient", "fit_fraction": 0.5, "seed": 3}},
-        "evaluation": {
-            "metrics": ["ece_debiased", "accuracy"],
-            "bootstrap": {"n_resamples": 50, "seed": 7},
-            "planning": {"simulations": 0},
-        },
-        "acceptance": [
-            {"id": "ece", "metric": "ece_debiased", "stage": "after", "below": 0.10, "scope": "scanner"},
-            {"id": "slope", "metric": "slope", "stage": "after", "within": [0.8, 1.25], "scope": "overall"},
-        ],
-        "report": {"output_dir": "reports"},
-        "privacy": {"key_file": "site.key"},
-    }
-    if monitoring:
-        protocol["monitoring"] = {"date_column": "study_date", **monitoring}
-    return protocol
+    return vendor_protocol(
+        "vendor-monitor", split={"by": "patient", "fit_fraction": 0.5, "seed": 3}, **monitoring
+    )
 
 
 @pytest.fixture(scope="module")
