@@ -118,7 +118,7 @@ def _check_report_dcm(path: Path, dcm: bytes, pdf: bytes) -> None:
     # the PDF is padded to an even length with one NUL (PS3.3 C.24.2.1)
     if sop_class != ENCAPSULATED_PDF or document not in (pdf, pdf + b"\0"):
         raise DataError(
-            f"{path}: not the Encapsulated PDF of this folder's {path.stem}.pdf; only that is sent. "
+            f"{path}: not the Encapsulated PDF of this run's {path.stem}.pdf; only that is sent. "
             f"Render it again with 'sitecal report {path.parent}'."
         )
 
