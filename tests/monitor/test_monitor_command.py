@@ -285,3 +285,18 @@ def test_the_monitoring_folder_stands_alone_and_its_report_is_sent(
     assert f"Sent:    monitoring.dcm to {AE_TITLE}@127.0.0.1:{archive.dicom_port} by C-STORE" in said
     records = json.loads((folder / "sent.json").read_text())
     assert [(r["file"], r["how"], r["outcome"]) for r in records] == [("monitoring.dcm", "C-STORE", "stored")]
+
+
+def test_a_rare_subgroup_value_is_pooled_as_a_run_pools_it(tmp_path: Path, baseline: Path) -> None:
+    """A scanner value of fewer than privacy.min_count_shown studies (a name typed into it) never shows."""
+    rows = _months(np.random.default_rng(11), 1, 100)
+    rows[:2] = [{**row, "scanner": "SMITH JOHN"} for row in rows[:2]]
+    path = _site(tmp_path, baseline, rows)
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    (folder,) = [p for p in (tmp_path / "monitoring").iterdir() if p.is_dir()]
+    groups = {w.group for w in _document(tmp_path / "monitoring").windows if w.attribute == "scanner"}
+    assert "SMITH JOHN" not in groups and groups - set(SCANNERS)  # pooled under another name
+    for name in ("monitoring.json", "monitoring.html"):
+        assert "SMITH" not in (folder / name).read_text(encoding="utf-8")
+    with sqlite3.connect(tmp_path / "monitoring" / "history.sqlite") as db:
+        assert "SMITH" not in repr(db.execute(f"SELECT * FROM {WINDOWS}").fetchall())

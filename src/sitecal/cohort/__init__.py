@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sitecal.cohort._build import build_cohort
 from sitecal.cohort._column_policy import MAX_FREE_COLUMN_VALUES, check_subgroup_columns
-from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions
+from sitecal.cohort._from_predictions import cohort_from_predictions, labels_from_predictions, shown_subgroups
 from sitecal.cohort._parts import network_order, part_facts, parts_record, read_parts, write_part
 from sitecal.cohort._records import Cohort, Exclusion, Study, exclusion_counts
 from sitecal.cohort.attributes import UNKNOWN
@@ -38,6 +38,7 @@ __all__ = [
     "read_parts",
     "read_predictions",
     "scan_folder",
+    "shown_subgroups",
     "write_part",
     "write_predictions",
 ]

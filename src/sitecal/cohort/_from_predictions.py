@@ -126,6 +126,32 @@ def cohort_from_predictions(
     )
 
 
+def shown_subgroups(
+    table: PredictionTable,
+    subgroups: Mapping[str, SubgroupSettings],
+    mappings: Mapping[str, ValueMapping],
+    *,
+    min_count_shown: int,
+) -> dict[str, list[str]]:
+    """Each usable row's subgroup values as a run shows them, by subgroup, in the order of the file.
+
+    The values a run would give its studies: the identifier policy of the columns
+    (:func:`check_subgroup_columns`), normalised, banded and mapped, rare values pooled
+    (``privacy.min_count_shown``) and intersections formed, but counted over every usable row, labelled
+    or not (``sitecal monitor``: scores whose labels have not come yet are shown too).
+
+    Raises
+    ------
+    DataError
+        When a subgroup column shown as it is may name people.
+    """
+    check_subgroup_columns(table, subgroups)
+    usable = _usable(table)
+    every = [0] * len(usable.keys)  # every row counts, as if labelled
+    combo_of, shown = _shown_combinations(usable, every, subgroups, mappings, min_count_shown)
+    return {name: [shown[c][name] for c in combo_of] for name in subgroups}
+
+
 def _shown_values(
     values: Mapping[int, dict[str, str]],
     counts: Mapping[int, int],

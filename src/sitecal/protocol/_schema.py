@@ -126,6 +126,12 @@ def _check_monitoring(protocol: Protocol) -> None:
             "sitecal monitor reads a predictions file (data.predictions, with monitoring.date_column); DICOM "
             "folders and PACS are not monitored yet: run 'sitecal predict' on them and monitor its file",
         )
+    for name, subgroup in protocol.subgroups.items():
+        if subgroup.tag is not None:
+            raise _ReferenceError(
+                ("subgroups", name, "tag"),
+                "sitecal monitor reads subgroups from the predictions file's columns: use 'column'",
+            )
     if monitoring.date_column is not None and monitoring.date_column in {
         protocol.data.key_column or protocol.data.key,
         protocol.data.patient_column,

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._seal import Seal
 from sitecal.calibration import GroupTemperatures
-from sitecal.cohort import read_predictions
+from sitecal.cohort import read_mappings, read_predictions, shown_subgroups
 from sitecal.cohort.labels import label_table
 from sitecal.errors import DataError, InputError
 from sitecal.monitor import OVERALL, parse_dates, softmax, window_labels
@@ -149,7 +149,14 @@ def read_scores(
         if usable.patients is not None
         else keys
     )
-    attributes = {name: np.array(usable.columns[c], dtype=str) for name, c in subgroup_columns.items()}
+    # the subgroups as a run shows them: normalised, mapped, rare values pooled (privacy.min_count_shown)
+    shown = shown_subgroups(
+        table,
+        protocol.subgroups,  # columns and their intersections (the schema refuses tags when monitoring)
+        read_mappings(protocol.subgroups, loaded.resolve),
+        min_count_shown=protocol.privacy.min_count_shown,
+    )
+    attributes = {name: np.array(values, dtype=str) for name, values in shown.items()}
     per = baseline.per
     if per is not None and per not in attributes:
         raise InputError(
