@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tests.conftest import VERDICT_EXIT
+from tests.conftest import VERDICT_EXIT, without_data_uris
 
 from sitecal._io import CONTROL_CHARACTERS, csv_cell, write_csv_atomic
 from sitecal._pseudonym import Pseudonymizer
@@ -276,7 +276,7 @@ def _outputs(folder: Path) -> dict[str, str]:
 
     binary = {".pdf", ".dcm", ".png", ".parquet"}
     texts = {
-        str(p.relative_to(folder)): p.read_bytes().decode("latin-1")
+        str(p.relative_to(folder)): without_data_uris(p.read_bytes().decode("latin-1"))
         for p in folder.rglob("*")
         if p.is_file() and p.suffix not in binary
     }
