@@ -227,6 +227,8 @@ def test_check_refuses_what_monitor_refuses_before_any_work(
     unlabelled = [{**r, "label": ""} for r in rows]
     path = _site(tmp_path, baseline, unlabelled)
     assert main(["check", str(path)]) == 0  # no label yet is no problem after go-live
+    said = capsys.readouterr().out
+    assert f"1 subgroup, monitoring against reports/{baseline.name} (its seal" in said
     _write(tmp_path / "predictions.csv", [*rows, {**rows[0], "accession": "X1", "study_date": "2999-01-01"}])
     assert main(["check", str(path)]) == 2
     assert "monitoring: " in capsys.readouterr().err

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from sitecal._text import plural
+
 from ._exit import EXIT_PASS
 from ._options import add_placement_options, add_predictions_option
 from ._protocol import load, refuse_if_not_ready, source_date
@@ -33,9 +35,16 @@ def check_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         if loaded.predictions_path is None
         else "labels, predictions file (the model is not run)"
     )
+    if p.monitoring is not None:  # sitecal monitor: the baseline gives the calibration and the criteria
+        what = f"monitoring against {p.monitoring.baseline} (its seal, its calibration and its criteria)"
+    else:
+        what = (
+            f"calibration per {p.calibration.per or 'nothing (global)'}, "
+            f"{len(p.acceptance)} {plural(len(p.acceptance), 'acceptance criterion', 'acceptance criteria')}"
+        )
+    subgroups = f"{len(p.subgroups)} {plural(len(p.subgroups), 'subgroup')}"
     print(
         f"{path}: valid protocol '{p.name}' (sha256 {loaded.sha256[:12]}); "
-        f"{len(p.subgroups)} subgroups, calibration per {p.calibration.per or 'nothing (global)'}, "
-        f"{len(p.acceptance)} acceptance criteria; {inputs} and output folder checked."
+        f"{subgroups}, {what}; {inputs} and output folder checked."
     )
     return EXIT_PASS
