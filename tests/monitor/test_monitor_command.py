@@ -303,3 +303,25 @@ def test_a_rare_subgroup_value_is_pooled_as_a_run_pools_it(tmp_path: Path, basel
         assert "SMITH" not in without_data_uris((folder / name).read_text(encoding="utf-8"))
     with sqlite3.connect(tmp_path / "monitoring" / "history.sqlite") as db:
         assert "SMITH" not in repr(db.execute(f"SELECT * FROM {WINDOWS}").fetchall())
+
+
+def test_scores_without_their_labels_yet_are_monitored_and_labels_lost_are_refused(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file without a label column is the label-free part; one that lost labels overwrites nothing."""
+    rows = _months(np.random.default_rng(12), 2, 80)
+    path = _site(tmp_path, baseline, rows)
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    history = (tmp_path / "monitoring" / "history.sqlite").read_bytes()
+    _write(tmp_path / "predictions.csv", [{k: v for k, v in r.items() if k != "label"} for r in rows])
+    capsys.readouterr()
+    assert main(["monitor", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "fewer labels than the history measured" in err and "2026-01" in err
+    assert (tmp_path / "monitoring" / "history.sqlite").read_bytes() == history
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    unlabelled = _site(fresh, baseline, [{k: v for k, v in r.items() if k != "label"} for r in rows])
+    assert main(["check", str(unlabelled)]) == 0
+    assert main(["monitor", str(unlabelled), "--no-progress"]) == 0
+    assert {w.n_labelled for w in _document(fresh / "monitoring").windows} == {0}

@@ -140,6 +140,7 @@ def read_predictions(
     columns: Sequence[str] = (),
     max_bytes: int = MAX_PREDICTIONS_BYTES,
     max_rows: int = MAX_ROWS,
+    label_optional: bool = False,
 ) -> PredictionTable:
     r"""Read and check a predictions file (see the module docstring for its form).
 
@@ -156,6 +157,9 @@ def read_predictions(
         Columns of the patient and the label, when the protocol reads them from this file.
     columns : sequence of str
         Further columns to keep per row (subgroup columns).
+    label_optional : bool, default False
+        A file without ``label_column`` is read as one without labels (``sitecal monitor``: labels come
+        after the scores), rather than refused.
     max_bytes, max_rows : int
         Larger files (on disk; a Parquet file's read columns also once decompressed) and files of more
         rows are refused, a Parquet file before any column is read.
@@ -183,6 +187,8 @@ def read_predictions(
     _check_file(path, max_bytes)
     named_columns = {key_column, patient_column, label_column, *columns, *_SITECAL_COLUMNS} - {None}
     header, cells, chunks, numbered_by = file_rows(path, max_bytes, max_rows, named_columns)
+    if label_optional and label_column not in header:
+        label_column = None
     own = _columns_of(header, key_column, patient_column, label_column, columns)
     check_column_list(path, header, own.named)
     kind, score_columns = score_columns_of(path, header, class_names)

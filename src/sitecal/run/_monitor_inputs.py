@@ -135,6 +135,7 @@ def read_scores(
         patient_column=data.patient_column,
         label_column=data.label_column,
         columns=[*subgroup_columns.values(), settings.date_column],
+        label_optional=True,  # labels come after the scores: a file without them yet is read as such
     )
     usable = table.usable
     assert usable is not None

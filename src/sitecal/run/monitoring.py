@@ -29,6 +29,7 @@ import numpy as np
 from sitecal._io import write_text_atomic
 from sitecal._progress import progress_over
 from sitecal._seal import COMPLETE, mark_incomplete, write_seal
+from sitecal._text import plural
 from sitecal.errors import InputError
 from sitecal.metrics.registry import ACCURACY
 from sitecal.monitor import (
@@ -190,6 +191,26 @@ def _history_location(settings: MonitoringSettings, root: Path) -> str:
     return settings.database if settings.database is not None else str(root / "history.sqlite")
 
 
+def _refuse_lost_labels(history: History, changed: Sequence[GroupWindow]) -> None:
+    """Refuse rows that hold fewer labels than the history's window already did: nothing is overwritten.
+
+    A window is computed again when its rows change, which is how late labels complete it; a file that
+    has lost labels (exported again without them, or cut) would replace what was measured with less.
+    """
+    lost = []
+    for rows in changed:
+        stored = history.entry(rows.window, rows.attribute, rows.group)
+        if stored is not None and int((rows.labels >= 0).sum()) < int(stored.result["n_labelled"]):
+            lost.append(f"{rows.window} {rows.attribute}={rows.group}")
+    if lost:
+        shown = ", ".join(lost[:3]) + (", ..." if len(lost) > 3 else "")
+        raise InputError(
+            f"{history.where}: the scores now hold fewer labels than the history measured, in "
+            f"{len(lost)} {plural(len(lost), 'window')} ({shown}): the file lost labels it had. Nothing "
+            "was written; give the file with its labels, or a new monitoring.output_dir for a new history."
+        )
+
+
 def _update_history(
     history: History,
     windows: Sequence[GroupWindow],
@@ -202,6 +223,7 @@ def _update_history(
     hashes = {(w.window, w.attribute, w.group): _data_sha256(w, baseline) for w in windows}
     plan = history.plan([(*key, digest) for key, digest in hashes.items()])
     todo = {tuple(key) for key in plan.to_compute}
+    _refuse_lost_labels(history, [w for w in windows if (w.window, w.attribute, w.group) in plan.changed])
     spec = BootstrapSpec(
         n_resamples=baseline.evaluation.bootstrap.n_resamples,
         level=0.95,

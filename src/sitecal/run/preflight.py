@@ -189,6 +189,7 @@ def _predictions_problems(loaded: LoadedProtocol) -> list[str]:
             patient_column=data.patient_column,
             label_column=data.label_column if loaded.labels_path is None else None,
             columns=[s.column for s in protocol.subgroups.values() if s.column is not None],
+            label_optional=protocol.monitoring is not None,  # after go-live labels come later
         )
         check_subgroup_columns(table, protocol.subgroups)  # the identifier policy, as a run applies it
     except SitecalError as exc:
