@@ -66,6 +66,28 @@ def _run(protocol: Protocol, data: EvaluationData) -> Any:
     return evaluate(protocol, data, cohort_flow=FLOW, protocol_sha256="0" * 64)
 
 
+def _scanner_rows(out: Any, data: EvaluationData, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The fit rows and the evaluated rows of one scanner group."""
+    scanner = data.attributes["scanner"]
+    return out.fit_mask & (scanner == name), ~out.fit_mask & (scanner == name)
+
+
+def _refit_reference(
+    data: EvaluationData, fit_rows: np.ndarray, eval_rows: np.ndarray, *, n_resamples: int, **options: Any
+) -> Any:
+    """refit_bootstrap on those rows, independently of the evaluation (seed 7, as the protocol's)."""
+    return refit_bootstrap(
+        data.logits[fit_rows],
+        data.labels[fit_rows],
+        data.logits[eval_rows],
+        data.labels[eval_rows],
+        fit_clusters=data.patient_keys[fit_rows],
+        eval_clusters=data.patient_keys[eval_rows],
+        spec=BootstrapSpec(n_resamples=n_resamples, seed=7),
+        **options,
+    )
+
+
 def _scanner(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return next(g for g in doc["subgroups"]["scanner"] if g["group"] == name)
 
@@ -109,17 +131,8 @@ def test_refit_widens_after_intervals_and_leaves_before_untouched(data: Evaluati
     for metric in ("ece", "nll", "brier", "accuracy"):
         assert a_refit["metrics"][metric]["before"] == a_fixed["metrics"][metric]["before"]
     # the after-intervals are refit_bootstrap's, computed independently here
-    held, scanner = ~out.fit_mask, data.attributes["scanner"]
-    fit_rows, eval_rows = out.fit_mask & (scanner == "A"), held & (scanner == "A")
-    ref = refit_bootstrap(
-        data.logits[fit_rows],
-        data.labels[fit_rows],
-        data.logits[eval_rows],
-        data.labels[eval_rows],
-        fit_clusters=data.patient_keys[fit_rows],
-        eval_clusters=data.patient_keys[eval_rows],
-        spec=BootstrapSpec(n_resamples=200, seed=7),
-    )
+    fit_rows, eval_rows = _scanner_rows(out, data, "A")
+    ref = _refit_reference(data, fit_rows, eval_rows, n_resamples=200)
     nll = a_refit["metrics"]["nll"]["after"]
     assert (nll["low"], nll["high"]) == (ref.get("nll", "after").low, ref.get("nll", "after").high)
     t = fit_temperature(data.logits[fit_rows], data.labels[fit_rows]).temperature
@@ -157,18 +170,8 @@ def test_smooth_ece_is_reported_and_refitted_but_not_judged(data: EvaluationData
     assert doc["metrics"] == ["ece", "smooth_ece", "accuracy"]
     # a refitted calibration group: the after-interval is refit_bootstrap's, the kernel width refitted
     # in every resample under that resample's temperature
-    held, scanner = ~out.fit_mask, data.attributes["scanner"]
-    fit_rows, eval_rows = out.fit_mask & (scanner == "A"), held & (scanner == "A")
-    ref = refit_bootstrap(
-        data.logits[fit_rows],
-        data.labels[fit_rows],
-        data.logits[eval_rows],
-        data.labels[eval_rows],
-        fit_clusters=data.patient_keys[fit_rows],
-        eval_clusters=data.patient_keys[eval_rows],
-        metrics=("smooth_ece",),
-        spec=BootstrapSpec(n_resamples=50, seed=7),
-    )
+    fit_rows, eval_rows = _scanner_rows(out, data, "A")
+    ref = _refit_reference(data, fit_rows, eval_rows, n_resamples=50, metrics=("smooth_ece",))
     after = _scanner(doc, "A")["metrics"]["smooth_ece"]["after"]
     assert (after["low"], after["high"]) == (
         ref.get("smooth_ece", "after").low,
