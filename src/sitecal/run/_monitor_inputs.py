@@ -7,9 +7,7 @@ pseudonymised, dated, cut into windows and calibrated by the baseline's temperat
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,16 +22,14 @@ from sitecal._seal import Seal
 from sitecal.calibration import GroupTemperatures
 from sitecal.cohort import read_mappings, read_predictions, shown_subgroups
 from sitecal.cohort.labels import label_table
-from sitecal.errors import DataError, InputError
+from sitecal.errors import InputError
 from sitecal.monitor import OVERALL, parse_dates, softmax, window_labels
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
 from sitecal.results import Evaluation
+from sitecal.run._stored_run import read_run
 from sitecal.run.sealed import open_run
 
 __all__ = ["Baseline", "Scores", "open_baseline", "read_scores"]
-
-#: Bounds of the baseline's tables read back (a run of a million studies stays well under them).
-_MAX_TABLE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -62,14 +58,6 @@ class Scores:
     excluded: Mapping[str, int]
 
 
-def _csv(seal: Seal, name: str) -> list[dict[str, str]]:
-    data = seal.read_bytes(name)
-    if len(data) > _MAX_TABLE_BYTES:
-        raise DataError(f"{seal.folder / name}: {len(data)} bytes, more than a run writes.")
-    text = data.decode("utf-8-sig")
-    return list(csv.DictReader(io.StringIO(text)))
-
-
 def open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file: Path | None) -> Baseline:
     """The baseline run, verified against its seal; its temperatures, criteria and reference confidences."""
     folder = loaded.resolve(settings.baseline)
@@ -95,25 +83,27 @@ def open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file
         temperatures=temperatures,
         per=per,
         calibration_sha256=hashlib.sha256(calibration_bytes).hexdigest(),
-        reference=_reference(seal, temperatures, per, loaded.protocol.model.class_names),
+        reference=_reference(folder, temperatures, per),
     )
 
 
 def _reference(
-    seal: Seal, temperatures: GroupTemperatures, per: str | None, class_names: Sequence[str]
+    folder: Path, temperatures: GroupTemperatures, per: str | None
 ) -> dict[tuple[str, str], NDArray[np.float64]]:
-    """The baseline's evaluation studies' confidences after calibration: overall and per calibration group."""
-    cohort = {row["study_key"]: row for row in _csv(seal, "cohort.csv")}
-    rows = [r for r in _csv(seal, "predictions.csv") if cohort.get(r["study_key"], {}).get("split") != "fit"]
-    if not rows:
-        return {}
-    columns = [f"logit:{name}" for name in class_names]
-    logits = np.array([[float(r[c]) for c in columns] for r in rows], dtype=np.float64)
-    groups = np.array([cohort.get(r["study_key"], {}).get(per or "", "") for r in rows], dtype=str)
+    """The baseline's evaluated studies' confidences after calibration: overall and per calibration group.
+
+    Read as ``sitecal plan --from-run`` reads a run (:func:`~sitecal.run._stored_run.read_run`), after the
+    folder's seal was verified.
+    """
+    stored = read_run(folder)
+    held = stored.split.held  # the evaluation part, or every study of a cross-fitted run
+    groups = stored.groups[held]
     scale = (
-        temperatures.temperatures_for(groups) if per else np.full(len(rows), temperatures.global_temperature)
+        temperatures.temperatures_for(groups)
+        if per
+        else np.full(groups.size, temperatures.global_temperature)
     )
-    confidences = softmax(logits / scale[:, None]).max(axis=1)
+    confidences = softmax(stored.logits[held] / scale[:, None]).max(axis=1)
     out = {OVERALL: confidences}
     if per:
         out |= {(per, str(g)): confidences[groups == g] for g in np.unique(groups)}
