@@ -325,3 +325,19 @@ def test_scores_without_their_labels_yet_are_monitored_and_labels_lost_are_refus
     assert main(["check", str(unlabelled)]) == 0
     assert main(["monitor", str(unlabelled), "--no-progress"]) == 0
     assert {w.n_labelled for w in _document(fresh / "monitoring").windows} == {0}
+
+
+def test_source_date_epoch_fixes_the_document_s_time_and_id(
+    tmp_path: Path, baseline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two monitors at the same SOURCE_DATE_EPOCH on the same data write the same document."""
+    rows = _months(np.random.default_rng(13), 1, 60)
+    documents = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        path = _site(tmp_path / name, baseline, rows)
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01, before some study dates
+        assert main(["monitor", str(path), "--no-progress"]) == 0
+        documents.append(_document(tmp_path / name / "monitoring").to_dict())
+    assert documents[0] == documents[1]
+    assert documents[0]["created_utc"] == "2026-01-01T00:00:00Z"

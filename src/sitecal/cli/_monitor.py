@@ -31,8 +31,11 @@ def monitor_command(args: argparse.Namespace, argv: Sequence[str] | None) -> int
     from sitecal.protocol import load_protocol
     from sitecal.run.monitoring import monitor_protocol
 
+    from ._protocol import source_date
+
     loaded = load_protocol(args.protocol)
-    result = monitor_protocol(loaded, key_file=args.key, progress=not args.no_progress)
+    # SOURCE_DATE_EPOCH fixes the run's time (its document ID and folder name), as for sitecal run
+    result = monitor_protocol(loaded, key_file=args.key, progress=not args.no_progress, now=source_date())
     document = result.document
     windows = sorted({w.window for w in document.windows})
     span = f"{windows[0]} to {windows[-1]}" if windows else "no window"

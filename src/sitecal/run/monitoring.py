@@ -273,7 +273,8 @@ def monitor_protocol(
     progress : bool
         Show a progress bar over the windows computed.
     now : datetime, optional
-        The run's time (default: now, UTC); dates after it are refused.
+        The run's time (default: now, UTC): its document ID, folder name and date. Study dates are
+        checked against the clock, so a fixed time (``SOURCE_DATE_EPOCH``) refuses none that has passed.
 
     Raises
     ------
@@ -285,7 +286,8 @@ def monitor_protocol(
     settings = _settings(loaded)
     started = (now or datetime.now(UTC)).astimezone(UTC)
     baseline = open_baseline(loaded, settings, key_file)
-    scores = read_scores(loaded, settings, baseline, today=started.date())
+    # a study is dated in the future by the clock, not by a fixed run time (SOURCE_DATE_EPOCH)
+    scores = read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
     context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
