@@ -28,6 +28,7 @@ LAYER = {
     "provenance": 1,
     "_pseudonym": 1,
     "_hash_manifest": 1,  # remembered file hashes (hash once), keyed under the site key
+    "_hash_store": 1,  # the file-hash manifest's SQLite file: masked, checked rows
     "_io": 1,
     "_seal": 1,  # the run folder's seal: file hashes under an HMAC of the site key
     "_kernels": 1,  # compiled per-resample loops (numba), loaded on first use
