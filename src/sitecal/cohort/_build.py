@@ -12,7 +12,7 @@ from sitecal._split_key import split_key
 from sitecal._text import plural
 from sitecal.cohort._choice import Chosen, choose, folder_of, series_key_of
 from sitecal.cohort._header import declared_values
-from sitecal.cohort._records import Cohort, Exclusion, Study
+from sitecal.cohort._records import UNLABELLED, Cohort, Exclusion, Study
 from sitecal.cohort.attributes import UNKNOWN, attribute_value, intersection_value, suppress_rare_values
 from sitecal.cohort.labels import LabelTable
 from sitecal.cohort.mapping import UNMAPPED, ValueMapping
@@ -41,6 +41,7 @@ def build_cohort(
     predictions: PredictionTable | None = None,
     labels_from_file: bool = True,
     unavailable: Sequence[Exclusion] = (),
+    label_optional: bool = False,
 ) -> Cohort:
     """Assemble studies from scanned instances, attach subgroup attributes, labels and given predictions.
 
@@ -77,6 +78,10 @@ def build_cohort(
     unavailable : sequence of Exclusion, optional
         Studies that never reached the folder (a PACS could not send them): listed first among the
         exclusions, and their labels are accounted for by them.
+    label_optional : bool, default False
+        Keep a study without a label, with the label :data:`UNLABELLED` (``sitecal monitor``: labels come
+        after the scores, and an unlabelled study counts in the label-free checks); a validation excludes
+        it.
 
     Returns
     -------
@@ -93,14 +98,22 @@ def build_cohort(
     """
     describe = _Describe(subgroups, _checked_mappings(subgroups, mappings), scan.root, pseudonymize)
     chosen = choose(scan, series, unavailable, key=key, pseudonymize=pseudonymize)
-    joined = _join(chosen, labels, predictions, key=key, pseudonymize=pseudonymize, describe=describe)
+    joined = _join(
+        chosen,
+        labels,
+        predictions,
+        key=key,
+        pseudonymize=pseudonymize,
+        describe=describe,
+        label_optional=label_optional,
+    )
     return Cohort(
         studies=_shown(joined.studies, subgroups, min_count_shown),
         exclusions=joined.exclusions,
         files_found=scan.files_found,
         dicom_instances=len(scan.instances),
         n_studies_found=len({i.study_instance_uid for i in scan.instances}),
-        n_labelled=len(joined.studies),
+        n_labelled=sum(s.label != UNLABELLED for s in joined.studies),
         attributes=tuple(subgroups),
         n_series_found=chosen.n_series,
         n_series_selected=None if series is None else len(chosen.studies),
@@ -140,6 +153,7 @@ def _join(
     key: str,
     pseudonymize: Pseudonymizer,
     describe: _Describe,
+    label_optional: bool = False,
 ) -> _Joined:
     """Join each chosen study to its label (and its predictions row); an exclusion for whatever is left.
 
@@ -164,11 +178,14 @@ def _join(
         if predictions is not None and row_key:
             accounted.add(row_key)
         label = labels.labels.get(join_value) if join_value else None
-        if label is None:
+        if label is None and label_optional:
+            label = UNLABELLED
+        elif label is None:
             reason = "study has no label" if join_value else f"study has no {key} to join labels"
             exclusions.append(Exclusion(stage="labels", reason=reason, key=study_key, unit="study"))
             continue
-        matched.add(join_value)  # type: ignore[arg-type]  # a label was found by it
+        if label != UNLABELLED:
+            matched.add(join_value)  # type: ignore[arg-type]  # a label was found by it
         row = None
         if predictions is not None:
             row, missing = _row_of(predictions, row_key)
@@ -269,6 +286,7 @@ class _Describe:
             logits=None if row is None else row.logits,
             split_key=order,
             study_order=split_key("study", study_uid),
+            study_date=str(values.get("StudyDate") or ""),
         )
 
 

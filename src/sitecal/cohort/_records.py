@@ -10,7 +10,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["UNITS", "Cohort", "Exclusion", "PredictionsFileSummary", "Study", "Unit", "exclusion_counts"]
+__all__ = [
+    "UNITS",
+    "UNLABELLED",
+    "Cohort",
+    "Exclusion",
+    "PredictionsFileSummary",
+    "Study",
+    "Unit",
+    "exclusion_counts",
+]
 
 Unit = Literal["file", "image", "series", "study", "label", "prediction"]
 UNITS: tuple[Unit, ...] = ("file", "image", "series", "study", "label", "prediction")
@@ -36,6 +45,10 @@ class Exclusion:
     unit: Unit = field(kw_only=True)
 
 
+#: The label of a study kept without one (``sitecal monitor``'s studies whose labels have not come yet).
+UNLABELLED = -1
+
+
 @dataclass(frozen=True)
 class Study:
     """One study entering the analysis.
@@ -47,6 +60,8 @@ class Study:
     ``logits`` are the model's outputs read from a predictions file (``None`` when the model runs here).
     ``split_key`` (the patient's) and ``study_order`` (the study's) order the rows for the fit/evaluation
     split and the resampling (:mod:`sitecal._split_key`): in memory only, never written or shown.
+    ``label`` is :data:`UNLABELLED` for a study kept without one (``sitecal monitor``); ``study_date`` is
+    the header's StudyDate as written, in memory only, which places the study in a monitoring window.
     """
 
     study_key: str
@@ -63,6 +78,7 @@ class Study:
     logits: np.ndarray | None = field(default=None, compare=False, repr=False)
     split_key: str = field(default="", repr=False)
     study_order: str = field(default="", repr=False)
+    study_date: str = field(default="", repr=False)  # StudyDate as written: a monitoring window's day
 
     @property
     def path(self) -> Path:

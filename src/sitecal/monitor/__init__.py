@@ -1,6 +1,7 @@
 """Monitoring after go-live: scores over time, cut into windows, checked against a sealed validation run.
 
-- :func:`parse_dates`, :func:`window_labels`: study dates to windows (ISO weeks, months, quarters);
+- :func:`parse_dates`, :func:`read_date`, :func:`window_labels`: study dates to windows (ISO weeks,
+  months, quarters);
 - :func:`test_family`: the anytime-valid tests the validation's criteria give, per group and direction;
 - :func:`window_result`: one window of one group (counts, label-free estimate, metrics, evidence);
 - :func:`monitoring_document`: ``monitoring.json`` from every stored window;
@@ -23,7 +24,7 @@ from sitecal.monitor._history import (
 )
 from sitecal.monitor._tests import OVERALL, softmax, test_family
 from sitecal.monitor._window_results import GroupWindow, window_result
-from sitecal.monitor._windows import WindowKind, parse_dates, window_labels
+from sitecal.monitor._windows import WindowKind, parse_dates, read_date, window_labels
 
 __all__ = [
     "MAX_HISTORY_BYTES",
@@ -41,6 +42,7 @@ __all__ = [
     "WindowKind",
     "monitoring_document",
     "parse_dates",
+    "read_date",
     "softmax",
     "test_family",
     "window_labels",

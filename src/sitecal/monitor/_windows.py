@@ -18,13 +18,24 @@ from numpy.typing import NDArray
 
 from sitecal.errors import DataError
 
-__all__ = ["WindowKind", "parse_dates", "window_label", "window_labels", "window_start"]
+__all__ = [
+    "EARLY_DATE",
+    "FUTURE_DATE",
+    "NOT_A_DATE",
+    "WindowKind",
+    "parse_dates",
+    "read_date",
+    "window_label",
+    "window_labels",
+    "window_start",
+]
 
 WindowKind = Literal["week", "month", "quarter"]
 
 _DATE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
 #: Earliest date taken: older is a placeholder (DICOM's 19000101, a spreadsheet's 1899-12-30) or a typo.
 _EARLIEST = dt.date(1990, 1, 1)
+_EPOCH = dt.date(1970, 1, 1)
 
 
 def parse_dates(values: Sequence[str], *, where: str, today: dt.date | None = None) -> NDArray[np.int64]:
@@ -48,28 +59,46 @@ def parse_dates(values: Sequence[str], *, where: str, today: dt.date | None = No
     """
     latest = today or dt.datetime.now(dt.UTC).date()
     days = np.empty(len(values), dtype=np.int64)
-    epoch = dt.date(1970, 1, 1)
     for row, text in enumerate(values, start=1):
-        match = _DATE.fullmatch(str(text).strip())
-        date = None
-        if match is not None:
-            try:
-                date = dt.date(*(int(part) for part in match.groups()))
-            except ValueError:
-                date = None
-        if date is None:
-            raise DataError(
-                f"{where}: row {row}: not a date (expected YYYY-MM-DD or YYYYMMDD). Fix the export, or leave "
-                "the row out; nothing was monitored."
+        day = read_date(text, latest=latest)
+        if isinstance(day, str):
+            what = (
+                "not a date (expected YYYY-MM-DD or YYYYMMDD). Fix the export, or leave the row out"
+                if day == NOT_A_DATE
+                else f"{day}: a clock or an export gone wrong. Fix the row"
             )
-        if date < _EARLIEST or date > latest:
-            when = "in the future" if date > latest else "before 1990"
-            raise DataError(
-                f"{where}: row {row}: a date {when}: a clock or an export gone wrong. Fix the row; nothing "
-                "was monitored."
-            )
-        days[row - 1] = (date - epoch).days
+            raise DataError(f"{where}: row {row}: {what}; nothing was monitored.")
+        days[row - 1] = day
     return days
+
+
+#: :func:`read_date`'s reasons (the value's form, never the value: a date may be a patient's).
+NOT_A_DATE = "not a date"
+FUTURE_DATE = "a date in the future"
+EARLY_DATE = "a date before 1990"
+
+
+def read_date(text: object, *, latest: dt.date) -> int | str:
+    """One ``YYYY-MM-DD`` or ``YYYYMMDD`` text as days since 1970-01-01, or why it is not one.
+
+    >>> end = dt.date(2027, 12, 31)
+    >>> read_date("2027-03-04", latest=end), read_date(" 20270304", latest=end)
+    (20881, 20881)
+    >>> read_date("20270230", latest=end), read_date("20280101", latest=end), read_date("", latest=end)
+    ('not a date', 'a date in the future', 'not a date')
+    """
+    match = _DATE.fullmatch(str(text if text is not None else "").strip())
+    if match is None:
+        return NOT_A_DATE
+    try:
+        date = dt.date(*(int(part) for part in match.groups()))
+    except ValueError:
+        return NOT_A_DATE
+    if date > latest:
+        return FUTURE_DATE
+    if date < _EARLIEST:
+        return EARLY_DATE
+    return (date - _EPOCH).days
 
 
 def window_label(day: dt.date, kind: WindowKind) -> str:

@@ -110,33 +110,38 @@ class Protocol(_Strict):
 
 
 def _check_monitoring(protocol: Protocol) -> None:
-    """Monitoring reads a predictions file, by its date column (not the key, patient or label column)."""
+    """Monitoring reads a predictions file by its date column, or DICOM studies by StudyDate; not both.
+
+    DICOM studies come from a folder or a PACS, and the model is run on them here.
+    """
     monitoring = protocol.monitoring
     if monitoring is None:
         return
-    if protocol.data.predictions is not None and monitoring.date_column is None:
+    data = protocol.data
+    if (
+        data.predictions is None
+    ):  # DICOM: the model is run here (_check_route), each study dated by its header
+        if monitoring.date_column is not None:
+            raise _ReferenceError(
+                ("monitoring", "date_column"),
+                "names a column of data.predictions, which is not given: DICOM studies are placed in "
+                "windows by their StudyDate; leave date_column out",
+            )
+        return
+    if data.dicom_dir is not None or data.source is not None:
+        raise _ReferenceError(
+            ("monitoring",),
+            "sitecal monitor reads either a predictions file (data.predictions, by monitoring.date_column) "
+            "or DICOM studies (data.dicom_dir or data.source, by StudyDate, the model run here), not both "
+            "joined: leave one out",
+        )
+    if monitoring.date_column is None:
         raise _ReferenceError(
             ("monitoring", "date_column"),
             "required with data.predictions: the column holding each study's date, which places it in a "
             "window",
         )
-    if protocol.data.predictions is None:
-        raise _ReferenceError(
-            ("monitoring",),
-            "sitecal monitor reads a predictions file (data.predictions, with monitoring.date_column); DICOM "
-            "folders and PACS are not monitored yet: run 'sitecal predict' on them and monitor its file",
-        )
-    for name, subgroup in protocol.subgroups.items():
-        if subgroup.tag is not None:
-            raise _ReferenceError(
-                ("subgroups", name, "tag"),
-                "sitecal monitor reads subgroups from the predictions file's columns: use 'column'",
-            )
-    if monitoring.date_column is not None and monitoring.date_column in {
-        protocol.data.key_column or protocol.data.key,
-        protocol.data.patient_column,
-        protocol.data.label_column,
-    }:
+    if monitoring.date_column in {data.key_column or data.key, data.patient_column, data.label_column}:
         raise _ReferenceError(
             ("monitoring", "date_column"), "is the key, patient or label column: name the date's own column"
         )
@@ -155,7 +160,8 @@ def _check_route(protocol: Protocol) -> None:
             ),
             (("data", "labels"), data.labels),
         ):
-            if value is None:
+            if value is None and not (field == ("data", "labels") and protocol.monitoring is not None):
+                # a monitored study's label may come later (sitecal monitor keeps it unlabelled)
                 pacs = (
                     " (a folder of exported studies, or data.source: a PACS to retrieve them from)"
                     if field == ("data", "dicom_dir")

@@ -1,18 +1,20 @@
 """What ``sitecal monitor`` reads: the baseline run, opened against its seal, and the scores over time.
 
 :func:`open_baseline` takes the baseline's temperatures, its acceptance criteria and its evaluation
-studies' confidences (the label-free reference); :func:`read_scores` the predictions file's rows,
-pseudonymised, dated, cut into windows and calibrated by the baseline's temperatures.
+studies' confidences (the label-free reference); :func:`read_scores` the scores over time, pseudonymised,
+dated, cut into windows and calibrated by the baseline's temperatures: the predictions file's rows (dated
+by its date column), or the DICOM studies the validated model is run on here (dated by StudyDate,
+:mod:`sitecal.run._monitor_dicom`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +43,7 @@ class Baseline:
     temperatures: GroupTemperatures
     per: str | None
     calibration_sha256: str
+    model_sha256: str | None  # the validated model's fingerprint (None: the baseline read a predictions file)
     reference: Mapping[tuple[str, str], NDArray[np.float64]]  # (attribute, group) -> confidences
 
 
@@ -77,12 +80,19 @@ def open_baseline(loaded: LoadedProtocol, settings: MonitoringSettings, key_file
         )
     temperatures = GroupTemperatures.from_dict(calibration)
     per = calibration.get("per")
+    if per is not None and per not in loaded.protocol.subgroups:
+        source = "its column of the predictions file" if loaded.predictions_path else "its DICOM tag"
+        raise InputError(
+            f"{loaded.path}: the baseline calibrates per {per!r}, which this protocol does not read: add the "
+            f"subgroup {per!r} ({source})."
+        )
     return Baseline(
         seal=seal,
         evaluation=evaluation,
         temperatures=temperatures,
         per=per,
         calibration_sha256=hashlib.sha256(calibration_bytes).hexdigest(),
+        model_sha256=calibration.get("model_sha256"),
         reference=_reference(folder, temperatures, per),
     )
 
@@ -111,12 +121,38 @@ def _reference(
 
 
 def read_scores(
-    loaded: LoadedProtocol, settings: MonitoringSettings, baseline: Baseline, *, today: Any
+    loaded: LoadedProtocol,
+    settings: MonitoringSettings,
+    baseline: Baseline,
+    *,
+    today: dt.date,
+    progress: bool = False,
 ) -> Scores:
-    """The predictions file's usable rows: pseudonymised, dated, windowed and calibrated."""
+    """The scores over time: pseudonymised, dated, windowed and calibrated by the deployed temperatures.
+
+    From the predictions file (dated by ``monitoring.date_column``: a bad date refuses the file), or
+    without one from the DICOM studies the validated model is run on here (dated by StudyDate: a study
+    without a usable date is an exclusion).
+    """
+    if loaded.predictions_path is None:
+        from sitecal.run._monitor_dicom import dicom_rows
+
+        rows = dicom_rows(loaded, baseline, today=today, progress=progress)
+        return _calibrated(
+            loaded,
+            settings,
+            baseline,
+            keys=rows.keys,
+            patients=rows.patients,
+            logits=rows.logits,
+            labels=rows.labels,
+            days=rows.days,
+            attributes=rows.attributes,
+            excluded=rows.excluded,
+        )
     protocol = loaded.protocol
     data = protocol.data
-    assert loaded.predictions_path is not None and settings.date_column is not None  # the schema says so
+    assert settings.date_column is not None  # the schema requires it with data.predictions
     subgroup_columns = {name: s.column for name, s in protocol.subgroups.items() if s.column is not None}
     table = read_predictions(
         loaded.predictions_path,
@@ -147,13 +183,35 @@ def read_scores(
         read_mappings(protocol.subgroups, loaded.resolve),
         min_count_shown=protocol.privacy.min_count_shown,
     )
-    attributes = {name: np.array(values, dtype=str) for name, values in shown.items()}
+    return _calibrated(
+        loaded,
+        settings,
+        baseline,
+        keys=keys,
+        patients=np.asarray(patients, dtype=str),
+        logits=np.asarray(usable.logits, dtype=np.float64),
+        labels=np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64),
+        days=days,
+        attributes={name: np.array(values, dtype=str) for name, values in shown.items()},
+        excluded=_excluded(table.bad_rows),
+    )
+
+
+def _calibrated(
+    loaded: LoadedProtocol,
+    settings: MonitoringSettings,
+    baseline: Baseline,
+    *,
+    keys: NDArray[np.str_],
+    patients: NDArray[np.str_],
+    logits: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    days: NDArray[np.int64],
+    attributes: Mapping[str, NDArray[np.str_]],
+    excluded: Mapping[str, int],
+) -> Scores:
+    """The rows with the deployed temperature of each one's calibration group, and their windows."""
     per = baseline.per
-    if per is not None and per not in attributes:
-        raise InputError(
-            f"{loaded.path}: the baseline calibrates per {per!r}, which this protocol does not read: add the "
-            f"subgroup {per!r} (its column of the predictions file)."
-        )
     groups = attributes[per] if per is not None else np.full(len(keys), "", dtype=str)
     scale = (
         baseline.temperatures.temperatures_for(groups)
@@ -161,16 +219,15 @@ def read_scores(
         else np.full(len(keys), baseline.temperatures.global_temperature)
     )
     fallback = np.array([per is not None and str(g) not in baseline.temperatures.groups for g in groups])
-    labels = np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64)
     return Scores(
         keys=keys,
-        patients=np.asarray(patients, dtype=str),
-        logits=np.asarray(usable.logits, dtype=np.float64) / scale[:, None],
+        patients=patients,
+        logits=logits / scale[:, None],
         labels=labels,
         windows=window_labels(days, settings.window),
         attributes=attributes,
-        fallback=fallback,
-        excluded=_excluded(table.bad_rows),
+        fallback=fallback.astype(bool),
+        excluded=excluded,
     )
 
 

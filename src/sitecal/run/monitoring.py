@@ -2,8 +2,9 @@
 
 1. The baseline (``monitoring.baseline``) is opened against its seal: its temperatures, its acceptance
    criteria (the margins), and its evaluation studies' confidences (the label-free reference).
-2. The predictions file is read (scores, dates, labels where they have come, subgroup columns), its keys
-   pseudonymised, its dates cut into windows; every score gets the deployed temperature of its group.
+2. The predictions file is read (scores, dates, labels where they have come, subgroup columns), or the
+   DICOM studies are scanned and the validated model run on them (dated by StudyDate); keys are
+   pseudonymised, dates cut into windows, and every score gets the deployed temperature of its group.
 3. The history (``history.sqlite`` in the monitoring folder, or ``monitoring.database``) says which
    windows are new or changed; only those are computed, and written in one transaction.
 4. ``monitoring.json`` is assembled from every stored window, the trend report drawn from it
@@ -55,6 +56,7 @@ from sitecal.results import (
     write_document,
 )
 from sitecal.run._folder import attach_log, detach_log, new_run_folder
+from sitecal.run._monitor_dicom import check_model
 from sitecal.run._monitor_inputs import Baseline, Scores, open_baseline, read_scores
 from sitecal.run._resolved import write_resolved
 from sitecal.run._send import send_after_run
@@ -267,7 +269,8 @@ def monitor_protocol(
     Parameters
     ----------
     loaded : LoadedProtocol
-        A protocol with a ``monitoring`` section and ``data.predictions``.
+        A protocol with a ``monitoring`` section, and ``data.predictions`` or DICOM studies (``data.dicom_dir``
+        or ``data.source``) with the validated model.
     key_file : Path, optional
         The site key of the baseline, when it is not where the protocol says.
     progress : bool
@@ -287,7 +290,7 @@ def monitor_protocol(
     started = (now or datetime.now(UTC)).astimezone(UTC)
     baseline = open_baseline(loaded, settings, key_file)
     # a study is dated in the future by the clock, not by a fixed run time (SOURCE_DATE_EPOCH)
-    scores = read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
+    scores = read_scores(loaded, settings, baseline, today=datetime.now(UTC).date(), progress=progress)
     context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -344,15 +347,19 @@ def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None)
     """What ``sitecal monitor`` would refuse, found as it finds it (``sitecal check``); nothing is written.
 
     The baseline opened against its seal (its model's classes, its calibration method, its calibration
-    attribute read by this protocol), every date of the predictions file, and an existing history (of
-    this baseline and window kind, this schema version, not locked).
+    attribute read by this protocol), every date of the predictions file (or, for DICOM studies, the model
+    against the baseline's: the studies are read by the monitor itself), and an existing history (of this
+    baseline and window kind, this schema version, not locked).
     """
     from sitecal.errors import SitecalError
 
     settings = _settings(loaded)
     try:
         baseline = open_baseline(loaded, settings, key_file)
-        read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
+        if loaded.predictions_path is None:  # DICOM studies: the model, not the long scan and inference
+            check_model(loaded, baseline)
+        else:
+            read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
         context = _context(loaded, settings, baseline, {}, datetime.now(UTC))
         location = _history_location(settings, loaded.resolve(settings.output_dir))
         if settings.database is not None or Path(location).is_file():

@@ -80,12 +80,18 @@ def series_rules(loaded: LoadedProtocol) -> SeriesRules | None:
 
 
 def scan(
-    loaded: LoadedProtocol, pseudonymize: Pseudonymizer, *, workers: int | None = None, progress: bool = True
+    loaded: LoadedProtocol,
+    pseudonymize: Pseudonymizer,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    label_optional: bool = False,
 ) -> Cohort:
     """Protocol → cohort: studies with labels and subgroups (and given predictions), and exclusions.
 
     With ``data.predictions`` the file is read first (a bad file fails before the DICOM scan); without
-    ``data.dicom_dir`` the cohort is the file's rows.
+    ``data.dicom_dir`` the cohort is the file's rows. With ``label_optional`` (``sitecal monitor``, DICOM
+    studies only) a study without a label is kept, labelled :data:`~sitecal.cohort.UNLABELLED`.
     """
     protocol = loaded.protocol
     data = protocol.data
@@ -100,7 +106,7 @@ def scan(
             pseudonymize=pseudonymize,
         )
     table = _predictions_table(loaded)
-    labels = _labels(loaded, table)
+    labels = _labels(loaded, table, none_yet=label_optional)
     if loaded.dicom_dir is None:
         assert table is not None
         return cohort_from_predictions(
@@ -113,7 +119,16 @@ def scan(
             min_count_shown=protocol.privacy.min_count_shown,
             labels_from_file=loaded.labels_path is not None,
         )
-    return _scan_dicom(loaded, labels, table, mappings, pseudonymize, workers=workers, progress=progress)
+    return _scan_dicom(
+        loaded,
+        labels,
+        table,
+        mappings,
+        pseudonymize,
+        workers=workers,
+        progress=progress,
+        label_optional=label_optional,
+    )
 
 
 def _predictions_table(loaded: LoadedProtocol) -> PredictionTable | None:
@@ -134,8 +149,11 @@ def _predictions_table(loaded: LoadedProtocol) -> PredictionTable | None:
     return table
 
 
-def _labels(loaded: LoadedProtocol, table: PredictionTable | None) -> LabelTable:
-    """The labels file's labels, or without one the predictions file's label column."""
+def _labels(loaded: LoadedProtocol, table: PredictionTable | None, *, none_yet: bool = False) -> LabelTable:
+    """The labels file's labels, or without one the predictions file's label column.
+
+    With ``none_yet`` (``sitecal monitor``), a protocol without either has no labels yet.
+    """
     data = loaded.protocol.data
     class_names = loaded.protocol.model.class_names
     if loaded.labels_path is not None:
@@ -145,7 +163,9 @@ def _labels(loaded: LoadedProtocol, table: PredictionTable | None) -> LabelTable
             label_column=data.label_column,
             class_names=class_names,
         )
-    assert table is not None  # the protocol schema requires labels or predictions
+    if table is None and none_yet:
+        return LabelTable(labels={}, bad_rows=(), n_rows=0)
+    assert table is not None  # the protocol schema requires labels or predictions, but for monitoring
     return labels_from_predictions(table, class_names)
 
 
@@ -158,6 +178,7 @@ def _scan_dicom(
     *,
     workers: int | None,
     progress: bool,
+    label_optional: bool = False,
 ) -> Cohort:
     """The cohort of the DICOM folder's studies (retrieved from a PACS first with ``data.source``)."""
     protocol = loaded.protocol
@@ -195,6 +216,7 @@ def _scan_dicom(
         min_count_shown=protocol.privacy.min_count_shown,
         predictions=table,
         labels_from_file=loaded.labels_path is not None,
+        label_optional=label_optional,
         unavailable=()
         if retrieval is None
         else [
