@@ -160,3 +160,29 @@ def test_a_query_that_matches_nothing_says_so(pacs: Any, tmp_path: Path) -> None
     assert (
         "The PACS query returned no study: check data.source.query (dates, modalities, worklist)." in message
     )
+
+
+def test_monitoring_studies_from_the_pacs_gives_the_folder_routes_windows(
+    pacs: Any, folder_run: Any, tmp_path: Path
+) -> None:
+    """``sitecal monitor`` with data.source: the studies retrieved, dated by StudyDate, as from the folder."""
+    from sitecal.run.monitoring import monitor_protocol
+
+    documents = {}
+    for route, source in (("folder", None), ("pacs", _source(pacs))):
+        path = demo_protocol(tmp_path / route, pacs, source=source)
+        raw = yaml.safe_load(path.read_text())
+        raw["monitoring"] = {
+            "baseline": str(folder_run.folder),
+            "window": "quarter",
+            "output_dir": str(tmp_path / route / "monitoring"),
+        }
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        result = monitor_protocol(load_protocol(path), progress=False)
+        documents[route] = result.document
+        assert leaks(pacs.accepted, [result.folder], PASSWORD) == []
+    by_folder, by_pacs = documents["folder"], documents["pacs"]
+    assert len(by_pacs.windows) > 10
+    assert sum(w.n_studies for w in by_pacs.windows if w.attribute == "overall") == len(pacs.server.studies())
+    assert [w.to_dict() for w in by_pacs.windows] == [w.to_dict() for w in by_folder.windows]
+    assert by_pacs.alerts == by_folder.alerts and by_pacs.verdict == by_folder.verdict
