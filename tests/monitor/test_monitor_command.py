@@ -341,3 +341,30 @@ def test_source_date_epoch_fixes_the_document_s_time_and_id(
         documents.append(_document(tmp_path / name / "monitoring").to_dict())
     assert documents[0] == documents[1]
     assert documents[0]["created_utc"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_new_scanner_and_a_changed_software_version_are_alerts_with_no_label(
+    tmp_path: Path, baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scanner the baseline never saw is new and uncalibrated; a software version (a subgroup the
+    baseline did not report) that its first monitored window did not have is new; neither needs a label."""
+    rows = _months(np.random.default_rng(13), 4, 120)
+    for row in rows:
+        month = int(str(row["study_date"])[5:7])
+        row["software"] = "VB20" if month >= 3 and row["scanner"] == "Alpha" else "VA10"
+        row["label"] = ""
+    for row in rows[-30:]:
+        row["scanner"] = "Gamma"
+    path = _site(tmp_path, baseline, rows)
+    protocol = yaml.safe_load(path.read_text())
+    protocol["subgroups"]["software"] = {"column": "software"}
+    path.write_text(yaml.safe_dump(protocol))
+    assert main(["monitor", str(path), "--no-progress"]) == 0
+    alerts = {(a.kind, a.window, a.attribute, a.group) for a in _document(tmp_path / "monitoring").alerts}
+    new = {a for a in alerts if a[0] in {"new_group", "unseen_group"}}
+    assert new == {
+        ("new_group", "2026-03", "software", "VB20"),
+        ("new_group", "2026-04", "scanner", "Gamma"),
+        ("unseen_group", "2026-04", "scanner", "Gamma"),
+    }
+    assert "a group not seen before: 2026-03  software=VB20" in capsys.readouterr().out

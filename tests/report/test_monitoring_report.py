@@ -197,7 +197,7 @@ def test_the_alerts_come_first_with_the_verdict_the_alarm_and_each_warning(
     assert alarm_row is not None and alerts < alarm_row.start() < trends
     assert "5.00 ≥ threshold 4.00" in text
     warnings = text[alerts:trends]
-    assert "a value the validation never saw" in warnings
+    assert "a value not seen before: by the validation" in warnings
     assert "no temperature of its own: the global one was applied" in warnings.lower()
     assert "Kolmogorov-Smirnov statistic 0.234, p = 1.5e-06" in warnings
     assert "not corrected for repeated looks beyond Bonferroni over the windows shown" in warnings

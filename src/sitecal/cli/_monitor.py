@@ -12,7 +12,7 @@ from ._options import add_key_option
 #: How each alert reads on the console (the report words them in full).
 _ALERT_WORDS = {
     "alarm": "ALARM",
-    "new_group": "a group the baseline never saw",
+    "new_group": "a group not seen before",
     "unseen_group": "no temperature of its own: calibrated by the global one",
     "score_shift": "confidences shifted from the baseline's",
     "accuracy_estimate": "expected accuracy below the margin",

@@ -3,7 +3,8 @@
 The evidence of a test at a window is recomputed from the stored increments of every window of its group
 up to that one (:func:`sitecal.stats.changepoint_evalues`), over the calendar's consecutive windows from
 the first stored to the last: a window without studies adds nothing, but counts as a window a change
-may start in. Label-free warnings are checked per window: a group the baseline never saw, a group
+may start in. Label-free warnings are checked per window: a group not seen before (by the baseline, or
+in the first window for a subgroup the baseline did not report), a group
 calibrated by the global temperature, a shift of the confidences (Kolmogorov-Smirnov against the
 baseline's evaluation studies, Bonferroni over the windows and groups shown), and an accuracy the model
 expects of itself below an accuracy margin.
@@ -135,16 +136,36 @@ def _alarms(
     return sorted(alerts, key=lambda a: (a.window, a.attribute, a.group, a.test or ""))
 
 
+def _reference_groups(
+    entries: Sequence[WindowEntry], known: Mapping[str, frozenset[str]]
+) -> dict[str, frozenset[str]]:
+    """The groups a new one is told from, per attribute: the baseline's, or the first window's.
+
+    A subgroup the baseline did not evaluate (a software version or station read only when monitoring)
+    has as its reference the groups of its first monitored window: a value that appears later is new.
+    """
+    first: dict[str, str] = {}
+    for entry in entries:  # in window order
+        first.setdefault(entry.attribute, entry.window)
+    return {
+        attribute: known[attribute]
+        if attribute in known
+        else frozenset(e.group for e in entries if (e.attribute, e.window) == (attribute, window))
+        for attribute, window in first.items()
+    }
+
+
 def _warnings(entries: Sequence[WindowEntry], context: MonitorContext) -> list[MonitorAlert]:
     """The label-free warnings, each group's first window for the group kinds, each window otherwise."""
     alerts: list[MonitorAlert] = []
     seen: set[tuple[str, str, str]] = set()
     shift_level = context.alpha / max(1, len(entries))
+    reference = _reference_groups(entries, context.known_groups)
     for entry in entries:
         alert = functools.partial(
             MonitorAlert, window=entry.window, attribute=entry.attribute, group=entry.group
         )
-        known = context.known_groups.get(entry.attribute)
+        known = reference.get(entry.attribute)
         first_new = ("new", entry.attribute, entry.group) not in seen
         if known is not None and entry.group not in known and first_new:
             seen.add(("new", entry.attribute, entry.group))

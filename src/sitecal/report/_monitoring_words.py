@@ -176,8 +176,9 @@ def warning_text(alert: MonitorAlert) -> str:
     """Markup: one label-free warning in plain language."""
     if alert.kind == "new_group":
         return (
-            "<b>New group:</b> a value the validation never saw. It has no test of its own and no "
-            "acceptance of the validation covers it."
+            "<b>New group:</b> a value not seen before: by the validation or, for a subgroup the "
+            "validation did not report (a software version, a station), in the first monitored window. It "
+            "has no test of its own and no acceptance of the validation covers it."
         )
     if alert.kind == "unseen_group":
         return (

@@ -137,7 +137,8 @@ class MonitorAlert(Record):
     ----------
     kind : {"alarm", "new_group", "unseen_group", "score_shift", "accuracy_estimate"}
         ``alarm``: a test crossed its threshold (``test``, ``value`` its log e-value); ``new_group``: a
-        value of a subgroup the baseline never saw (a new scanner, software version or station);
+        value of a subgroup the baseline never saw (a new scanner, software version or station), or of a
+        subgroup the baseline did not report, one its first monitored window did not have;
         ``unseen_group``: a group without a temperature of its own, calibrated by the global one;
         ``score_shift``: the window's confidences differ from the baseline's evaluation studies
         (``value`` the Kolmogorov-Smirnov statistic, ``reference`` its p-value); ``accuracy_estimate``:

@@ -67,7 +67,7 @@ __all__ = ["MonitorResult", "monitor_protocol", "monitoring_problems"]
 logger = logging.getLogger(__name__)
 
 #: Bumped when a window's stored result changes form: stored windows are then computed again.
-_RESULT_FORMAT = "sitecal monitor window 1"
+_RESULT_FORMAT = "sitecal monitor window 2"  # 2: fallback only in the calibration attribute
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,12 @@ def _settings(loaded: LoadedProtocol) -> MonitoringSettings:
     return settings
 
 
-def _group_windows(scores: Scores) -> list[GroupWindow]:
-    """Every (window, group) of the scores: overall and each group of each subgroup, in a fixed order."""
+def _group_windows(scores: Scores, per: str | None) -> list[GroupWindow]:
+    """Every (window, group) of the scores: overall and each group of each subgroup, in a fixed order.
+
+    A group of the calibration attribute ``per`` without a temperature of its own is marked ``fallback``
+    (calibrated by the global one); a group of another subgroup is not, whatever its studies' scanners.
+    """
     out = []
     for window in np.unique(scores.windows):
         in_window = scores.windows == window
@@ -114,7 +118,7 @@ def _group_windows(scores: Scores) -> list[GroupWindow]:
                     logits=scores.logits[mask],
                     labels=scores.labels[mask],
                     patients=scores.patients[mask],
-                    fallback=bool(scores.fallback[mask].any()) if attribute != OVERALL[0] else False,
+                    fallback=attribute == per and bool(scores.fallback[mask].any()),
                 )
             )
     return out
@@ -269,8 +273,8 @@ def monitor_protocol(
     Parameters
     ----------
     loaded : LoadedProtocol
-        A protocol with a ``monitoring`` section, and ``data.predictions`` or DICOM studies (``data.dicom_dir``
-        or ``data.source``) with the validated model.
+        A protocol with a ``monitoring`` section, and ``data.predictions`` or DICOM studies
+        (``data.dicom_dir`` or ``data.source``) with the validated model.
     key_file : Path, optional
         The site key of the baseline, when it is not where the protocol says.
     progress : bool
@@ -294,7 +298,7 @@ def monitor_protocol(
     context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    windows = _group_windows(scores)
+    windows = _group_windows(scores, baseline.per)
     password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
     with History.open(
         _history_location(settings, root),
