@@ -24,7 +24,8 @@ class MonitoringSettings(_Strict):
         The length of a monitoring window (ISO weeks, calendar months or quarters, by the study date).
     date_column : str, optional
         The column of ``data.predictions`` holding each study's date (``YYYY-MM-DD``, or ``YYYYMMDD`` as
-        DICOM writes StudyDate).
+        DICOM writes StudyDate). Left out for DICOM studies (``data.dicom_dir`` or ``data.source``, the
+        validated model run here), which are dated by their StudyDate.
     alpha : float
         The family-wise false-alarm probability over the whole monitoring horizon, shared by every group,
         margin and direction the monitor tests.
@@ -44,7 +45,8 @@ class MonitoringSettings(_Strict):
     baseline: str = Field(description="the sealed validation run folder whose calibration is monitored")
     window: Literal["week", "month", "quarter"] = "month"
     date_column: str | None = Field(
-        default=None, description="the column of data.predictions holding each study's date"
+        default=None,
+        description="the column of data.predictions holding each study's date (DICOM studies: StudyDate)",
     )
     alpha: float = Field(default=0.05, gt=0, le=0.2)
     horizon: int = Field(default=24, ge=1, le=520)
