@@ -188,7 +188,7 @@ class MonitoringDocument(Record):
     alerts : tuple of MonitorAlert
         Alarms first, then the label-free warnings, each in window order.
     excluded : Mapping of str to int
-        Rows left out, by reason.
+        Studies (rows of a predictions file) left out, by reason.
     verdict : {"no_alarm", "alarm"}
         Whether any test alarmed.
     """
