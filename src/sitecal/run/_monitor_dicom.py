@@ -15,63 +15,51 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import numpy as np
-from numpy.typing import NDArray
 
 from sitecal._pseudonym import Pseudonymizer
 from sitecal.errors import InputError
 from sitecal.monitor import read_date
 from sitecal.protocol import LoadedProtocol
+from sitecal.run._monitor_rows import DatedRows
 
-if TYPE_CHECKING:
-    from sitecal.run._monitor_inputs import Baseline
-
-__all__ = ["DicomRows", "check_model", "dicom_rows"]
+__all__ = ["check_model", "dicom_rows"]
 
 
-@dataclass(frozen=True)
-class DicomRows:
-    """The monitored studies of a DICOM folder, before the deployed calibration (pseudonymised keys)."""
+def check_model(loaded: LoadedProtocol, baseline_sha256: str | None, baseline: Path) -> None:
+    """Refuse a model other than the one the baseline validated (its fingerprint), before any inference.
 
-    keys: NDArray[np.str_]
-    patients: NDArray[np.str_]
-    logits: NDArray[np.float64]
-    labels: NDArray[np.int64]  # UNLABELLED (-1): not yet labelled
-    days: NDArray[np.int64]  # StudyDate, days since 1970-01-01
-    attributes: dict[str, NDArray[np.str_]]
-    excluded: dict[str, int]  # reason -> studies
-
-
-def check_model(loaded: LoadedProtocol, baseline: Baseline) -> None:
-    """Refuse a model other than the one the baseline validated (its fingerprint), before any inference."""
+    ``baseline_sha256`` is the model fingerprint of the baseline run folder ``baseline``'s
+    ``calibration.json`` (``None``: the baseline evaluated a predictions file).
+    """
     from sitecal.inference import load_model
 
-    folder = baseline.seal.folder
-    if baseline.model_sha256 is None:
+    if baseline_sha256 is None:
         raise InputError(
-            f"{folder / 'calibration.json'}: the baseline evaluated a predictions file, so no model of its "
+            f"{baseline / 'calibration.json'}: the baseline evaluated a predictions file, so no model of its "
             "own was validated to run here: monitor the scores the deployed model writes (data.predictions "
             "with monitoring.date_column)."
         )
     if loaded.model_path is None:
         raise InputError(f"{loaded.path}: model.path is not given, so the model cannot be run here.")
     model = load_model(loaded.protocol.model, loaded.model_path)
-    if model.sha256 != baseline.model_sha256:
+    if model.sha256 != baseline_sha256:
         raise InputError(
             f"{loaded.model_path}: not the model the baseline validated (its sha256 is "
-            f"{model.sha256[:12]}..., the baseline's {baseline.model_sha256[:12]}...): monitor the deployed "
+            f"{model.sha256[:12]}..., the baseline's {baseline_sha256[:12]}...): monitor the deployed "
             "model, or validate this one first."
         )
 
 
-def dicom_rows(loaded: LoadedProtocol, baseline: Baseline, *, today: dt.date, progress: bool) -> DicomRows:
+def dicom_rows(
+    loaded: LoadedProtocol, baseline_sha256: str | None, baseline: Path, *, today: dt.date, progress: bool
+) -> DatedRows:
     """Scan, run the validated model, date: every study the model read with a usable StudyDate."""
     from sitecal.run.stages import analysed_studies, predict, scan
 
-    check_model(loaded, baseline)
+    check_model(loaded, baseline_sha256, baseline)
     protocol = loaded.protocol
     pseudonymize = Pseudonymizer(loaded.pseudonym_key())
     cohort = scan(loaded, pseudonymize, progress=progress, label_optional=True)
@@ -84,7 +72,7 @@ def dicom_rows(loaded: LoadedProtocol, baseline: Baseline, *, today: dt.date, pr
             excluded[f"StudyDate is {day}"] += 1
     kept = [i for i, day in enumerate(days) if not isinstance(day, str)]
     studies = [analysed.studies[i] for i in kept]
-    return DicomRows(
+    return DatedRows(
         keys=np.array([s.study_key for s in studies], dtype=str),
         patients=np.array([s.patient_key for s in studies], dtype=str),
         logits=np.asarray(analysed.logits[kept], dtype=np.float64).reshape(len(kept), -1),

@@ -22,12 +22,14 @@ from numpy.typing import NDArray
 from sitecal._pseudonym import Pseudonymizer
 from sitecal._seal import Seal
 from sitecal.calibration import GroupTemperatures
-from sitecal.cohort import read_mappings, read_predictions, shown_subgroups
+from sitecal.cohort import UNLABELLED, read_mappings, read_predictions, shown_subgroups
 from sitecal.cohort.labels import label_table
 from sitecal.errors import InputError
 from sitecal.monitor import OVERALL, parse_dates, softmax, window_labels
 from sitecal.protocol import LoadedProtocol, MonitoringSettings
 from sitecal.results import Evaluation
+from sitecal.run._monitor_dicom import dicom_rows
+from sitecal.run._monitor_rows import DatedRows
 from sitecal.run._stored_run import read_run
 from sitecal.run.sealed import open_run
 
@@ -135,21 +137,8 @@ def read_scores(
     without a usable date is an exclusion).
     """
     if loaded.predictions_path is None:
-        from sitecal.run._monitor_dicom import dicom_rows
-
-        rows = dicom_rows(loaded, baseline, today=today, progress=progress)
-        return _calibrated(
-            loaded,
-            settings,
-            baseline,
-            keys=rows.keys,
-            patients=rows.patients,
-            logits=rows.logits,
-            labels=rows.labels,
-            days=rows.days,
-            attributes=rows.attributes,
-            excluded=rows.excluded,
-        )
+        rows = dicom_rows(loaded, baseline.model_sha256, baseline.seal.folder, today=today, progress=progress)
+        return _calibrated(rows, settings, baseline)
     protocol = loaded.protocol
     data = protocol.data
     assert settings.date_column is not None  # the schema requires it with data.predictions
@@ -183,51 +172,38 @@ def read_scores(
         read_mappings(protocol.subgroups, loaded.resolve),
         min_count_shown=protocol.privacy.min_count_shown,
     )
-    return _calibrated(
-        loaded,
-        settings,
-        baseline,
+    rows = DatedRows(
         keys=keys,
         patients=np.asarray(patients, dtype=str),
         logits=np.asarray(usable.logits, dtype=np.float64),
-        labels=np.array([known.get(k, -1) for k in usable.keys], dtype=np.int64),
+        labels=np.array([known.get(k, UNLABELLED) for k in usable.keys], dtype=np.int64),
         days=days,
         attributes={name: np.array(values, dtype=str) for name, values in shown.items()},
         excluded=_excluded(table.bad_rows),
     )
+    return _calibrated(rows, settings, baseline)
 
 
-def _calibrated(
-    loaded: LoadedProtocol,
-    settings: MonitoringSettings,
-    baseline: Baseline,
-    *,
-    keys: NDArray[np.str_],
-    patients: NDArray[np.str_],
-    logits: NDArray[np.float64],
-    labels: NDArray[np.int64],
-    days: NDArray[np.int64],
-    attributes: Mapping[str, NDArray[np.str_]],
-    excluded: Mapping[str, int],
-) -> Scores:
+def _calibrated(rows: DatedRows, settings: MonitoringSettings, baseline: Baseline) -> Scores:
     """The rows with the deployed temperature of each one's calibration group, and their windows."""
     per = baseline.per
-    groups = attributes[per] if per is not None else np.full(len(keys), "", dtype=str)
+    n = len(rows.keys)
+    groups = rows.attributes[per] if per is not None else np.full(n, "", dtype=str)
     scale = (
         baseline.temperatures.temperatures_for(groups)
         if per is not None
-        else np.full(len(keys), baseline.temperatures.global_temperature)
+        else np.full(n, baseline.temperatures.global_temperature)
     )
     fallback = np.array([per is not None and str(g) not in baseline.temperatures.groups for g in groups])
     return Scores(
-        keys=keys,
-        patients=patients,
-        logits=logits / scale[:, None],
-        labels=labels,
-        windows=window_labels(days, settings.window),
-        attributes=attributes,
+        keys=rows.keys,
+        patients=rows.patients,
+        logits=rows.logits / scale[:, None],
+        labels=rows.labels,
+        windows=window_labels(rows.days, settings.window),
+        attributes=rows.attributes,
         fallback=fallback.astype(bool),
-        excluded=excluded,
+        excluded=rows.excluded,
     )
 
 

@@ -361,7 +361,7 @@ def monitoring_problems(loaded: LoadedProtocol, *, key_file: Path | None = None)
     try:
         baseline = open_baseline(loaded, settings, key_file)
         if loaded.predictions_path is None:  # DICOM studies: the model, not the long scan and inference
-            check_model(loaded, baseline)
+            check_model(loaded, baseline.model_sha256, baseline.seal.folder)
         else:
             read_scores(loaded, settings, baseline, today=datetime.now(UTC).date())
         context = _context(loaded, settings, baseline, {}, datetime.now(UTC))
