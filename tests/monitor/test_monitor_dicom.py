@@ -160,7 +160,12 @@ def test_a_model_other_than_the_validated_one_is_refused_before_any_study_is_rea
     assert main(["monitor", str(protocol), "--no-progress"]) == 2
     assert "not the model the baseline validated" in capsys.readouterr().err
     assert not (tmp_path / "reports").exists()  # nothing scanned, hashed or cached
-    assert not list((tmp_path / "monitoring").glob("demo-monitor-dicom-*"))
+    # each refused monitor left its folder, unsealed, with the reason in its log and nothing else
+    folders = sorted((tmp_path / "monitoring").glob("demo-monitor-dicom-*"))
+    assert len(folders) == 1  # check writes nothing
+    (folder,) = folders
+    assert sorted(p.name for p in folder.iterdir()) == ["INCOMPLETE", "run.log"]
+    assert "not the model the baseline validated" in (folder / "run.log").read_text()
 
 
 @pytest.mark.parametrize(

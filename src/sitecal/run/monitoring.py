@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sitecal import __version__
 from sitecal._io import write_text_atomic
 from sitecal._progress import progress_over
 from sitecal._seal import COMPLETE, mark_incomplete, write_seal
@@ -261,6 +262,34 @@ def _update_history(
     return history.entries()
 
 
+def _monitored(
+    loaded: LoadedProtocol,
+    settings: MonitoringSettings,
+    root: Path,
+    *,
+    key_file: Path | None,
+    started: datetime,
+    progress: bool,
+) -> MonitoringDocument:
+    """The baseline, the scores, the history brought up to date, and the document of every window."""
+    baseline = open_baseline(loaded, settings, key_file)
+    logger.info("baseline %s (its seal verified)", baseline.seal.folder.name)
+    # a study is dated in the future by the clock, not by a fixed run time (SOURCE_DATE_EPOCH)
+    scores = read_scores(loaded, settings, baseline, today=datetime.now(UTC).date(), progress=progress)
+    logger.info("scores: %d studies, %d left out", scores.keys.size, sum(scores.excluded.values()))
+    context = _context(loaded, settings, baseline, scores.excluded, started)
+    windows = _group_windows(scores, baseline.per)
+    password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
+    with History.open(
+        _history_location(settings, root),
+        baseline_id=context.baseline.document_id,
+        window_kind=settings.window,
+        password_file=password_file,
+    ) as history:
+        entries = _update_history(history, windows, context, baseline, progress=progress)
+    return monitoring_document(entries, context)
+
+
 def monitor_protocol(
     loaded: LoadedProtocol,
     *,
@@ -292,30 +321,27 @@ def monitor_protocol(
     """
     settings = _settings(loaded)
     started = (now or datetime.now(UTC)).astimezone(UTC)
-    baseline = open_baseline(loaded, settings, key_file)
-    # a study is dated in the future by the clock, not by a fixed run time (SOURCE_DATE_EPOCH)
-    scores = read_scores(loaded, settings, baseline, today=datetime.now(UTC).date(), progress=progress)
-    context = _context(loaded, settings, baseline, scores.excluded, started)
     root = loaded.resolve(settings.output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    windows = _group_windows(scores, baseline.per)
-    password_file = None if settings.password_file is None else loaded.resolve(settings.password_file)
-    with History.open(
-        _history_location(settings, root),
-        baseline_id=context.baseline.document_id,
-        window_kind=settings.window,
-        password_file=password_file,
-    ) as history:
-        entries = _update_history(history, windows, context, baseline, progress=progress)
-    document = monitoring_document(entries, context)
+    # the folder and its log first: a failure at any step leaves its reason in run.log, and the folder
+    # says it is incomplete until its seal
     folder = new_run_folder(root, loaded.protocol.name, started)
     mark_incomplete(folder, "the monitor is under way, or stopped before it finished (run.log says how far)")
     handler = attach_log(folder / "run.log")
     try:
-        logger.info("monitoring %s against %s", loaded.protocol.name, baseline.seal.folder.name)
+        logger.info(
+            "sitecal %s, monitoring protocol %s (sha256 %s)",
+            __version__,
+            loaded.protocol.name,
+            loaded.sha256[:12],
+        )
+        document = _monitored(loaded, settings, root, key_file=key_file, started=started, progress=progress)
         _write_folder(folder, loaded, document)
         logger.info("verdict: %s; folder sealed", document.verdict)
         sent = send_after_run(loaded, folder, name="monitoring.dcm")
+    except KeyboardInterrupt:
+        logger.error("the monitor was interrupted; nothing of the history was changed by an unfinished step")
+        raise
     except Exception as exc:
         logger.error("the monitor failed: %s: %s", type(exc).__name__, exc)
         raise
