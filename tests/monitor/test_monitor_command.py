@@ -196,6 +196,23 @@ def test_bad_input_exits_2_and_keeps_the_history(
     assert (tmp_path / "monitoring" / "history.sqlite").read_bytes() == history
 
 
+def test_a_crash_exits_4_never_as_an_alarm_and_leaves_its_reason_in_run_log(
+    tmp_path: Path, baseline: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _months(np.random.default_rng(14), 1, 60, drift={"Beta": 3.0})
+    path = _site(tmp_path, baseline, rows)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the trend figure could not be drawn")
+
+    monkeypatch.setattr("sitecal.run.monitoring.render_monitoring", broken)
+    assert main(["monitor", str(path), "--no-progress"]) == 4
+    assert "Verdict" not in capsys.readouterr().out
+    (folder,) = [p for p in (tmp_path / "monitoring").iterdir() if p.is_dir()]
+    assert (folder / "INCOMPLETE").is_file() and not (folder / "seal.json").exists()
+    assert "RuntimeError: the trend figure could not be drawn" in (folder / "run.log").read_text()
+
+
 def test_check_refuses_a_monitoring_section_without_a_date_column(tmp_path: Path, baseline: Path) -> None:
     path = _site(tmp_path, baseline, _months(np.random.default_rng(6), 1, 50))
     raw = yaml.safe_load(path.read_text())
