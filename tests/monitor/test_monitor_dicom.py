@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import shutil
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import pydicom
 import pytest
 import yaml
+from tests.conftest import without_data_uris
 
 from sitecal.cli import main
 from sitecal.monitor import OVERALL
@@ -45,12 +47,18 @@ def site(small_run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
             continue
         headers.setdefault(str(ds.StudyInstanceUID), []).append((path, ds))
     studies = sorted(uid for uid, files in headers.items() if len(files) == 1)
-    spoiled = {studies[0]: "", studies[1]: (dt.date.today() + dt.timedelta(days=40)).strftime("%Y%m%d")}
+    # a name typed into StudyDate (never shown), and a date after today
+    spoiled = {
+        studies[0]: "DOE^JANE",
+        studies[1]: (dt.date.today() + dt.timedelta(days=40)).strftime("%Y%m%d"),
+    }
     for uid, date in spoiled.items():
         ((path, _),) = headers[uid]
         ds = pydicom.dcmread(path)
-        ds.StudyDate = date
-        ds.save_as(path)
+        with warnings.catch_warnings():  # pydicom warns of the invalid date it is asked to write
+            warnings.simplefilter("ignore")
+            ds.StudyDate = date
+            ds.save_as(path)
     with Path(manifest.labels_csv).open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     labels = root / "labels.csv"
@@ -100,11 +108,16 @@ def test_dicom_studies_are_monitored_by_their_study_date(
     protocol = _protocol(small_run, site, tmp_path)
     assert main(["check", str(protocol)]) == 0, capsys.readouterr()
     code = main(["monitor", str(protocol), "--no-progress"])
+    said = capsys.readouterr()
+    assert "DOE" not in said.out + said.err
     document = _document(tmp_path)
     assert document.verdict == "no_alarm"  # the validated studies themselves, under their own temperatures
     assert code == 0
     assert document.excluded["StudyDate is not a date"] == 1
     assert document.excluded["StudyDate is a date in the future"] == 1
+    (folder,) = (tmp_path / "monitoring").glob("demo-monitor-dicom-*")
+    for name in ("monitoring.json", "monitoring.html", "run.log"):
+        assert "DOE" not in without_data_uris((folder / name).read_text(encoding="utf-8"))
     overall = {w.window: w for w in document.windows if (w.attribute, w.group) == OVERALL}
     # the windows and their sizes are the StudyDates' quarters, read here with pydicom, of every study the
     # monitor read: each study once, labelled or not
