@@ -121,11 +121,12 @@ COMMANDS = (
         add_monitor_arguments,
         monitor_command,
         description=(
-            "Read scores over time (data.predictions with monitoring.date_column), apply the deployed "
-            "calibration of a sealed validation run (monitoring.baseline), and judge each window and group "
-            "with anytime-valid tests of the validation's margins. Exit 0: no alarm; 1: an alarm; 2: bad "
-            "input. Every window is kept in a history database; a window already stored is not computed "
-            "again unless its rows changed."
+            "Read scores over time (data.predictions with monitoring.date_column, or DICOM studies from "
+            "data.dicom_dir or data.source, dated by StudyDate, the validated model run here), apply the "
+            "deployed calibration of a sealed validation run (monitoring.baseline), and judge each window "
+            "and group with anytime-valid tests of the validation's margins. Exit 0: no alarm; 1: an alarm; "
+            "2: bad input; 4: internal error. Every window is kept in a history database; a window already "
+            "stored is not computed again unless its rows changed."
         ),
     ),
     Command(
