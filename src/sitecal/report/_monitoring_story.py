@@ -161,7 +161,7 @@ def title_block(s: MonitoringStory, document: MonitoringDocument, axis: Sequence
         ("Deployed calibration", words.calibration_text(b)),
         ("Windows", words.windows_text(document, axis)),
         ("Alpha and horizon", words.alpha_text(document)),
-        ("Studies left out", words.excluded_text(document.excluded)),
+        ("Left out", words.excluded_text(document.excluded)),
     ]
     rows = [[s.cell(f"<b>{k}</b>"), s.cell(v)] for k, v in facts]
     return [

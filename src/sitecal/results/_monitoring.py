@@ -188,7 +188,8 @@ class MonitoringDocument(Record):
     alerts : tuple of MonitorAlert
         Alarms first, then the label-free warnings, each in window order.
     excluded : Mapping of str to int
-        Studies (rows of a predictions file) left out, by reason.
+        What was left out, by reason: studies (rows of a predictions file), and for DICOM studies also
+        files and label rows (the reason then begins with its unit, ``file: truncated file``).
     verdict : {"no_alarm", "alarm"}
         Whether any test alarmed.
     """

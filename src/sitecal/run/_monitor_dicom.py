@@ -65,7 +65,11 @@ def dicom_rows(
     cohort = scan(loaded, pseudonymize, progress=progress, label_optional=True)
     predictions, _ = predict(loaded, cohort, pseudonymize, progress=progress)
     analysed = analysed_studies(cohort, predictions, min_count_shown=protocol.privacy.min_count_shown)
-    excluded = Counter(e.reason for e in analysed.exclusions if e.unit == "study")
+    # what the scan and the model left out, as a run lists it: a study by its reason, anything else
+    # (an unreadable file, a label matching no study) by its unit too
+    excluded = Counter(
+        e.reason if e.unit == "study" else f"{e.unit}: {e.reason}" for e in analysed.exclusions
+    )
     days = [read_date(s.study_date, latest=today) for s in analysed.studies]
     for day in days:
         if isinstance(day, str):
