@@ -94,8 +94,10 @@ def test_ctrl_c_stops_the_retrieval_without_fetching_the_queued_studies(
     monkeypatch.setattr("sitecal.pacs.retrieve.progress_bar", lambda **options: InterruptedBar(**options))
     with pytest.raises(KeyboardInterrupt):
         retrieve_studies(source, store=tmp_path / "store", resolve=Path, progress=False)
-    # the first study, and at most the two in flight when the main thread stopped; not the other 100+
-    assert 1 <= calls["n"] <= 3 < len(pacs.server.studies())
+    # the first study, the two in flight when the main thread stopped, and at most one more per connection:
+    # a thread that finishes between the first study's end and the cancel takes the next study, as
+    # ThreadPoolExecutor does (on a loaded machine this happens); never the other 100+ queued studies
+    assert 1 <= calls["n"] <= 1 + 2 * source.max_connections < len(pacs.server.studies())
 
 
 def test_a_study_that_cannot_be_fetched_is_an_exclusion_and_the_retrieval_goes_on(
