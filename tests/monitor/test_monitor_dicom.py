@@ -214,3 +214,18 @@ def test_the_schema_says_how_dicom_studies_are_dated(
     assert main(["check", str(protocol)]) == 2
     err = capsys.readouterr().err
     assert field in err and reason in err
+
+
+def test_a_baseline_of_a_predictions_file_validated_no_model_to_run_here(
+    small_run: dict, site: dict, tmp_path: Path
+) -> None:
+    from sitecal.errors import InputError
+    from sitecal.protocol import load_protocol
+    from sitecal.run._monitor_dicom import check_model
+
+    loaded = load_protocol(_protocol(small_run, site, tmp_path))
+    with pytest.raises(InputError, match="the baseline evaluated a predictions file") as refused:
+        check_model(loaded, None, tmp_path / "vendor-run")
+    assert "vendor-run/calibration.json" in str(refused.value) and "monitoring.date_column" in str(
+        refused.value
+    )
