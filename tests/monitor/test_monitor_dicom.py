@@ -229,3 +229,26 @@ def test_a_baseline_of_a_predictions_file_validated_no_model_to_run_here(
     assert "vendor-run/calibration.json" in str(refused.value) and "monitoring.date_column" in str(
         refused.value
     )
+
+
+def test_no_study_with_a_usable_study_date_exits_2_with_what_was_left_out(
+    small_run: dict, site: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the two spoiled studies: nothing to monitor is bad input, named, never a crash."""
+    only = tmp_path / "spoiled"
+    for path in sorted(site["dicom"].rglob("*.dcm")):
+        try:
+            uid = str(pydicom.dcmread(path, stop_before_pixels=True).StudyInstanceUID)
+        except Exception:
+            continue
+        if uid in site["spoiled"]:
+            target = only / path.relative_to(site["dicom"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    protocol = _protocol(small_run, site, tmp_path, data__dicom_dir=str(only))
+    capsys.readouterr()
+    assert main(["monitor", str(protocol), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "no study to monitor" in err
+    assert "StudyDate is a date in the future: 1" in err and "StudyDate is not a date: 1" in err
+    assert "DOE" not in err

@@ -32,7 +32,7 @@ __all__ = [
 
 WindowKind = Literal["week", "month", "quarter"]
 
-_DATE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
+_DATE = re.compile(r"([0-9]{4})-?([0-9]{2})-?([0-9]{2})")  # ASCII digits only
 #: Earliest date taken: older is a placeholder (DICOM's 19000101, a spreadsheet's 1899-12-30) or a typo.
 _EARLIEST = dt.date(1990, 1, 1)
 _EPOCH = dt.date(1970, 1, 1)
@@ -86,6 +86,8 @@ def read_date(text: object, *, latest: dt.date) -> int | str:
     (20881, 20881)
     >>> read_date("20270230", latest=end), read_date("20280101", latest=end), read_date("", latest=end)
     ('not a date', 'a date in the future', 'not a date')
+    >>> read_date("２０２７０３０４", latest=end)  # full-width digits: not as DICOM writes a date
+    'not a date'
     """
     match = _DATE.fullmatch(str(text if text is not None else "").strip())
     if match is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sitecal._pseudonym import Pseudonymizer
-from sitecal.errors import InputError
+from sitecal.errors import DataError, InputError
 from sitecal.monitor import read_date
 from sitecal.protocol import LoadedProtocol
 from sitecal.run._monitor_rows import DatedRows
@@ -75,11 +75,17 @@ def dicom_rows(
         if isinstance(day, str):
             excluded[f"StudyDate is {day}"] += 1
     kept = [i for i, day in enumerate(days) if not isinstance(day, str)]
+    if not kept:
+        reasons = "; ".join(f"{reason}: {n}" for reason, n in sorted(excluded.items())) or "none found"
+        raise DataError(
+            f"{loaded.dicom_dir}: no study to monitor: the model read no study with a usable StudyDate "
+            f"(left out: {reasons}). Check data.dicom_dir (or data.source) and the studies' StudyDate."
+        )
     studies = [analysed.studies[i] for i in kept]
     return DatedRows(
         keys=np.array([s.study_key for s in studies], dtype=str),
         patients=np.array([s.patient_key for s in studies], dtype=str),
-        logits=np.asarray(analysed.logits[kept], dtype=np.float64).reshape(len(kept), -1),
+        logits=np.asarray(analysed.logits[kept], dtype=np.float64),
         labels=np.array([s.label for s in studies], dtype=np.int64),
         days=np.array([days[i] for i in kept], dtype=np.int64),
         attributes={
