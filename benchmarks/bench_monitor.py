@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-CLASSES = ["normal", "nodule", "effusion"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the monitoring tests' vendor protocol
+from tests.monitor.vendor import CALIBRATION_CRITERIA, CLASSES, vendor_protocol
+
 SCANNERS = [f"Scanner {c}" for c in "ABCDEF"]
 
 
@@ -63,34 +65,15 @@ def _write(
 
 
 def _protocol(**monitoring: object) -> dict[str, object]:
-    protocol: dict[str, object] = {
-        "name": "bench-monitor",
-        "intended_use": "Benchmark.",
-        "model": {"name": "Vendor", "class_names": CLASSES},
-        "data": {
-            "predictions": "predictions.csv",
-            "key": "AccessionNumber",
-            "key_column": "accession",
-            "patient_column": "mrn",
-            "label_column": "label",
-        },
-        "subgroups": {"scanner": {"column": "scanner"}},
-        "calibration": {"per": "scanner", "split": {"by": "patient", "fit_fraction": 0.5, "seed": 3}},
-        "evaluation": {
-            "metrics": ["ece_debiased", "accuracy"],
-            "bootstrap": {"n_resamples": 1000, "seed": 7},
-            "planning": {"simulations": 0},
-        },
-        "acceptance": [
-            {"id": "ece", "metric": "ece_debiased", "stage": "after", "below": 0.10, "scope": "scanner"},
-            {"id": "slope", "metric": "slope", "stage": "after", "within": [0.8, 1.25], "scope": "overall"},
-            {"id": "accuracy", "metric": "accuracy", "stage": "after", "above": 0.6, "scope": "overall"},
-        ],
-        "report": {"output_dir": "reports"},
-        "privacy": {"key_file": "site.key"},
-    }
-    if monitoring:
-        protocol["monitoring"] = monitoring
+    """The monitoring tests' vendor protocol, with 1,000 resamples and an accuracy margin besides."""
+    protocol = vendor_protocol(
+        "bench-monitor", split={"by": "patient", "fit_fraction": 0.5, "seed": 3}, **monitoring
+    )
+    protocol["evaluation"]["bootstrap"]["n_resamples"] = 1000  # type: ignore[index]
+    protocol["acceptance"] = [
+        *CALIBRATION_CRITERIA,
+        {"id": "accuracy", "metric": "accuracy", "stage": "after", "above": 0.6, "scope": "overall"},
+    ]
     return protocol
 
 

@@ -118,9 +118,8 @@ def _check_monitoring(protocol: Protocol) -> None:
     if monitoring is None:
         return
     data = protocol.data
-    if (
-        data.predictions is None
-    ):  # DICOM: the model is run here (_check_route), each study dated by its header
+    # DICOM studies: the model is run here (_check_route), each study dated by its header
+    if data.predictions is None:
         if monitoring.date_column is not None:
             raise _ReferenceError(
                 ("monitoring", "date_column"),
